@@ -1,0 +1,82 @@
+// PostgreSQL outbox: the Store implementation and enqueue into a caller's
+// transaction.
+//
+// Enqueue works on the caller's own libpq connection, inside the transaction the
+// caller has opened; it never commits, never opens a connection of its own and
+// makes no network call other than to that database. The same logic is available
+// to services in any language as the SQL function <schema>.enqueue(...) (see
+// README.md).
+//
+// This header does not include libpq: the connection is the opaque `pg_conn`
+// that libpq's PGconn is a typedef of.
+//
+// Thread-safety: the store is not safe for concurrent use (see store.h). Enqueue
+// functions are as thread-safe as the connection passed to them (libpq: one
+// thread per connection at a time).
+#ifndef OUTBOX_POSTGRES_H_
+#define OUTBOX_POSTGRES_H_
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "outbox/event.h"
+#include "outbox/status.h"
+#include "outbox/store.h"
+
+struct pg_conn;  // libpq's PGconn
+
+namespace outbox {
+
+enum class SentMode {
+  kUpdate,  // keep SENT rows until PurgeSent (dedup keys and `trace` keep working)
+  kDelete,  // delete at mark time: fewer writes; dedup only covers unsent rows
+};
+
+struct PostgresStoreOptions {
+  std::string conninfo;         // "postgresql://user@host:port/db" or key=value form
+  std::string schema = "outbox";  // validated as an identifier: [a-z_][a-z0-9_]{0,62}
+  SentMode sent_mode = SentMode::kUpdate;
+  // Statement timeout for the store's own session, so a stuck server surfaces as
+  // a retryable error instead of a hung relay.
+  std::chrono::milliseconds statement_timeout{30'000};
+  std::chrono::seconds connect_timeout{5};
+};
+
+// Opens a session (connects at once). A failed connection is Unavailable.
+// After a connection loss each call reconnects first; if that fails the call
+// returns Unavailable and the caller backs off.
+Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options);
+
+// OK when `name` is a safe unquoted PostgreSQL identifier for a schema.
+Status ValidateSchemaName(const std::string& name);
+
+struct EnqueueOptions {
+  std::string schema = "outbox";
+  EventLimits limits;
+};
+
+struct EnqueueResult {
+  std::string event_id;  // UUID; for a duplicate dedup key, the existing event's id
+  bool enqueued = true;  // false: dedup key already present, nothing written
+};
+
+// Inserts `event` inside the caller's open transaction on `conn`.
+// REQUIRES: `conn` is connected and inside a transaction block (BEGIN issued);
+//           otherwise FailedPrecondition and nothing is sent.
+// A contract violation is InvalidArgument and nothing is sent to the server, so
+// the caller's transaction stays usable. A server error leaves the transaction
+// aborted, as any failed statement does; the caller rolls back.
+Result<EnqueueResult> Enqueue(pg_conn* conn, const Event& event,
+                              const EnqueueOptions& options = {});
+
+// Same for several events in one round trip (libpq pipeline mode). All events are
+// validated before any is sent; results are in input order.
+Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const Event> events,
+                                                const EnqueueOptions& options = {});
+
+}  // namespace outbox
+
+#endif  // OUTBOX_POSTGRES_H_

@@ -1,0 +1,124 @@
+// Store: the relay's view of an outbox table, whatever database holds it.
+//
+// Life cycle of a row (see docs/design.md):
+//   PENDING --Claim--> PROCESSING --MarkSent--> SENT (or deleted) --Purge--> gone
+//                          |  \--Reschedule--> PENDING (due later)
+//                          |   \-MarkFailed--> FAILED (kept; Replay -> PENDING)
+//                          \-- lease expires --> claimable again (attempts already counted)
+//
+// Every transition after Claim is fenced by the claim's ticket (row id + lease
+// token): it applies only where that claim still holds the row, and the rows
+// where it did not apply are reported back, never silently dropped.
+//
+// Lease expiry and next-attempt times come from the database's clock, never from
+// the relay host's, so clock skew between hosts cannot cause a double claim.
+//
+// Thread-safety: a Store is NOT safe for concurrent use; it owns one database
+// session. Open one per thread. Different Store objects (in one process or many)
+// may work on the same table at once — that is the point of the claim.
+#ifndef OUTBOX_STORE_H_
+#define OUTBOX_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "outbox/event.h"
+#include "outbox/status.h"
+
+namespace outbox {
+
+enum class RowState { kPending, kProcessing, kSent, kFailed };
+std::string_view RowStateName(RowState s);  // "PENDING", ...
+
+// Identifies one claim of one row; the fencing credential for later transitions.
+struct Ticket {
+  std::int64_t seq = 0;    // row id: monotonically increasing in enqueue order
+  std::int64_t token = 0;  // lease token of the claim that returned the row
+};
+
+struct ClaimedEvent {
+  Ticket ticket;
+  std::string event_id;  // UUID text, assigned at enqueue, stable across re-publish
+  Event event;
+  int attempts = 0;  // including this claim
+  std::chrono::system_clock::time_point created_at;
+};
+
+struct ClaimOptions {
+  int batch_size = 500;  // rows per claim round trip
+  // How long the claim holds a row. Must outlast a batch's publish: a relay that
+  // has not finished by then loses the rows (its late marks are refused).
+  std::chrono::milliseconds lease{30'000};
+  std::string owner;  // relay id written to the row, for operators
+  // A row already claimed this many times is not handed out again; the claim
+  // marks it FAILED instead (this bounds crash loops and failed mark-failed).
+  int max_attempts = 10;
+  // Ordered: never hand out an event while an earlier event of the same
+  // aggregate is unsent (pending, in flight or FAILED). A contiguous run of one
+  // aggregate's due events may come in one claim.
+  bool ordered = true;
+};
+
+struct ClaimResult {
+  std::vector<ClaimedEvent> events;  // sorted by ticket.seq; publish these
+  // Rows that reached max_attempts without finishing and were marked FAILED by
+  // this claim (e.g. the relay kept crashing on them). For metrics and logs.
+  std::vector<std::int64_t> expired_to_failed;
+};
+
+struct RescheduleItem {
+  Ticket ticket;
+  std::chrono::milliseconds delay{0};  // next attempt = database now() + delay
+  std::string error;                   // why, kept in last_error
+};
+
+struct FailItem {
+  Ticket ticket;
+  std::string error;
+};
+
+// Outcome of a fenced transition over several rows.
+struct TransitionResult {
+  std::size_t applied = 0;
+  std::vector<Ticket> refused;  // another claim holds these rows now (or they are gone)
+};
+
+struct StoreStats {
+  std::int64_t pending = 0;     // includes rows waiting for a retry
+  std::int64_t processing = 0;  // claimed, lease possibly expired
+  std::int64_t sent = 0;        // kept for retention
+  std::int64_t failed = 0;
+  // Age of the oldest PENDING/PROCESSING row (the one alert everyone needs); 0 if none.
+  std::chrono::milliseconds oldest_unsent_age{0};
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Creates or upgrades the schema. Idempotent; safe to run from several
+  // processes at once (they serialise).
+  virtual Status Migrate() = 0;
+
+  // Atomically claims up to batch_size due rows (see ClaimOptions).
+  virtual Result<ClaimResult> Claim(const ClaimOptions& options) = 0;
+
+  // Broker acknowledged these: SENT (or deleted, per the store's options).
+  virtual Result<TransitionResult> MarkSent(std::span<const Ticket> tickets) = 0;
+  // Retriable failure: back to PENDING, due after the item's delay.
+  virtual Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) = 0;
+  // Fatal failure or attempts exhausted: FAILED with the error text.
+  virtual Result<TransitionResult> MarkFailed(std::span<const FailItem> items) = 0;
+
+  // Deletes at most `batch` SENT rows older than `retention`; returns how many.
+  virtual Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) = 0;
+  virtual Result<StoreStats> Stats() = 0;
+};
+
+}  // namespace outbox
+
+#endif  // OUTBOX_STORE_H_

@@ -1,0 +1,147 @@
+// Enqueue into the caller's transaction on the caller's connection. All the
+// row-writing logic lives in the SQL function <schema>.enqueue (one contract for
+// every language); this side validates first, so that a contract violation never
+// reaches the server and the caller's transaction stays usable.
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "outbox/postgres.h"
+#include "session.h"
+#include "sql.h"
+
+namespace outbox {
+namespace {
+
+std::vector<pg::Param> EnqueueParams(const Event& e) {
+  nlohmann::json headers = nlohmann::json::object();
+  for (const Header& h : e.headers) headers[h.name] = h.value;
+  return {pg::Param::Text(e.aggregate_type),
+          pg::Param::Text(e.aggregate_id),
+          pg::Param::Text(e.event_type),
+          pg::Param::Binary(e.payload),
+          pg::Param::Text(headers.dump()),
+          e.dedup_key ? pg::Param::Text(*e.dedup_key) : pg::Param::Null()};
+}
+
+const std::vector<Oid> kEnqueueTypes = {pg::kTextOid, pg::kTextOid,  pg::kTextOid,
+                                        pg::kByteaOid, pg::kJsonbOid, pg::kTextOid};
+
+Status CheckCallerConnection(PGconn* conn) {
+  if (conn == nullptr) return Status::InvalidArgument("enqueue: connection is null");
+  if (PQstatus(conn) != CONNECTION_OK) {
+    return Status::Unavailable("enqueue: the caller's connection is not open");
+  }
+  switch (PQtransactionStatus(conn)) {
+    case PQTRANS_INTRANS:
+      return Status::Ok();
+    case PQTRANS_IDLE:
+      return Status::FailedPrecondition(
+          "enqueue: no open transaction on this connection; BEGIN first so the event commits "
+          "with the business data");
+    case PQTRANS_INERROR:
+      return Status::FailedPrecondition(
+          "enqueue: the caller's transaction has already failed; roll it back");
+    default:
+      return Status::FailedPrecondition("enqueue: the connection is busy with another command");
+  }
+}
+
+EnqueueResult ReadRow(const PGresult* res) {
+  return EnqueueResult{pg::GetText(res, 0, 0), pg::GetText(res, 0, 1) == "t"};
+}
+
+}  // namespace
+
+Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const Event> events,
+                                                const EnqueueOptions& options) {
+  OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(options.schema));
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    Status st = ValidateEvent(events[i], options.limits);
+    if (!st.ok()) {
+      return Status::InvalidArgument("event[" + std::to_string(i) + "]: " + st.message());
+    }
+  }
+  OUTBOX_RETURN_IF_ERROR(CheckCallerConnection(conn));
+  std::vector<EnqueueResult> out(events.size());
+  if (events.empty()) return out;
+  const std::string sql = pg::sql::Enqueue(options.schema);
+
+  if (events.size() == 1) {
+    auto res = pg::ExecParams(conn, "enqueue", sql, EnqueueParams(events[0]), kEnqueueTypes);
+    if (!res.ok()) return res.status();
+    out[0] = ReadRow(res->get());
+    return out;
+  }
+
+  // Take the per-aggregate advisory locks in a fixed order (by aggregate), so two
+  // batches over the same aggregates cannot deadlock. The sort is stable, so the
+  // order of one aggregate's events is the caller's order.
+  std::vector<std::size_t> order(events.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const Event& x = events[a];
+    const Event& y = events[b];
+    return std::tie(x.aggregate_type, x.aggregate_id) < std::tie(y.aggregate_type, y.aggregate_id);
+  });
+
+  if (PQenterPipelineMode(conn) != 1) {
+    return Status::FailedPrecondition("enqueue: cannot enter pipeline mode: " +
+                                      std::string(PQerrorMessage(conn)));
+  }
+  Status first_error;
+  for (std::size_t idx : order) {
+    auto params = EnqueueParams(events[idx]);
+    std::vector<const char*> values(params.size());
+    std::vector<int> lengths(params.size()), formats(params.size());
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      values[p] = params[p].null ? nullptr : params[p].value.c_str();
+      lengths[p] = static_cast<int>(params[p].value.size());
+      formats[p] = params[p].binary ? 1 : 0;
+    }
+    if (PQsendQueryParams(conn, sql.c_str(), static_cast<int>(params.size()), kEnqueueTypes.data(),
+                          values.data(), lengths.data(), formats.data(), 0) != 1) {
+      first_error = pg::StatusFromResult(conn, nullptr, "enqueue batch: send");
+      break;
+    }
+  }
+  if (PQpipelineSync(conn) != 1) {
+    // Nothing will arrive; the connection is broken and the caller must roll back.
+    Status st = pg::StatusFromResult(conn, nullptr, "enqueue batch: sync");
+    PQexitPipelineMode(conn);
+    return first_error.ok() ? st : first_error;
+  }
+  // Drain every result up to the sync point, whatever happened.
+  std::size_t k = 0;
+  for (;;) {
+    pg::ResultPtr res(PQgetResult(conn));
+    if (!res) {
+      if (PQstatus(conn) != CONNECTION_OK) {
+        if (first_error.ok()) first_error = pg::StatusFromResult(conn, nullptr, "enqueue batch");
+        break;
+      }
+      continue;  // end of one query's results
+    }
+    ExecStatusType st = PQresultStatus(res.get());
+    if (st == PGRES_PIPELINE_SYNC) break;
+    if (st == PGRES_TUPLES_OK && k < order.size()) {
+      out[order[k]] = ReadRow(res.get());
+      ++k;
+    } else if (st != PGRES_TUPLES_OK && first_error.ok()) {
+      first_error = pg::StatusFromResult(conn, res.get(), "enqueue batch");
+    }
+  }
+  PQexitPipelineMode(conn);
+  if (!first_error.ok()) return first_error;
+  return out;
+}
+
+Result<EnqueueResult> Enqueue(pg_conn* conn, const Event& event, const EnqueueOptions& options) {
+  auto r = EnqueueBatch(conn, std::span<const Event>(&event, 1), options);
+  if (!r.ok()) return r.status();
+  return std::move(r).value()[0];
+}
+
+}  // namespace outbox

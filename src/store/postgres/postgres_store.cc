@@ -1,0 +1,258 @@
+// PostgreSQL implementation of outbox::Store: lease-based claim (the seed's
+// design; see docs/design.md for why over lock-holding transactions).
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "outbox/postgres.h"
+#include "session.h"
+#include "sql.h"
+
+namespace outbox {
+namespace {
+
+using pg::Param;
+
+Result<std::vector<Header>> ParseHeaders(const std::string& json_text) {
+  std::vector<Header> out;
+  auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::Internal("headers column is not a JSON object: " + json_text);
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_string()) {
+      return Status::Internal("header \"" + it.key() + "\" is not a string");
+    }
+    out.push_back(Header{it.key(), it.value().get<std::string>()});
+  }
+  return out;
+}
+
+Result<TransitionResult> CollectApplied(pg::ResultPtr res, std::span<const Ticket> asked) {
+  TransitionResult out;
+  std::set<std::int64_t> applied;
+  for (int i = 0; i < PQntuples(res.get()); ++i) applied.insert(pg::GetInt64(res.get(), i, 0));
+  out.applied = applied.size();
+  for (const Ticket& t : asked) {
+    if (!applied.count(t.seq)) out.refused.push_back(t);
+  }
+  return out;
+}
+
+class PostgresStore final : public Store {
+ public:
+  PostgresStore(PostgresStoreOptions options, std::unique_ptr<pg::Session> session)
+      : options_(std::move(options)),
+        session_(std::move(session)),
+        claim_ordered_(pg::sql::ClaimOrdered(options_.schema)),
+        claim_unordered_(pg::sql::ClaimUnordered(options_.schema)),
+        mark_sent_(options_.sent_mode == SentMode::kDelete
+                       ? pg::sql::MarkSentDelete(options_.schema)
+                       : pg::sql::MarkSentUpdate(options_.schema)),
+        reschedule_(pg::sql::Reschedule(options_.schema)),
+        mark_failed_(pg::sql::MarkFailed(options_.schema)),
+        purge_(pg::sql::PurgeSent(options_.schema)),
+        stats_(pg::sql::Stats(options_.schema)) {}
+
+  Status Migrate() override {
+    const std::string& s = options_.schema;
+    OUTBOX_RETURN_IF_ERROR(session_->ExecScript("migrate: begin", "BEGIN"));
+    Status st = MigrateInTransaction(s);
+    if (!st.ok()) {
+      (void)session_->ExecScript("migrate: rollback", "ROLLBACK");
+      return st;
+    }
+    return session_->ExecScript("migrate: commit", "COMMIT");
+  }
+
+  Result<ClaimResult> Claim(const ClaimOptions& o) override {
+    if (o.batch_size <= 0) return Status::InvalidArgument("claim: batch_size must be > 0");
+    if (o.lease.count() < 0) return Status::InvalidArgument("claim: lease must be >= 0");
+    if (o.max_attempts <= 0) return Status::InvalidArgument("claim: max_attempts must be > 0");
+    auto res = session_->Exec(
+        "claim", o.ordered ? claim_ordered_ : claim_unordered_,
+        {Param::Text(std::to_string(o.batch_size)), Param::Text(o.owner),
+         Param::Text(std::to_string(o.lease.count())), Param::Text(std::to_string(o.max_attempts))},
+        {pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid});
+    if (!res.ok()) return res.status();
+    const PGresult* r = res->get();
+    ClaimResult out;
+    const int n = PQntuples(r);
+    out.events.reserve(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const std::int64_t seq = pg::GetInt64(r, i, 0);
+      if (pg::GetText(r, i, 10) == "FAILED") {
+        out.expired_to_failed.push_back(seq);
+        continue;
+      }
+      ClaimedEvent ce;
+      ce.ticket = Ticket{seq, pg::GetInt64(r, i, 9)};
+      ce.event_id = pg::GetText(r, i, 1);
+      ce.event.aggregate_type = pg::GetText(r, i, 2);
+      ce.event.aggregate_id = pg::GetText(r, i, 3);
+      ce.event.event_type = pg::GetText(r, i, 4);
+      ce.event.payload = pg::GetBytea(r, i, 5);
+      auto headers = ParseHeaders(pg::GetText(r, i, 6));
+      if (!headers.ok()) return headers.status();
+      ce.event.headers = std::move(headers).value();
+      ce.event.dedup_key = pg::GetOptionalText(r, i, 7);
+      ce.attempts = static_cast<int>(pg::GetInt64(r, i, 8));
+      ce.created_at = std::chrono::system_clock::time_point(
+          std::chrono::microseconds(pg::GetInt64(r, i, 11)));
+      out.events.push_back(std::move(ce));
+    }
+    std::sort(out.events.begin(), out.events.end(),
+              [](const ClaimedEvent& a, const ClaimedEvent& b) { return a.ticket.seq < b.ticket.seq; });
+    std::sort(out.expired_to_failed.begin(), out.expired_to_failed.end());
+    return out;
+  }
+
+  Result<TransitionResult> MarkSent(std::span<const Ticket> tickets) override {
+    if (tickets.empty()) return TransitionResult{};
+    std::vector<std::int64_t> seqs, tokens;
+    seqs.reserve(tickets.size());
+    tokens.reserve(tickets.size());
+    for (const Ticket& t : tickets) {
+      seqs.push_back(t.seq);
+      tokens.push_back(t.token);
+    }
+    auto res = session_->Exec("mark sent", mark_sent_,
+                              {Param::Text(pg::Int64ArrayLiteral(seqs)),
+                               Param::Text(pg::Int64ArrayLiteral(tokens))});
+    if (!res.ok()) return res.status();
+    return CollectApplied(std::move(res).value(), tickets);
+  }
+
+  Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) override {
+    if (items.empty()) return TransitionResult{};
+    nlohmann::json arr = nlohmann::json::array();
+    std::vector<Ticket> asked;
+    for (const RescheduleItem& it : items) {
+      arr.push_back({{"seq", it.ticket.seq},
+                     {"token", it.ticket.token},
+                     {"delay_ms", std::max<std::int64_t>(0, it.delay.count())},
+                     {"error", SafeText(it.error)}});
+      asked.push_back(it.ticket);
+    }
+    auto res = session_->Exec("reschedule", reschedule_, {Param::Text(arr.dump())});
+    if (!res.ok()) return res.status();
+    return CollectApplied(std::move(res).value(), asked);
+  }
+
+  Result<TransitionResult> MarkFailed(std::span<const FailItem> items) override {
+    if (items.empty()) return TransitionResult{};
+    nlohmann::json arr = nlohmann::json::array();
+    std::vector<Ticket> asked;
+    for (const FailItem& it : items) {
+      arr.push_back(
+          {{"seq", it.ticket.seq}, {"token", it.ticket.token}, {"error", SafeText(it.error)}});
+      asked.push_back(it.ticket);
+    }
+    auto res = session_->Exec("mark failed", mark_failed_, {Param::Text(arr.dump())});
+    if (!res.ok()) return res.status();
+    return CollectApplied(std::move(res).value(), asked);
+  }
+
+  Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) override {
+    if (batch <= 0) return Status::InvalidArgument("purge: batch must be > 0");
+    auto res = session_->Exec(
+        "purge", purge_,
+        {Param::Text(std::to_string(retention.count())), Param::Text(std::to_string(batch))},
+        {pg::kInt8Oid, pg::kInt4Oid});
+    if (!res.ok()) return res.status();
+    return static_cast<std::int64_t>(std::strtoll(PQcmdTuples(res->get()), nullptr, 10));
+  }
+
+  Result<StoreStats> Stats() override {
+    auto res = session_->Exec("stats", stats_);
+    if (!res.ok()) return res.status();
+    const PGresult* r = res->get();
+    StoreStats s;
+    s.pending = pg::GetInt64(r, 0, 0);
+    s.processing = pg::GetInt64(r, 0, 1);
+    s.sent = pg::GetInt64(r, 0, 2);
+    s.failed = pg::GetInt64(r, 0, 3);
+    s.oldest_unsent_age = std::chrono::milliseconds(pg::GetInt64(r, 0, 4));
+    return s;
+  }
+
+ private:
+  // Error texts come from brokers and exceptions; keep them storable as text.
+  static std::string SafeText(const std::string& s) {
+    if (IsValidText(s)) return s.substr(0, 4000);
+    std::string out;
+    for (char c : s) out += (static_cast<unsigned char>(c) < 0x80 && c != 0) ? c : '?';
+    return out.substr(0, 4000);
+  }
+
+  Status MigrateInTransaction(const std::string& s) {
+    OUTBOX_RETURN_IF_ERROR(session_->Exec("migrate: lock", pg::sql::MigrateLock(s)).status());
+    OUTBOX_RETURN_IF_ERROR(session_->ExecScript("migrate: bootstrap", pg::sql::EnsureMigrationsTable(s)));
+    auto applied_res = session_->Exec("migrate: read versions", pg::sql::AppliedVersions(s));
+    if (!applied_res.ok()) return applied_res.status();
+    std::set<int> applied;
+    for (int i = 0; i < PQntuples(applied_res->get()); ++i) {
+      applied.insert(static_cast<int>(pg::GetInt64(applied_res->get(), i, 0)));
+    }
+    for (const auto& m : pg::sql::Migrations(s)) {
+      if (applied.count(m.version)) continue;
+      OUTBOX_RETURN_IF_ERROR(session_->ExecScript(
+          "migrate: version " + std::to_string(m.version), m.script));
+      OUTBOX_RETURN_IF_ERROR(session_
+                                 ->Exec("migrate: record", pg::sql::RecordMigration(s),
+                                        {Param::Text(std::to_string(m.version)),
+                                         Param::Text(m.description)})
+                                 .status());
+    }
+    return Status::Ok();
+  }
+
+  PostgresStoreOptions options_;
+  std::unique_ptr<pg::Session> session_;
+  const std::string claim_ordered_, claim_unordered_, mark_sent_, reschedule_, mark_failed_,
+      purge_, stats_;
+};
+
+}  // namespace
+
+std::string_view RowStateName(RowState s) {
+  switch (s) {
+    case RowState::kPending: return "PENDING";
+    case RowState::kProcessing: return "PROCESSING";
+    case RowState::kSent: return "SENT";
+    case RowState::kFailed: return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+Status ValidateSchemaName(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 63 &&
+            ((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_');
+  for (char c : name) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+  }
+  if (!ok) {
+    return Status::InvalidArgument("schema \"" + name +
+                                   "\" is not a valid schema name: use [a-z_][a-z0-9_]{0,62}");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options) {
+  OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(options.schema));
+  if (options.conninfo.empty()) {
+    return Status::InvalidArgument("conninfo is empty: set the PostgreSQL URL");
+  }
+  pg::Session::Options so;
+  so.conninfo = options.conninfo;
+  so.connect_timeout = options.connect_timeout;
+  so.statement_timeout = options.statement_timeout;
+  so.application_name = "outbox-store";
+  auto session = pg::Session::Connect(so);
+  if (!session.ok()) return session.status();
+  return std::unique_ptr<Store>(new PostgresStore(options, std::move(session).value()));
+}
+
+}  // namespace outbox

@@ -1,0 +1,149 @@
+#include "session.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace outbox::pg {
+namespace {
+
+std::string TrimMessage(const char* msg) {
+  std::string s = msg ? msg : "";
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what) {
+  std::string prefix = std::string(what) + ": ";
+  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
+    return Status::Unavailable(prefix + "connection to PostgreSQL lost: " +
+                               TrimMessage(conn ? PQerrorMessage(conn) : "no connection"));
+  }
+  if (res == nullptr) {
+    return Status::Unavailable(prefix + TrimMessage(PQerrorMessage(conn)));
+  }
+  const char* state_c = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+  std::string state = state_c ? state_c : "";
+  std::string msg = prefix + TrimMessage(PQresultErrorMessage(res));
+  if (!state.empty()) msg += " [SQLSTATE " + state + "]";
+  std::string cls = state.substr(0, 2);
+  if (cls == "08" || state == "57P01" || state == "57P02" || state == "57P03" || cls == "53") {
+    return Status::Unavailable(msg);
+  }
+  if (state == "57014") return Status::DeadlineExceeded(msg);  // statement timeout
+  if (state == "40001" || state == "40P01" || state == "55P03") {
+    return Status::Internal(msg, /*retryable=*/true);  // serialization, deadlock, lock
+  }
+  if (cls == "22" || cls == "23") return Status::InvalidArgument(msg);
+  if (state == "25P02") return Status::FailedPrecondition(msg);
+  if (state == "42P01" || state == "42883" || state == "3F000") {
+    return Status::FailedPrecondition(msg + " (has `outboxctl migrate` been run?)");
+  }
+  return Status::Internal(msg);
+}
+
+Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what) {
+  if (res != nullptr) {
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
+  }
+  return StatusFromResult(conn, res, what);
+}
+
+Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::string& sql,
+                             const std::vector<Param>& params, const std::vector<Oid>& types) {
+  std::vector<const char*> values(params.size());
+  std::vector<int> lengths(params.size());
+  std::vector<int> formats(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    values[i] = params[i].null ? nullptr : params[i].value.c_str();
+    lengths[i] = static_cast<int>(params[i].value.size());
+    formats[i] = params[i].binary ? 1 : 0;
+  }
+  ResultPtr res(PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()),
+                             types.empty() ? nullptr : types.data(), values.data(),
+                             lengths.data(), formats.data(), 0));
+  Status st = CheckResult(conn, res.get(), what);
+  if (!st.ok()) return st;
+  return res;
+}
+
+Result<ConnPtr> Session::Open(const Options& options) {
+  const std::string timeout = std::to_string(options.connect_timeout.count());
+  const std::string pg_options =
+      "-c statement_timeout=" + std::to_string(options.statement_timeout.count());
+  const char* keys[] = {"dbname", "connect_timeout", "application_name", "options", nullptr};
+  const char* vals[] = {options.conninfo.c_str(), timeout.c_str(),
+                        options.application_name.c_str(), pg_options.c_str(), nullptr};
+  ConnPtr conn(PQconnectdbParams(keys, vals, /*expand_dbname=*/1));
+  if (!conn) return Status::Unavailable("connect: out of memory");
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    return Status::Unavailable("connect to PostgreSQL: " + TrimMessage(PQerrorMessage(conn.get())));
+  }
+  return conn;
+}
+
+Result<std::unique_ptr<Session>> Session::Connect(const Options& options) {
+  auto conn = Open(options);
+  if (!conn.ok()) return conn.status();
+  return std::unique_ptr<Session>(new Session(options, std::move(conn).value()));
+}
+
+Status Session::EnsureConnected() {
+  if (conn_ && PQstatus(conn_.get()) == CONNECTION_OK) return Status::Ok();
+  // Open a fresh connection rather than PQreset, so that a connection whose
+  // options changed (e.g. server restarted on the same port) starts clean.
+  auto conn = Open(options_);
+  if (!conn.ok()) return conn.status();
+  conn_ = std::move(conn).value();
+  return Status::Ok();
+}
+
+Result<ResultPtr> Session::Exec(std::string_view what, const std::string& sql,
+                                const std::vector<Param>& params, const std::vector<Oid>& types) {
+  OUTBOX_RETURN_IF_ERROR(EnsureConnected());
+  return ExecParams(conn_.get(), what, sql, params, types);
+}
+
+Status Session::ExecScript(std::string_view what, const std::string& sql) {
+  OUTBOX_RETURN_IF_ERROR(EnsureConnected());
+  ResultPtr res(PQexec(conn_.get(), sql.c_str()));
+  return CheckResult(conn_.get(), res.get(), what);
+}
+
+std::int64_t GetInt64(const PGresult* res, int row, int col) {
+  return std::strtoll(PQgetvalue(res, row, col), nullptr, 10);
+}
+
+std::string GetText(const PGresult* res, int row, int col) {
+  return std::string(PQgetvalue(res, row, col),
+                     static_cast<std::size_t>(PQgetlength(res, row, col)));
+}
+
+std::optional<std::string> GetOptionalText(const PGresult* res, int row, int col) {
+  if (PQgetisnull(res, row, col)) return std::nullopt;
+  return GetText(res, row, col);
+}
+
+std::string GetBytea(const PGresult* res, int row, int col) {
+  std::size_t len = 0;
+  unsigned char* raw =
+      PQunescapeBytea(reinterpret_cast<const unsigned char*>(PQgetvalue(res, row, col)), &len);
+  if (raw == nullptr) return {};
+  std::string out(reinterpret_cast<const char*>(raw), len);
+  PQfreemem(raw);
+  return out;
+}
+
+std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(values[i]);
+  }
+  s += '}';
+  return s;
+}
+
+}  // namespace outbox::pg

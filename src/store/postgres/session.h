@@ -1,0 +1,102 @@
+// Session: one libpq connection with reconnect, parameterised execution and
+// SQLSTATE -> Status classification. Internal to the PostgreSQL store.
+//
+// Thread-safety: not safe for concurrent use (one libpq connection).
+#ifndef OUTBOX_SRC_STORE_POSTGRES_SESSION_H_
+#define OUTBOX_SRC_STORE_POSTGRES_SESSION_H_
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outbox/status.h"
+
+namespace outbox::pg {
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
+
+struct ConnDeleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+using ConnPtr = std::unique_ptr<PGconn, ConnDeleter>;
+
+// A statement parameter: text, binary bytes, or SQL NULL.
+struct Param {
+  static Param Text(std::string v) { return Param{std::move(v), false, false}; }
+  static Param Binary(std::string v) { return Param{std::move(v), true, false}; }
+  static Param Null() { return Param{{}, false, true}; }
+  std::string value;
+  bool binary = false;
+  bool null = false;
+};
+
+// Maps a failed result (or a broken connection) to a Status. `what` names the
+// operation for the message ("claim", "mark sent", ...).
+Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what);
+
+// Checks that `res` is a command or tuples result; otherwise the classified error.
+Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what);
+
+// Runs one statement with parameters on `conn` (text results).
+Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::string& sql,
+                             const std::vector<Param>& params, const std::vector<Oid>& types = {});
+
+class Session {
+ public:
+  struct Options {
+    std::string conninfo;
+    std::chrono::seconds connect_timeout{5};
+    std::chrono::milliseconds statement_timeout{30'000};
+    std::string application_name = "outbox";
+  };
+
+  static Result<std::unique_ptr<Session>> Connect(const Options& options);
+
+  // Reconnects when the connection was lost. Unavailable if the server is not
+  // reachable; the caller backs off and tries again.
+  Status EnsureConnected();
+
+  Result<ResultPtr> Exec(std::string_view what, const std::string& sql,
+                         const std::vector<Param>& params = {},
+                         const std::vector<Oid>& types = {});
+
+  // Runs several statements separated by ';' without parameters.
+  Status ExecScript(std::string_view what, const std::string& sql);
+
+  PGconn* raw() { return conn_.get(); }
+
+ private:
+  explicit Session(Options options, ConnPtr conn)
+      : options_(std::move(options)), conn_(std::move(conn)) {}
+  static Result<ConnPtr> Open(const Options& options);
+
+  Options options_;
+  ConnPtr conn_;
+};
+
+// Helpers for reading text results.
+std::int64_t GetInt64(const PGresult* res, int row, int col);
+std::string GetText(const PGresult* res, int row, int col);
+std::optional<std::string> GetOptionalText(const PGresult* res, int row, int col);
+std::string GetBytea(const PGresult* res, int row, int col);
+
+// "{1,2,3}" — a PostgreSQL array literal of integers.
+std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values);
+
+inline constexpr Oid kTextOid = 25;
+inline constexpr Oid kByteaOid = 17;
+inline constexpr Oid kJsonbOid = 3802;
+inline constexpr Oid kInt4Oid = 23;
+inline constexpr Oid kInt8Oid = 20;
+
+}  // namespace outbox::pg
+
+#endif  // OUTBOX_SRC_STORE_POSTGRES_SESSION_H_

@@ -1,0 +1,355 @@
+#include "sql.h"
+
+namespace outbox::pg::sql {
+namespace {
+
+// Replaces every "{S}" in `text` with the (validated) schema name.
+std::string WithSchema(std::string text, const std::string& schema) {
+  const std::string marker = "{S}";
+  for (std::size_t pos = text.find(marker); pos != std::string::npos;
+       pos = text.find(marker, pos + schema.size())) {
+    text.replace(pos, marker.size(), schema);
+  }
+  return text;
+}
+
+// Version 1: the outbox table, its indexes and the enqueue function.
+//
+// Index choices (each serves one query):
+//   outbox_pkey (seq)                   fenced transitions by row id
+//   outbox_event_id_key (event_id)      trace by event id
+//   outbox_claim_idx (seq) partial      claim scans due rows in enqueue order
+//   outbox_aggregate_idx partial        "is there an earlier unsent event of this aggregate?"
+//   outbox_dedup_idx partial unique     dedup keys
+//   outbox_sent_idx (sent_at) partial   purge
+constexpr const char* kMigration1 = R"SQL(
+CREATE TABLE {S}.outbox (
+  seq            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id       uuid        NOT NULL UNIQUE,
+  aggregate_type text        NOT NULL,
+  aggregate_id   text        NOT NULL,
+  event_type     text        NOT NULL,
+  payload        bytea       NOT NULL,
+  headers        jsonb       NOT NULL DEFAULT '{}'::jsonb,
+  dedup_key      text,
+  status         text        NOT NULL DEFAULT 'PENDING'
+                 CHECK (status IN ('PENDING', 'PROCESSING', 'SENT', 'FAILED')),
+  attempts       integer     NOT NULL DEFAULT 0,
+  -- PENDING: next attempt time. PROCESSING: lease expiry. Database clock only.
+  available_at   timestamptz NOT NULL DEFAULT now(),
+  lease_owner    text,
+  lease_token    bigint,
+  last_error     text,
+  created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+  claimed_at     timestamptz,
+  sent_at        timestamptz,
+  failed_at      timestamptz
+);
+CREATE SEQUENCE {S}.lease_token_seq;
+CREATE INDEX outbox_claim_idx ON {S}.outbox (seq) WHERE status IN ('PENDING', 'PROCESSING');
+CREATE INDEX outbox_aggregate_idx ON {S}.outbox (aggregate_type, aggregate_id, seq)
+  WHERE status <> 'SENT';
+CREATE UNIQUE INDEX outbox_dedup_idx ON {S}.outbox (dedup_key) WHERE dedup_key IS NOT NULL;
+CREATE INDEX outbox_sent_idx ON {S}.outbox (sent_at) WHERE status = 'SENT';
+
+-- UUID version 7 (time-ordered, so the event_id index stays append-mostly).
+CREATE FUNCTION {S}.uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS $fn$
+  SELECT encode(
+    set_bit(set_bit(
+      overlay(uuid_send(gen_random_uuid())
+              PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+                                FROM 3)
+              FROM 1 FOR 6),
+      52, 1), 53, 1), 'hex')::uuid
+$fn$;
+
+-- The enqueue contract, for callers in any language. Call it inside the
+-- transaction that writes the business data:
+--   SELECT * FROM {S}.enqueue('order', '42', 'OrderCreated', '{"id":42}'::bytea,
+--                             '{"traceparent":"00-..."}'::jsonb, 'order-42-created');
+-- Returns (event_id, enqueued); enqueued = false when dedup_key already exists.
+CREATE FUNCTION {S}.enqueue(
+    aggregate_type text, aggregate_id text, event_type text, payload bytea,
+    headers jsonb DEFAULT '{}'::jsonb, dedup_key text DEFAULT NULL)
+  RETURNS TABLE (event_id uuid, enqueued boolean)
+  LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_id uuid;
+  v_bad text;
+  v_max integer := coalesce(nullif(current_setting('outbox.max_payload_bytes', true), '')::integer,
+                            1048576);
+BEGIN
+  IF enqueue.aggregate_type IS NULL OR enqueue.aggregate_type = '' THEN
+    RAISE EXCEPTION 'outbox.enqueue: aggregate_type is required and must not be empty'
+      USING ERRCODE = '22023';
+  END IF;
+  IF enqueue.aggregate_type !~ '^[A-Za-z0-9._-]+$' THEN
+    RAISE EXCEPTION 'outbox.enqueue: aggregate_type may only contain [A-Za-z0-9._-]; got "%"',
+      enqueue.aggregate_type USING ERRCODE = '22023';
+  END IF;
+  IF enqueue.aggregate_id IS NULL OR enqueue.aggregate_id = '' THEN
+    RAISE EXCEPTION 'outbox.enqueue: aggregate_id is required and must not be empty'
+      USING ERRCODE = '22023';
+  END IF;
+  IF enqueue.event_type IS NULL OR enqueue.event_type = '' THEN
+    RAISE EXCEPTION 'outbox.enqueue: event_type is required and must not be empty'
+      USING ERRCODE = '22023';
+  END IF;
+  IF octet_length(enqueue.aggregate_type) > 255 OR octet_length(enqueue.aggregate_id) > 255
+     OR octet_length(enqueue.event_type) > 255 OR octet_length(enqueue.dedup_key) > 255 THEN
+    RAISE EXCEPTION 'outbox.enqueue: aggregate_type, aggregate_id, event_type and dedup_key are limited to 255 bytes'
+      USING ERRCODE = '22023';
+  END IF;
+  IF enqueue.dedup_key = '' THEN
+    RAISE EXCEPTION 'outbox.enqueue: dedup_key must be NULL or non-empty' USING ERRCODE = '22023';
+  END IF;
+  IF enqueue.payload IS NULL THEN
+    RAISE EXCEPTION 'outbox.enqueue: payload is required (use an empty bytea for none)'
+      USING ERRCODE = '22023';
+  END IF;
+  IF octet_length(enqueue.payload) > v_max THEN
+    RAISE EXCEPTION 'outbox.enqueue: payload is % bytes; the limit is % (setting outbox.max_payload_bytes)',
+      octet_length(enqueue.payload), v_max USING ERRCODE = '22023';
+  END IF;
+  IF enqueue.headers IS NULL OR jsonb_typeof(enqueue.headers) <> 'object' THEN
+    RAISE EXCEPTION 'outbox.enqueue: headers must be a JSON object of string values'
+      USING ERRCODE = '22023';
+  END IF;
+  SELECT h.key INTO v_bad FROM jsonb_each(enqueue.headers) AS h
+   WHERE jsonb_typeof(h.value) <> 'string' OR h.key !~ '^[A-Za-z0-9._-]{1,128}$'
+      OR h.key LIKE 'outbox-%' LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'outbox.enqueue: header "%" is invalid (name [A-Za-z0-9._-]{1,128}, not "outbox-*", string value)',
+      v_bad USING ERRCODE = '22023';
+  END IF;
+
+  -- Serialise enqueuers of one aggregate until commit, so that row order (seq)
+  -- equals commit order within an aggregate. Without it a relay could publish
+  -- seq 10 while seq 9 of the same aggregate is still uncommitted.
+  PERFORM pg_advisory_xact_lock(hashtext('{S}'),
+                                hashtext(enqueue.aggregate_type || E'\x1f' || enqueue.aggregate_id));
+
+  INSERT INTO {S}.outbox AS o (event_id, aggregate_type, aggregate_id, event_type, payload,
+                               headers, dedup_key)
+  VALUES ({S}.uuid_v7(), enqueue.aggregate_type, enqueue.aggregate_id, enqueue.event_type,
+          enqueue.payload, enqueue.headers, enqueue.dedup_key)
+  ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+  RETURNING o.event_id INTO v_id;
+  IF v_id IS NOT NULL THEN
+    RETURN QUERY SELECT v_id, true;
+    RETURN;
+  END IF;
+  SELECT o.event_id INTO v_id FROM {S}.outbox o WHERE o.dedup_key = enqueue.dedup_key;
+  RETURN QUERY SELECT v_id, false;
+END
+$fn$;
+)SQL";
+
+// The ordered claim. Three steps in one statement:
+//  heads:  due rows with no earlier unsent row of their aggregate, locked with
+//          SKIP LOCKED so concurrent relays never take the same head;
+//  runs:   behind each head we took, the contiguous prefix of its aggregate's
+//          later rows that are due too (nobody else can take those: they are not
+//          heads while our head is unsent);
+//  picked: the first $1 of both, by seq (a cut by seq keeps every run a prefix).
+// Rows claimed $4 times already are not handed out again: they become FAILED.
+constexpr const char* kClaimOrdered = R"SQL(
+WITH heads AS (
+  SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts
+  FROM {S}.outbox o
+  WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
+    AND NOT EXISTS (
+      SELECT 1 FROM {S}.outbox e
+      WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+        AND e.seq < o.seq AND e.status <> 'SENT')
+  ORDER BY o.seq
+  LIMIT $1
+  FOR UPDATE OF o SKIP LOCKED
+),
+runs AS (
+  SELECT r.seq
+  FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT w.seq FROM (
+      SELECT i.seq, bool_and(i.ok) OVER (ORDER BY i.seq) AS prefix_ok
+      FROM (
+        SELECT x.seq,
+               (x.status IN ('PENDING', 'PROCESSING') AND x.available_at <= now()
+                AND x.attempts < $4) AS ok
+        FROM {S}.outbox x
+        WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
+          AND x.seq > h.seq AND x.status <> 'SENT'
+        ORDER BY x.seq
+        LIMIT $1
+      ) i
+    ) w
+    WHERE w.prefix_ok
+  ) r
+  WHERE h.attempts < $4
+),
+picked AS (
+  SELECT u.seq FROM (SELECT seq FROM heads UNION ALL SELECT seq FROM runs) u
+  ORDER BY u.seq
+  LIMIT $1
+),
+)SQL";
+
+constexpr const char* kClaimUnordered = R"SQL(
+WITH picked AS (
+  SELECT o.seq
+  FROM {S}.outbox o
+  WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
+  ORDER BY o.seq
+  LIMIT $1
+  FOR UPDATE OF o SKIP LOCKED
+),
+)SQL";
+
+// Shared tail of both claims: one token per claim, attempts counted at claim
+// time (a crash cannot undo that), lease expiry from the database clock.
+constexpr const char* kClaimUpdate = R"SQL(
+token AS (SELECT nextval('{S}.lease_token_seq') AS t)
+UPDATE {S}.outbox o SET
+  status       = CASE WHEN o.attempts >= $4 THEN 'FAILED' ELSE 'PROCESSING' END,
+  attempts     = CASE WHEN o.attempts >= $4 THEN o.attempts ELSE o.attempts + 1 END,
+  lease_owner  = $2,
+  lease_token  = token.t,
+  available_at = now() + $3 * interval '1 millisecond',
+  claimed_at   = now(),
+  failed_at    = CASE WHEN o.attempts >= $4 THEN now() END,
+  last_error   = CASE WHEN o.attempts >= $4
+                      THEN 'claimed ' || o.attempts || ' times without finishing (max_attempts '
+                           || $4 || '); last error: ' || coalesce(o.last_error, 'none')
+                      ELSE o.last_error END
+FROM picked, token
+WHERE o.seq = picked.seq
+  AND o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
+RETURNING o.seq, o.event_id::text, o.aggregate_type, o.aggregate_id, o.event_type, o.payload,
+          o.headers::text, o.dedup_key, o.attempts, o.lease_token, o.status,
+          (extract(epoch FROM o.created_at) * 1000000)::bigint
+)SQL";
+
+}  // namespace
+
+std::vector<Migration> Migrations(const std::string& schema) {
+  return {
+      {1, "outbox table, indexes, enqueue()", WithSchema(kMigration1, schema)},
+  };
+}
+
+std::string MigrateLock(const std::string& schema) {
+  return WithSchema("SELECT pg_advisory_xact_lock(hashtext('outbox.migrate'), hashtext('{S}'))",
+                    schema);
+}
+
+std::string EnsureMigrationsTable(const std::string& schema) {
+  return WithSchema(R"SQL(
+CREATE SCHEMA IF NOT EXISTS {S};
+CREATE TABLE IF NOT EXISTS {S}.schema_migrations (
+  version     integer PRIMARY KEY,
+  description text NOT NULL,
+  applied_at  timestamptz NOT NULL DEFAULT now()
+);
+)SQL",
+                    schema);
+}
+
+std::string AppliedVersions(const std::string& schema) {
+  return WithSchema("SELECT version FROM {S}.schema_migrations ORDER BY version", schema);
+}
+
+std::string RecordMigration(const std::string& schema) {
+  return WithSchema("INSERT INTO {S}.schema_migrations (version, description) VALUES ($1, $2)",
+                    schema);
+}
+
+std::string Enqueue(const std::string& schema) {
+  return WithSchema(
+      "SELECT event_id::text, enqueued FROM {S}.enqueue($1, $2, $3, $4, $5::jsonb, $6)", schema);
+}
+
+std::string ClaimOrdered(const std::string& schema) {
+  return WithSchema(std::string(kClaimOrdered) + kClaimUpdate, schema);
+}
+
+std::string ClaimUnordered(const std::string& schema) {
+  return WithSchema(std::string(kClaimUnordered) + kClaimUpdate, schema);
+}
+
+std::string MarkSentUpdate(const std::string& schema) {
+  // 'SENT' is accepted too so that retrying a mark whose commit reply was lost
+  // reports the rows as applied instead of refused.
+  return WithSchema(R"SQL(
+UPDATE {S}.outbox o SET status = 'SENT', sent_at = coalesce(o.sent_at, now()),
+                        lease_owner = NULL, last_error = NULL
+FROM unnest($1::bigint[], $2::bigint[]) AS t(seq, token)
+WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status IN ('PROCESSING', 'SENT')
+RETURNING o.seq
+)SQL",
+                    schema);
+}
+
+std::string MarkSentDelete(const std::string& schema) {
+  return WithSchema(R"SQL(
+DELETE FROM {S}.outbox o
+USING unnest($1::bigint[], $2::bigint[]) AS t(seq, token)
+WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status = 'PROCESSING'
+RETURNING o.seq
+)SQL",
+                    schema);
+}
+
+std::string Reschedule(const std::string& schema) {
+  return WithSchema(R"SQL(
+UPDATE {S}.outbox o SET status = 'PENDING',
+                        available_at = now() + t.delay_ms * interval '1 millisecond',
+                        lease_owner = NULL, last_error = t.error
+FROM jsonb_to_recordset($1::jsonb) AS t(seq bigint, token bigint, delay_ms bigint, error text)
+WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status = 'PROCESSING'
+RETURNING o.seq
+)SQL",
+                    schema);
+}
+
+std::string MarkFailed(const std::string& schema) {
+  return WithSchema(R"SQL(
+UPDATE {S}.outbox o SET status = 'FAILED', failed_at = now(), lease_owner = NULL,
+                        last_error = t.error
+FROM jsonb_to_recordset($1::jsonb) AS t(seq bigint, token bigint, error text)
+WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status = 'PROCESSING'
+RETURNING o.seq
+)SQL",
+                    schema);
+}
+
+std::string PurgeSent(const std::string& schema) {
+  return WithSchema(R"SQL(
+WITH victims AS (
+  SELECT seq FROM {S}.outbox
+  WHERE status = 'SENT' AND sent_at < now() - $1 * interval '1 second'
+  ORDER BY sent_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {S}.outbox o USING victims v WHERE o.seq = v.seq
+)SQL",
+                    schema);
+}
+
+std::string Stats(const std::string& schema) {
+  return WithSchema(R"SQL(
+SELECT count(*) FILTER (WHERE status = 'PENDING'),
+       count(*) FILTER (WHERE status = 'PROCESSING'),
+       count(*) FILTER (WHERE status = 'SENT'),
+       count(*) FILTER (WHERE status = 'FAILED'),
+       coalesce((SELECT (extract(epoch FROM clock_timestamp() - created_at) * 1000)::bigint
+                 FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING')
+                 ORDER BY seq LIMIT 1), 0)
+FROM {S}.outbox
+)SQL",
+                    schema);
+}
+
+}  // namespace outbox::pg::sql
