@@ -58,11 +58,6 @@ struct EnqueueOptions {
   EventLimits limits;
 };
 
-struct EnqueueResult {
-  std::string event_id;  // UUID; for a duplicate dedup key, the existing event's id
-  bool enqueued = true;  // false: dedup key already present, nothing written
-};
-
 // Inserts `event` inside the caller's open transaction on `conn`.
 // REQUIRES: `conn` is connected and inside a transaction block (BEGIN issued);
 //           otherwise FailedPrecondition and nothing is sent.

@@ -34,6 +34,12 @@ namespace outbox {
 enum class RowState { kPending, kProcessing, kSent, kFailed };
 std::string_view RowStateName(RowState s);  // "PENDING", ...
 
+// What an enqueue reports (every store's enqueue returns this).
+struct EnqueueResult {
+  std::string event_id;  // UUID; for a duplicate dedup key, the existing event's id
+  bool enqueued = true;  // false: dedup key already present, nothing written
+};
+
 // Identifies one claim of one row; the fencing credential for later transitions.
 struct Ticket {
   std::int64_t seq = 0;    // row id: monotonically increasing in enqueue order

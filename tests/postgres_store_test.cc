@@ -1,0 +1,382 @@
+// The store contract against a real PostgreSQL (both sent modes), plus the
+// PostgreSQL-only parts: enqueue into the caller's transaction, the SQL enqueue
+// function, migrations, connection loss.
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <thread>
+
+#include "outbox/postgres.h"
+#include "store_contract.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+class PostgresHarness : public StoreHarness {
+ public:
+  explicit PostgresHarness(SentMode mode) : mode_(mode) {}
+  ~PostgresHarness() override {
+    if (admin_) Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+  }
+
+  bool SetUp(bool* skip) override {
+    url_ = EnvOr("OUTBOX_PG_URL");
+    if (url_.empty()) {
+      if (AllowSkip()) {
+        *skip = true;
+        return false;
+      }
+      ADD_FAILURE() << "OUTBOX_PG_URL is not set: run through scripts/test";
+      return false;
+    }
+    schema_ = "t_" + RandomSuffix();
+    admin_ = Connect(url_);
+    if (PQstatus(admin_.get()) != CONNECTION_OK) return false;
+    auto store = NewStore();
+    if (!store) return false;
+    Status st = store->Migrate();
+    if (!st.ok()) {
+      ADD_FAILURE() << "migrate: " << st.ToString();
+      return false;
+    }
+    return true;
+  }
+
+  std::unique_ptr<Store> NewStore() override {
+    PostgresStoreOptions o;
+    o.conninfo = url_;
+    o.schema = schema_;
+    o.sent_mode = mode_;
+    auto s = OpenPostgresStore(o);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status().ToString();
+      return nullptr;
+    }
+    return std::move(s).value();
+  }
+
+  Result<std::vector<EnqueueResult>> Enqueue(std::span<const Event> events, bool one_txn) override {
+    EnqueueOptions o;
+    o.schema = schema_;
+    std::vector<EnqueueResult> out;
+    if (one_txn) {
+      Exec(admin_.get(), "BEGIN");
+      auto r = EnqueueBatch(admin_.get(), events, o);
+      Exec(admin_.get(), r.ok() ? "COMMIT" : "ROLLBACK");
+      return r;
+    }
+    for (const Event& e : events) {
+      Exec(admin_.get(), "BEGIN");
+      auto r = outbox::Enqueue(admin_.get(), e, o);
+      Exec(admin_.get(), r.ok() ? "COMMIT" : "ROLLBACK");
+      if (!r.ok()) return r.status();
+      out.push_back(*r);
+    }
+    return out;
+  }
+
+  std::optional<RowView> Row(std::int64_t seq) override {
+    std::string sql = "SELECT status, attempts, last_error, lease_owner FROM " + schema_ +
+                      ".outbox WHERE seq = " + std::to_string(seq);
+    PGresult* r = PQexec(admin_.get(), sql.c_str());
+    std::optional<RowView> v;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+      v = RowView{PQgetvalue(r, 0, 0), std::atoi(PQgetvalue(r, 0, 1)), std::nullopt, std::nullopt};
+      if (!PQgetisnull(r, 0, 2)) v->last_error = PQgetvalue(r, 0, 2);
+      if (!PQgetisnull(r, 0, 3)) v->lease_owner = PQgetvalue(r, 0, 3);
+    }
+    PQclear(r);
+    return v;
+  }
+
+  std::int64_t CountRows() override {
+    return std::stoll(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".outbox"));
+  }
+
+ private:
+  SentMode mode_;
+  std::string url_, schema_;
+  PgConn admin_;
+};
+
+std::unique_ptr<StoreHarness> MakeUpdateMode() {
+  return std::make_unique<PostgresHarness>(SentMode::kUpdate);
+}
+std::unique_ptr<StoreHarness> MakeDeleteMode() {
+  return std::make_unique<PostgresHarness>(SentMode::kDelete);
+}
+
+std::string ModeName(const ::testing::TestParamInfo<HarnessFactory>& p) {
+  return p.index == 0 ? "SentUpdate" : "SentDelete";
+}
+
+INSTANTIATE_TEST_SUITE_P(Postgres, StoreContractTest,
+                         ::testing::Values(&MakeUpdateMode, &MakeDeleteMode), ModeName);
+
+// ---- PostgreSQL-only behaviour -------------------------------------------
+
+class PostgresTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+    schema_ = "t_" + RandomSuffix();
+    conn_ = Connect(url_);
+    ASSERT_EQ(PQstatus(conn_.get()), CONNECTION_OK);
+    store_ = OpenStore();
+    ASSERT_NE(store_, nullptr);
+    Status st = store_->Migrate();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    Exec(conn_.get(), "CREATE TABLE " + schema_ + ".business (id int PRIMARY KEY)");
+    opts_.schema = schema_;
+  }
+  void TearDown() override {
+    if (conn_ && PQstatus(conn_.get()) == CONNECTION_OK) {
+      Exec(conn_.get(), "ROLLBACK");  // harmless warning if idle
+      Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+    }
+  }
+  std::unique_ptr<Store> OpenStore() {
+    PostgresStoreOptions o;
+    o.conninfo = url_;
+    o.schema = schema_;
+    auto s = OpenPostgresStore(o);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status().ToString();
+      return nullptr;
+    }
+    return std::move(s).value();
+  }
+  std::string Count(const std::string& table) {
+    return Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + "." + table);
+  }
+  static Event Valid(const std::string& agg = "1") {
+    Event e;
+    e.aggregate_type = "order";
+    e.aggregate_id = agg;
+    e.event_type = "OrderCreated";
+    e.payload = "{}";
+    return e;
+  }
+
+  std::string url_, schema_;
+  PgConn conn_;
+  std::unique_ptr<Store> store_;
+  EnqueueOptions opts_;
+};
+
+TEST_F(PostgresTest, EnqueueRequiresAnOpenTransaction) {
+  auto r = Enqueue(conn_.get(), Valid(), opts_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("BEGIN"), std::string::npos);
+  EXPECT_EQ(Count("outbox"), "0");
+}
+
+TEST_F(PostgresTest, EventCommitsAndRollsBackWithTheBusinessData) {
+  Exec(conn_.get(), "BEGIN");
+  Exec(conn_.get(), "INSERT INTO " + schema_ + ".business VALUES (1)");
+  ASSERT_TRUE(Enqueue(conn_.get(), Valid(), opts_).ok());
+  Exec(conn_.get(), "ROLLBACK");
+  EXPECT_EQ(Count("outbox"), "0");
+  EXPECT_EQ(Count("business"), "0");
+
+  Exec(conn_.get(), "BEGIN");
+  Exec(conn_.get(), "INSERT INTO " + schema_ + ".business VALUES (1)");
+  auto r = Enqueue(conn_.get(), Valid(), opts_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->event_id.size(), 36u);
+  EXPECT_TRUE(r->enqueued);
+  // Not visible to anyone before commit.
+  auto c = store_->Claim(ClaimOptions{});
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->events.empty());
+  Exec(conn_.get(), "COMMIT");
+  EXPECT_EQ(Count("outbox"), "1");
+  EXPECT_EQ(Count("business"), "1");
+}
+
+TEST_F(PostgresTest, InvalidEventLeavesTheCallersTransactionUsable) {
+  Exec(conn_.get(), "BEGIN");
+  Exec(conn_.get(), "INSERT INTO " + schema_ + ".business VALUES (1)");
+  Event bad = Valid();
+  bad.aggregate_id.clear();
+  auto r = Enqueue(conn_.get(), bad, opts_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("aggregate_id"), std::string::npos);
+  EXPECT_EQ(PQtransactionStatus(conn_.get()), PQTRANS_INTRANS);
+  ASSERT_TRUE(Enqueue(conn_.get(), Valid(), opts_).ok());
+  Exec(conn_.get(), "COMMIT");
+  EXPECT_EQ(Count("outbox"), "1");
+  EXPECT_EQ(Count("business"), "1");
+}
+
+TEST_F(PostgresTest, BatchReturnsResultsInInputOrderAndKeepsAggregateOrder) {
+  std::vector<Event> evs;
+  for (int i = 0; i < 30; ++i) {
+    Event e = Valid(i % 2 ? "odd" : "even");
+    e.aggregate_type = i % 3 ? "b" : "a";  // mixed, so the lock-order sort reorders
+    e.payload = std::to_string(i);
+    e.dedup_key = "k" + std::to_string(i);
+    evs.push_back(e);
+  }
+  evs.push_back(evs[3]);  // a duplicate inside the batch
+  Exec(conn_.get(), "BEGIN");
+  auto r = EnqueueBatch(conn_.get(), evs, opts_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Exec(conn_.get(), "COMMIT");
+  ASSERT_EQ(r->size(), evs.size());
+  for (int i = 0; i < 30; ++i) {
+    std::string payload = Exec(conn_.get(), "SELECT convert_from(payload, 'UTF8') FROM " + schema_ +
+                                                ".outbox WHERE event_id = '" +
+                                                (*r)[static_cast<std::size_t>(i)].event_id + "'");
+    EXPECT_EQ(payload, std::to_string(i));
+  }
+  EXPECT_FALSE(r->back().enqueued);
+  EXPECT_EQ(r->back().event_id, (*r)[3].event_id);
+  // Within each aggregate, seq order is the caller's order.
+  std::string misordered = Exec(conn_.get(),
+      "SELECT count(*) FROM (SELECT convert_from(payload,'UTF8')::int AS n, "
+      "lag(convert_from(payload,'UTF8')::int) OVER (PARTITION BY aggregate_type, aggregate_id "
+      "ORDER BY seq) AS prev FROM " + schema_ + ".outbox) s WHERE prev > n");
+  EXPECT_EQ(misordered, "0");
+}
+
+TEST_F(PostgresTest, BatchIsValidatedBeforeAnythingIsSent) {
+  std::vector<Event> evs = {Valid("1"), Valid("2")};
+  evs[1].headers = {{"bad name", "x"}};
+  Exec(conn_.get(), "BEGIN");
+  auto r = EnqueueBatch(conn_.get(), evs, opts_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("event[1]"), std::string::npos) << r.status().message();
+  EXPECT_EQ(PQtransactionStatus(conn_.get()), PQTRANS_INTRANS);
+  Exec(conn_.get(), "COMMIT");
+  EXPECT_EQ(Count("outbox"), "0");
+}
+
+TEST_F(PostgresTest, SqlEnqueueFunctionForOtherLanguages) {
+  Exec(conn_.get(), "BEGIN");
+  std::string id = Exec(conn_.get(),
+      "SELECT event_id FROM " + schema_ + ".enqueue('order', '42', 'OrderCreated', "
+      "convert_to('{\"id\":42}', 'UTF8'), '{\"traceparent\":\"00-abc-def-01\"}'::jsonb, 'o-42')");
+  EXPECT_EQ(id.size(), 36u);
+  std::string again = Exec(conn_.get(), "SELECT enqueued FROM " + schema_ +
+      ".enqueue('order', '42', 'OrderCreated', ''::bytea, '{}'::jsonb, 'o-42')");
+  EXPECT_EQ(again, "f");
+  Exec(conn_.get(), "COMMIT");
+  // The UUID is version 7.
+  EXPECT_EQ(id[14], '7') << id;
+  auto c = store_->Claim(ClaimOptions{});
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 1u);
+  EXPECT_EQ(c->events[0].event_id, id);
+  EXPECT_EQ(c->events[0].event.payload, "{\"id\":42}");
+}
+
+TEST_F(PostgresTest, SqlEnqueueFunctionRejectsBadInputNamingTheField) {
+  struct Case {
+    std::string args, field;
+  };
+  std::vector<Case> cases = {
+      {"'', '1', 'T', ''::bytea", "aggregate_type"},
+      {"'a b', '1', 'T', ''::bytea", "aggregate_type"},
+      {"'a', '', 'T', ''::bytea", "aggregate_id"},
+      {"'a', '1', NULL, ''::bytea", "event_type"},
+      {"'a', '1', 'T', NULL", "payload"},
+      {"'a', '1', 'T', ''::bytea, '[1]'::jsonb", "headers"},
+      {"'a', '1', 'T', ''::bytea, '{\"x\":1}'::jsonb", "header \"x\""},
+      {"'a', '1', 'T', ''::bytea, '{\"outbox-id\":\"1\"}'::jsonb", "outbox-id"},
+      {"'a', '1', 'T', ''::bytea, '{}'::jsonb, ''", "dedup_key"},
+  };
+  for (const Case& c : cases) {
+    std::string err;
+    Exec(conn_.get(), "SELECT * FROM " + schema_ + ".enqueue(" + c.args + ")", true, &err);
+    EXPECT_NE(err.find(c.field), std::string::npos) << c.args << " -> " << err;
+  }
+  std::string err;
+  Exec(conn_.get(), "SET outbox.max_payload_bytes = 4");
+  Exec(conn_.get(), "SELECT * FROM " + schema_ + ".enqueue('a', '1', 'T', '12345'::bytea)", true,
+       &err);
+  EXPECT_NE(err.find("payload is 5 bytes; the limit is 4"), std::string::npos) << err;
+  EXPECT_EQ(Count("outbox"), "0");
+}
+
+TEST_F(PostgresTest, MigrateIsIdempotentAndSafeConcurrently) {
+  EXPECT_TRUE(store_->Migrate().ok());
+  std::string fresh = "t_" + RandomSuffix();
+  std::vector<std::thread> ts;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < 4; ++i) {
+    ts.emplace_back([&] {
+      PostgresStoreOptions o;
+      o.conninfo = url_;
+      o.schema = fresh;
+      auto s = OpenPostgresStore(o);
+      if (!s.ok() || !(*s)->Migrate().ok()) ++failures;
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + fresh + ".schema_migrations"), "1");
+  Exec(conn_.get(), "DROP SCHEMA " + fresh + " CASCADE");
+}
+
+TEST_F(PostgresTest, SchemaNameIsValidated) {
+  for (const std::string& bad : std::vector<std::string>{"", "Outbox", "1abc", "a;drop table x",
+                                                          "a-b", std::string(64, 'a')}) {
+    PostgresStoreOptions o;
+    o.conninfo = url_;
+    o.schema = bad;
+    auto s = OpenPostgresStore(o);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("schema"), std::string::npos);
+    EnqueueOptions eo;
+    eo.schema = bad;
+    Exec(conn_.get(), "BEGIN");
+    EXPECT_EQ(Enqueue(conn_.get(), Valid(), eo).status().code(), Code::kInvalidArgument);
+    Exec(conn_.get(), "ROLLBACK");
+  }
+}
+
+TEST_F(PostgresTest, UnreachableDatabaseIsRetryableUnavailable) {
+  PostgresStoreOptions o;
+  o.conninfo = "postgresql://postgres@127.0.0.1:1/outbox_test";
+  o.connect_timeout = std::chrono::seconds(2);
+  auto s = OpenPostgresStore(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kUnavailable);
+  EXPECT_TRUE(s.status().retryable());
+}
+
+TEST_F(PostgresTest, StoreReconnectsAfterItsSessionIsKilled) {
+  auto st = store_->Stats();
+  ASSERT_TRUE(st.ok());
+  Exec(conn_.get(),
+       "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+       "WHERE application_name = 'outbox-store' AND pid <> pg_backend_pid()");
+  // The first call may see the dead connection; within a few calls it is back.
+  Status last;
+  for (int i = 0; i < 3; ++i) {
+    auto r = store_->Stats();
+    last = r.status();
+    if (r.ok()) break;
+    EXPECT_TRUE(r.status().retryable()) << r.status().ToString();
+  }
+  EXPECT_TRUE(last.ok()) << last.ToString();
+}
+
+TEST_F(PostgresTest, MissingSchemaSaysToMigrate) {
+  PostgresStoreOptions o;
+  o.conninfo = url_;
+  o.schema = "t_never_migrated";
+  auto s = OpenPostgresStore(o);
+  ASSERT_TRUE(s.ok());
+  auto c = (*s)->Claim(ClaimOptions{});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("migrate"), std::string::npos) << c.status().ToString();
+}
+
+}  // namespace
+}  // namespace outbox::testing

@@ -1,0 +1,462 @@
+// The store contract: every transition, fencing, lease expiry, order per
+// aggregate, dedup, validation. See store_contract.h.
+#include "store_contract.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace outbox::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+Event Ev(const std::string& agg, int n, std::optional<std::string> dedup = std::nullopt) {
+  Event e;
+  e.aggregate_type = "order";
+  e.aggregate_id = agg;
+  e.event_type = "OrderChanged";
+  e.payload = "{\"agg\":\"" + agg + "\",\"n\":" + std::to_string(n) + "}";
+  e.headers = {{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+               {"n", std::to_string(n)}};
+  e.dedup_key = std::move(dedup);
+  return e;
+}
+
+ClaimOptions Opts(int batch = 100, milliseconds lease = milliseconds(60'000)) {
+  ClaimOptions o;
+  o.batch_size = batch;
+  o.lease = lease;
+  o.owner = "test-relay";
+  return o;
+}
+
+std::vector<Ticket> Tickets(const ClaimResult& c) {
+  std::vector<Ticket> t;
+  for (const auto& e : c.events) t.push_back(e.ticket);
+  return t;
+}
+
+std::vector<std::string> AggIds(const ClaimResult& c) {
+  std::vector<std::string> v;
+  for (const auto& e : c.events) v.push_back(e.event.aggregate_id);
+  return v;
+}
+
+}  // namespace
+
+void StoreContractTest::SetUp() {
+  harness_ = GetParam()();
+  bool skip = false;
+  if (!harness_->SetUp(&skip)) {
+    if (skip) GTEST_SKIP() << "store unavailable and OUTBOX_ALLOW_SKIP=1";
+    FAIL() << "store harness unavailable";
+  }
+  store_ = harness_->NewStore();
+  ASSERT_NE(store_, nullptr);
+}
+
+TEST_P(StoreContractTest, ClaimReturnsCommittedEventsInOrderWithAllFields) {
+  std::vector<Event> evs = {Ev("a", 1, "d-1"), Ev("b", 1), Ev("a", 2)};
+  auto enq = harness_->Enqueue(evs, /*one_txn=*/false);
+  ASSERT_TRUE(enq.ok()) << enq.status().ToString();
+  auto c = store_->Claim(Opts());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->events.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const ClaimedEvent& ce = c->events[i];
+    EXPECT_EQ(ce.event_id, (*enq)[i].event_id);
+    EXPECT_EQ(ce.event.aggregate_type, "order");
+    EXPECT_EQ(ce.event.aggregate_id, evs[i].aggregate_id);
+    EXPECT_EQ(ce.event.event_type, evs[i].event_type);
+    EXPECT_EQ(ce.event.payload, evs[i].payload);
+    EXPECT_EQ(ce.event.dedup_key, evs[i].dedup_key);
+    EXPECT_EQ(ce.attempts, 1);
+    std::map<std::string, std::string> h;
+    for (const auto& x : ce.event.headers) h[x.name] = x.value;
+    EXPECT_EQ(h["traceparent"], evs[i].headers[0].value);
+    EXPECT_EQ(h["n"], evs[i].headers[1].value);
+    if (i > 0) {
+      EXPECT_LT(c->events[i - 1].ticket.seq, ce.ticket.seq);
+    }
+    EXPECT_EQ(harness_->Row(ce.ticket.seq)->status, "PROCESSING");
+    EXPECT_EQ(harness_->Row(ce.ticket.seq)->lease_owner, "test-relay");
+  }
+  // Everything is leased: nothing more to claim.
+  auto again = store_->Claim(Opts());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->events.empty());
+
+  auto m = store_->MarkSent(Tickets(*c));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->applied, 3u);
+  EXPECT_TRUE(m->refused.empty());
+  auto s = store_->Stats();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->pending + s->processing + s->failed, 0);
+}
+
+TEST_P(StoreContractTest, BinaryPayloadRoundTrips) {
+  Event e = Ev("bin", 1);
+  e.payload = std::string("\0\x01\xff\xfe\\x00'\"", 9);
+  ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());
+  auto c = store_->Claim(Opts());
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 1u);
+  EXPECT_EQ(c->events[0].event.payload, e.payload);
+}
+
+TEST_P(StoreContractTest, LiveLeaseIsExclusiveAcrossSessions) {
+  std::vector<Event> evs;
+  for (int i = 0; i < 20; ++i) evs.push_back(Ev("agg" + std::to_string(i), 1));
+  ASSERT_TRUE(harness_->Enqueue(evs).ok());
+  auto other = NewStore();
+  auto a = store_->Claim(Opts(10));
+  auto b = other->Claim(Opts(100));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->events.size(), 10u);
+  EXPECT_EQ(b->events.size(), 10u);
+  std::set<std::int64_t> seen;
+  for (const auto& e : a->events) seen.insert(e.ticket.seq);
+  for (const auto& e : b->events) EXPECT_TRUE(seen.insert(e.ticket.seq).second);
+}
+
+TEST_P(StoreContractTest, ExpiredLeaseIsReclaimedAndTheOldClaimIsFenced) {
+  Event e = Ev("x", 1);
+  ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());
+  // A zero lease expires at once: the deterministic stand-in for a stalled relay.
+  auto first = store_->Claim(Opts(10, milliseconds(0)));
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->events.size(), 1u);
+  auto other = NewStore();
+  auto second = other->Claim(Opts(10));
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(second->events.size(), 1u);
+  EXPECT_EQ(second->events[0].attempts, 2);
+  EXPECT_NE(second->events[0].ticket.token, first->events[0].ticket.token);
+
+  // The stalled relay wakes up: every transition it tries is refused and reported.
+  const Ticket stale = first->events[0].ticket;
+  auto ms = store_->MarkSent(std::span(&stale, 1));
+  ASSERT_TRUE(ms.ok());
+  EXPECT_EQ(ms->applied, 0u);
+  ASSERT_EQ(ms->refused.size(), 1u);
+  EXPECT_EQ(ms->refused[0].seq, stale.seq);
+  RescheduleItem ri{stale, milliseconds(0), "late"};
+  auto rs = store_->Reschedule(std::span(&ri, 1));
+  ASSERT_TRUE(rs.ok());
+  EXPECT_EQ(rs->refused.size(), 1u);
+  FailItem fi{stale, "late"};
+  auto mf = store_->MarkFailed(std::span(&fi, 1));
+  ASSERT_TRUE(mf.ok());
+  EXPECT_EQ(mf->refused.size(), 1u);
+  EXPECT_EQ(harness_->Row(stale.seq)->status, "PROCESSING");
+
+  // The current holder's transition applies.
+  const Ticket cur = second->events[0].ticket;
+  auto ok = other->MarkSent(std::span(&cur, 1));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->applied, 1u);
+}
+
+TEST_P(StoreContractTest, RescheduleDelaysTheRowAndKeepsTheError) {
+  Event e = Ev("r", 1);
+  ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());
+  auto c = store_->Claim(Opts());
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 1u);
+  RescheduleItem later{c->events[0].ticket, milliseconds(3'600'000), "broker timeout"};
+  auto rs = store_->Reschedule(std::span(&later, 1));
+  ASSERT_TRUE(rs.ok());
+  EXPECT_EQ(rs->applied, 1u);
+  auto row = harness_->Row(c->events[0].ticket.seq);
+  EXPECT_EQ(row->status, "PENDING");
+  EXPECT_EQ(row->last_error, "broker timeout");
+  auto none = store_->Claim(Opts());
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->events.empty()) << "a row rescheduled an hour ahead was claimed";
+}
+
+TEST_P(StoreContractTest, RescheduledRowComesBackWithAttemptsCounted) {
+  Event e = Ev("r", 1);
+  ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());
+  auto c = store_->Claim(Opts());
+  ASSERT_TRUE(c.ok());
+  RescheduleItem now{c->events[0].ticket, milliseconds(0), "retriable"};
+  ASSERT_TRUE(store_->Reschedule(std::span(&now, 1)).ok());
+  auto again = store_->Claim(Opts());
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->events.size(), 1u);
+  EXPECT_EQ(again->events[0].attempts, 2);
+}
+
+TEST_P(StoreContractTest, MarkFailedKeepsTheRowWithItsError) {
+  Event e = Ev("f", 1);
+  ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());
+  auto c = store_->Claim(Opts());
+  ASSERT_TRUE(c.ok());
+  FailItem fi{c->events[0].ticket, "MSG_SIZE_TOO_LARGE: message too large"};
+  auto mf = store_->MarkFailed(std::span(&fi, 1));
+  ASSERT_TRUE(mf.ok());
+  EXPECT_EQ(mf->applied, 1u);
+  auto row = harness_->Row(c->events[0].ticket.seq);
+  EXPECT_EQ(row->status, "FAILED");
+  EXPECT_EQ(row->last_error, fi.error);
+  auto s = store_->Stats();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->failed, 1);
+  // Purge never removes FAILED rows.
+  auto p = store_->PurgeSent(std::chrono::seconds(0), 100);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(*p, 0);
+  EXPECT_EQ(harness_->Row(c->events[0].ticket.seq)->status, "FAILED");
+}
+
+TEST_P(StoreContractTest, LaterEventOfAnAggregateWaitsWhileAnEarlierOneIsInFlight) {
+  std::vector<Event> evs = {Ev("a", 1), Ev("a", 2), Ev("b", 1)};
+  ASSERT_TRUE(harness_->Enqueue(evs, /*one_txn=*/false).ok());
+  auto first = store_->Claim(Opts(1));
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->events.size(), 1u);
+  EXPECT_EQ(first->events[0].event.payload, evs[0].payload);
+  // Another relay must not take a/2 while a/1 is in flight; b/1 is free.
+  auto other = NewStore();
+  auto second = other->Claim(Opts(100));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(AggIds(*second), std::vector<std::string>{"b"});
+  ASSERT_TRUE(store_->MarkSent(Tickets(*first)).ok());
+  auto third = other->Claim(Opts(100));
+  ASSERT_TRUE(third.ok());
+  ASSERT_EQ(third->events.size(), 1u);
+  EXPECT_EQ(third->events[0].event.payload, evs[1].payload);
+}
+
+TEST_P(StoreContractTest, ARetryingEventHoldsBackOnlyItsOwnAggregate) {
+  std::vector<Event> evs = {Ev("a", 1), Ev("a", 2), Ev("b", 1), Ev("b", 2)};
+  ASSERT_TRUE(harness_->Enqueue(evs).ok());
+  auto c = store_->Claim(Opts(100));
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 4u);
+  // a/1 fails retriably: a/1 and a/2 go back (a/2 was never published).
+  std::vector<RescheduleItem> back;
+  std::vector<Ticket> sent;
+  for (const auto& e : c->events) {
+    if (e.event.aggregate_id == "a") {
+      back.push_back({e.ticket, milliseconds(3'600'000), "retriable"});
+    } else {
+      sent.push_back(e.ticket);
+    }
+  }
+  ASSERT_TRUE(store_->Reschedule(back).ok());
+  ASSERT_TRUE(store_->MarkSent(sent).ok());
+  std::vector<Event> more = {Ev("a", 3), Ev("b", 3)};
+  ASSERT_TRUE(harness_->Enqueue(more).ok());
+  auto next = store_->Claim(Opts(100));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(AggIds(*next), std::vector<std::string>{"b"}) << "a/3 jumped ahead of a/1";
+}
+
+TEST_P(StoreContractTest, FailedEventHoldsItsAggregateWhenOrderedButNotWhenUnordered) {
+  std::vector<Event> evs = {Ev("a", 1), Ev("a", 2)};
+  ASSERT_TRUE(harness_->Enqueue(evs).ok());
+  auto c = store_->Claim(Opts(1));
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 1u);
+  FailItem fi{c->events[0].ticket, "fatal"};
+  ASSERT_TRUE(store_->MarkFailed(std::span(&fi, 1)).ok());
+  auto held = store_->Claim(Opts(100));
+  ASSERT_TRUE(held.ok());
+  EXPECT_TRUE(held->events.empty()) << "a/2 passed a FAILED a/1 in ordered mode";
+  ClaimOptions unordered = Opts(100);
+  unordered.ordered = false;
+  auto passed = store_->Claim(unordered);
+  ASSERT_TRUE(passed.ok());
+  ASSERT_EQ(passed->events.size(), 1u);
+  EXPECT_EQ(passed->events[0].event.payload, evs[1].payload);
+}
+
+TEST_P(StoreContractTest, AHotAggregateComesAsOneContiguousRun) {
+  std::vector<Event> evs;
+  for (int i = 0; i < 50; ++i) evs.push_back(Ev("hot", i));
+  evs.push_back(Ev("cold", 0));
+  ASSERT_TRUE(harness_->Enqueue(evs).ok());
+  auto c = store_->Claim(Opts(100));
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 51u);
+  int n = 0;
+  for (const auto& e : c->events) {
+    if (e.event.aggregate_id == "hot") {
+      EXPECT_EQ(e.event.payload, evs[static_cast<std::size_t>(n++)].payload);
+    }
+  }
+  EXPECT_EQ(n, 50);
+  // A batch limit cuts the run, keeping a prefix.
+  auto other = NewStore();
+  std::vector<Event> more;
+  for (int i = 0; i < 10; ++i) more.push_back(Ev("hot2", i));
+  ASSERT_TRUE(harness_->Enqueue(more).ok());
+  auto cut = other->Claim(Opts(4));
+  ASSERT_TRUE(cut.ok());
+  ASSERT_EQ(cut->events.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(cut->events[static_cast<std::size_t>(i)].event.payload, more[static_cast<std::size_t>(i)].payload);
+}
+
+TEST_P(StoreContractTest, RowClaimedMaxAttemptsTimesEndsFailedNotInALoop) {
+  Event e = Ev("poison", 1);
+  ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());
+  ClaimOptions o = Opts(10, milliseconds(0));  // each claim "crashes": lease lapses
+  o.max_attempts = 3;
+  for (int i = 1; i <= 3; ++i) {
+    auto c = store_->Claim(o);
+    ASSERT_TRUE(c.ok());
+    ASSERT_EQ(c->events.size(), 1u) << "claim " << i;
+    EXPECT_EQ(c->events[0].attempts, i);
+  }
+  auto last = store_->Claim(o);
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE(last->events.empty());
+  ASSERT_EQ(last->expired_to_failed.size(), 1u);
+  auto row = harness_->Row(last->expired_to_failed[0]);
+  EXPECT_EQ(row->status, "FAILED");
+  EXPECT_EQ(row->attempts, 3);
+  ASSERT_TRUE(row->last_error.has_value());
+  EXPECT_NE(row->last_error->find("max_attempts"), std::string::npos) << *row->last_error;
+  auto after = store_->Claim(o);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->events.empty());
+  EXPECT_TRUE(after->expired_to_failed.empty());
+}
+
+TEST_P(StoreContractTest, DuplicateDedupKeyWritesNothing) {
+  Event e = Ev("d", 1, "order-1-created");
+  auto first = harness_->Enqueue(std::span(&e, 1));
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE((*first)[0].enqueued);
+  Event again = Ev("d", 2, "order-1-created");
+  auto second = harness_->Enqueue(std::span(&again, 1));
+  ASSERT_TRUE(second.ok()) << "a duplicate dedup key is not an error";
+  EXPECT_FALSE((*second)[0].enqueued);
+  EXPECT_EQ((*second)[0].event_id, (*first)[0].event_id);
+  EXPECT_EQ(harness_->CountRows(), 1);
+}
+
+TEST_P(StoreContractTest, InvalidEventIsRejectedNamingTheField) {
+  Event e = Ev("v", 1);
+  e.event_type.clear();
+  auto r = harness_->Enqueue(std::span(&e, 1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("event_type"), std::string::npos) << r.status().message();
+  EXPECT_EQ(harness_->CountRows(), 0);
+}
+
+TEST_P(StoreContractTest, MarkSentTwiceIsHarmless) {
+  Event e = Ev("m", 1);
+  ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());
+  auto c = store_->Claim(Opts());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(store_->MarkSent(Tickets(*c)).ok());
+  // e.g. the reply to the first mark was lost and the relay retries it.
+  auto again = store_->MarkSent(Tickets(*c));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->applied + again->refused.size(), 1u);
+  auto none = store_->Claim(Opts());
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->events.empty());
+}
+
+TEST_P(StoreContractTest, PurgeRemovesOnlySentRowsOlderThanRetentionInBatches) {
+  std::vector<Event> evs;
+  for (int i = 0; i < 7; ++i) evs.push_back(Ev("p" + std::to_string(i), 1));
+  ASSERT_TRUE(harness_->Enqueue(evs).ok());
+  auto c = store_->Claim(Opts(5));
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(store_->MarkSent(Tickets(*c)).ok());
+  auto kept = store_->PurgeSent(std::chrono::hours(1), 100);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, 0) << "rows younger than the retention were purged";
+  std::int64_t before = harness_->CountRows();
+  auto p1 = store_->PurgeSent(std::chrono::seconds(0), 3);
+  ASSERT_TRUE(p1.ok());
+  auto p2 = store_->PurgeSent(std::chrono::seconds(0), 3);
+  ASSERT_TRUE(p2.ok());
+  // In delete mode MarkSent already removed them; in update mode purge does.
+  EXPECT_EQ(*p1 + *p2 + (7 - before), 5);
+  EXPECT_LE(*p1, 3);
+  EXPECT_EQ(harness_->CountRows(), 2);  // the two unclaimed rows stay
+}
+
+TEST_P(StoreContractTest, StatsCountStatesAndOldestUnsentAge) {
+  std::vector<Event> evs = {Ev("s1", 1), Ev("s2", 1), Ev("s3", 1)};
+  ASSERT_TRUE(harness_->Enqueue(evs).ok());
+  std::this_thread::sleep_for(milliseconds(20));  // measure an age, not a race
+  auto c = store_->Claim(Opts(1));
+  ASSERT_TRUE(c.ok());
+  auto s = store_->Stats();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->pending, 2);
+  EXPECT_EQ(s->processing, 1);
+  EXPECT_GE(s->oldest_unsent_age.count(), 20);
+}
+
+TEST_P(StoreContractTest, ConcurrentRelaysNeverShareAClaimAndKeepAggregateOrder) {
+  constexpr int kAggregates = 40, kPerAggregate = 25, kThreads = 4;
+  std::vector<Event> evs;
+  for (int n = 0; n < kPerAggregate; ++n) {
+    for (int a = 0; a < kAggregates; ++a) evs.push_back(Ev("c" + std::to_string(a), n));
+  }
+  ASSERT_TRUE(harness_->Enqueue(evs).ok());
+
+  std::mutex mu;
+  std::map<std::int64_t, int> claims_per_seq;
+  // For each aggregate, the payload "n" values in the order they were claimed.
+  std::map<std::string, std::vector<std::string>> claim_order;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto store = NewStore();
+      ClaimOptions o = Opts(16);
+      o.owner = "relay-" + std::to_string(t);
+      int idle = 0;
+      while (idle < 3) {
+        auto c = store->Claim(o);
+        if (!c.ok()) {
+          ++errors;
+          return;
+        }
+        if (c->events.empty()) {
+          ++idle;
+          std::this_thread::sleep_for(milliseconds(5));
+          continue;
+        }
+        idle = 0;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          for (const auto& e : c->events) {
+            ++claims_per_seq[e.ticket.seq];
+            claim_order[e.event.aggregate_id].push_back(e.event.payload);
+          }
+        }
+        auto m = store->MarkSent(Tickets(*c));
+        if (!m.ok() || !m->refused.empty()) ++errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(claims_per_seq.size(), evs.size());
+  for (const auto& [seq, n] : claims_per_seq) EXPECT_EQ(n, 1) << "seq " << seq << " claimed twice";
+  for (int a = 0; a < kAggregates; ++a) {
+    const auto& got = claim_order["c" + std::to_string(a)];
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(kPerAggregate));
+    for (int n = 0; n < kPerAggregate; ++n) {
+      EXPECT_EQ(got[static_cast<std::size_t>(n)], Ev("c" + std::to_string(a), n).payload);
+    }
+  }
+}
+
+}  // namespace outbox::testing

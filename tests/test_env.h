@@ -1,0 +1,90 @@
+// Helpers shared by the integration tests: where the real PostgreSQL and the
+// Kafka-protocol broker are (from scripts/testenv's DIR/env, exported by the test
+// command), fresh schemas, and timeouts scaled by OUTBOX_TEST_TIMEOUT_FACTOR.
+//
+// A test that needs the database or the broker and cannot find it FAILS; it only
+// skips when OUTBOX_ALLOW_SKIP=1 is set explicitly (never in CI).
+#ifndef OUTBOX_TESTS_TEST_ENV_H_
+#define OUTBOX_TESTS_TEST_ENV_H_
+
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+
+namespace outbox::testing {
+
+inline std::string EnvOr(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : fallback;
+}
+
+inline bool AllowSkip() { return EnvOr("OUTBOX_ALLOW_SKIP") == "1"; }
+
+// Timeouts in tests are multiplied by this (sanitizer builds and loaded CI hosts
+// are slower); the default is 1.
+inline std::chrono::milliseconds Scaled(std::chrono::milliseconds base) {
+  double f = std::atof(EnvOr("OUTBOX_TEST_TIMEOUT_FACTOR", "1").c_str());
+  if (f < 1) f = 1;
+  return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(base.count()) * f));
+}
+
+// Use as: `std::string url; OUTBOX_REQUIRE_ENV(url, "OUTBOX_PG_URL");`
+#define OUTBOX_REQUIRE_ENV(var, name)                                                   \
+  do {                                                                                  \
+    var = ::outbox::testing::EnvOr(name);                                               \
+    if (var.empty()) {                                                                  \
+      if (::outbox::testing::AllowSkip()) GTEST_SKIP() << name " not set";              \
+      FAIL() << name " is not set: run the tests through scripts/test (which starts "   \
+                "scripts/testenv), or source DIR/env of a running testenv";             \
+    }                                                                                   \
+  } while (0)
+
+inline std::string RandomSuffix() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  static const char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::string s;
+  for (int i = 0; i < 10; ++i) s += kAlphabet[rng() % 36];
+  return s;
+}
+
+struct PgConnDeleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+using PgConn = std::unique_ptr<PGconn, PgConnDeleter>;
+
+inline PgConn Connect(const std::string& url) {
+  PgConn c(PQconnectdb(url.c_str()));
+  if (PQstatus(c.get()) != CONNECTION_OK) {
+    ADD_FAILURE() << "cannot connect to " << url << ": " << PQerrorMessage(c.get());
+  }
+  return c;
+}
+
+// Runs a statement; returns the first column of the first row ("" if none).
+// Fails the test on error unless `expect_error`.
+inline std::string Exec(PGconn* c, const std::string& sql, bool expect_error = false,
+                        std::string* error = nullptr) {
+  PGresult* r = PQexec(c, sql.c_str());
+  ExecStatusType st = PQresultStatus(r);
+  bool ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+  std::string out;
+  if (ok && st == PGRES_TUPLES_OK && PQntuples(r) > 0 && PQnfields(r) > 0) {
+    out = PQgetvalue(r, 0, 0);
+  }
+  if (!ok && error) *error = PQresultErrorMessage(r);
+  if (ok == expect_error) {
+    ADD_FAILURE() << (expect_error ? "expected an error from: " : "statement failed: ") << sql
+                  << "\n" << PQresultErrorMessage(r);
+  }
+  PQclear(r);
+  return out;
+}
+
+}  // namespace outbox::testing
+
+#endif  // OUTBOX_TESTS_TEST_ENV_H_
