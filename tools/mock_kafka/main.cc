@@ -212,7 +212,10 @@ int RunCtl(int argc, char** argv) {
     Usage("ctl address must be HOST:PORT, got " + addr);
   }
   std::string line;
-  for (int i = 3; i < argc; ++i) line += (i > 3 ? " " : "") + std::string(argv[i]);
+  for (int i = 3; i < argc; ++i) {
+    if (i > 3) line += ' ';
+    line += argv[i];
+  }
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;

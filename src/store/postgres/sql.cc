@@ -147,7 +147,8 @@ END
 $fn$;
 )SQL";
 
-// The ordered claim. Three steps in one statement:
+// The ordered claim. Three steps in one statement (plus a bound that keeps
+// the runs step from reading rows that cannot make the cut):
 //  heads:  due rows with no earlier unsent row of their aggregate, locked with
 //          SKIP LOCKED so concurrent relays never take the same head;
 //  runs:   behind each head we took, the contiguous prefix of its aggregate's
@@ -168,9 +169,15 @@ WITH heads AS (
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
 ),
+bound AS (
+  -- With a full batch of heads, no run row past the last head can make the cut.
+  SELECT CASE WHEN count(*) < $1 THEN 9223372036854775807 ELSE max(seq) END AS max_seq
+  FROM heads
+),
 runs AS (
   SELECT r.seq
   FROM heads h
+  CROSS JOIN bound b
   CROSS JOIN LATERAL (
     SELECT w.seq FROM (
       SELECT i.seq, bool_and(i.ok) OVER (ORDER BY i.seq) AS prefix_ok
@@ -180,7 +187,7 @@ runs AS (
                 AND x.attempts < $4) AS ok
         FROM {S}.outbox x
         WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
-          AND x.seq > h.seq AND x.status <> 'SENT'
+          AND x.seq > h.seq AND x.seq <= b.max_seq AND x.status <> 'SENT'
         ORDER BY x.seq
         LIMIT $1
       ) i

@@ -1,0 +1,47 @@
+# Shared by the bench scripts: build, environment, machine description, and
+# replacing one marked section of docs/benchmarks.md.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DOC="$ROOT/docs/benchmarks.md"
+
+bench_build() {
+  "$ROOT/scripts/deps"
+  cmake --preset release >/dev/null
+  cmake --build --preset release -j"$(nproc)" >/dev/null
+}
+
+# Starts a throwaway testenv unless OUTBOX_PG_URL is already set; exports its env.
+bench_env() {
+  if [ -z "${OUTBOX_PG_URL:-}" ]; then
+    BENCH_ENVDIR="$(mktemp -d /tmp/outbox-bench.XXXXXX)"
+    trap '"$ROOT/scripts/testenv" stop "$BENCH_ENVDIR"; rm -rf "$BENCH_ENVDIR"' EXIT
+    OUTBOX_MOCK_KAFKA="$ROOT/build/release/tools/mock_kafka/outbox-mock-kafka" \
+      "$ROOT/scripts/testenv" start "$BENCH_ENVDIR" >/dev/null
+    set -a; source "$BENCH_ENVDIR/env"; set +a
+  fi
+}
+
+machine_line() {
+  local cpu pg
+  cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+  pg="$(psql "$OUTBOX_PG_URL" -Atc 'show server_version' 2>/dev/null || echo '?')"
+  echo "Machine: $(nproc) cores ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, PostgreSQL $pg on the same machine, $(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo '+dirty')."
+}
+
+# update_section NAME < content: replaces the text between
+# <!-- BEGIN NAME --> and <!-- END NAME --> in docs/benchmarks.md (appends if absent).
+update_section() {
+  local name="$1" content tmp
+  content="$(cat)"
+  mkdir -p "$(dirname "$DOC")"
+  [ -f "$DOC" ] || printf '# Benchmarks\n' >"$DOC"
+  tmp="$(mktemp)"
+  if grep -q "<!-- BEGIN $name -->" "$DOC"; then
+    awk -v name="$name" -v content="$content" '
+      $0 == "<!-- BEGIN " name " -->" { print; print content; skip = 1; next }
+      $0 == "<!-- END " name " -->" { skip = 0 }
+      !skip { print }' "$DOC" >"$tmp"
+  else
+    { cat "$DOC"; printf '\n<!-- BEGIN %s -->\n%s\n<!-- END %s -->\n' "$name" "$content" "$name"; } >"$tmp"
+  fi
+  mv "$tmp" "$DOC"
+}

@@ -1,0 +1,109 @@
+// outboxctl: operator commands against an outbox database.
+//
+//   outboxctl [--db URL] [--schema NAME] [--json] migrate
+//   outboxctl [--db URL] [--schema NAME] [--json] status
+//
+// --db defaults to $OUTBOX_PG_URL. Exit codes: 0 success, 1 the operation
+// failed (database unreachable, SQL error), 2 bad usage.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "outbox/postgres.h"
+
+namespace {
+
+constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2;
+
+int Usage(const std::string& error) {
+  std::cerr << "outboxctl: " << error << "\n"
+            << "usage: outboxctl [--db URL] [--schema NAME] [--json] migrate|status\n"
+            << "  --db      PostgreSQL URL (default: $OUTBOX_PG_URL)\n"
+            << "  --schema  outbox schema (default: outbox)\n"
+            << "  --json    machine-readable output\n";
+  return kExitUsage;
+}
+
+int Fail(const outbox::Status& st, bool json) {
+  if (json) {
+    std::cout << nlohmann::json{{"ok", false}, {"error", st.ToString()}}.dump() << "\n";
+  }
+  std::cerr << "outboxctl: " << st.ToString() << "\n";
+  return kExitFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string db = std::getenv("OUTBOX_PG_URL") ? std::getenv("OUTBOX_PG_URL") : "";
+  std::string schema = "outbox", command;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--db" || a == "--schema") {
+      if (i + 1 >= argc) return Usage(a + " needs a value");
+      (a == "--db" ? db : schema) = argv[++i];
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "-h" || a == "--help") {
+      Usage("help");
+      return kExitOk;
+    } else if (a.rfind("--", 0) == 0) {
+      return Usage("unknown flag " + a);
+    } else if (command.empty()) {
+      command = a;
+    } else {
+      return Usage("unexpected argument " + a);
+    }
+  }
+  if (command != "migrate" && command != "status") {
+    return Usage(command.empty() ? "no command given" : "unknown command " + command);
+  }
+  if (db.empty()) return Usage("no database: pass --db URL or set OUTBOX_PG_URL");
+
+  outbox::PostgresStoreOptions o;
+  o.conninfo = db;
+  o.schema = schema;
+  auto store = outbox::OpenPostgresStore(o);
+  if (!store.ok()) {
+    return store.status().code() == outbox::Code::kInvalidArgument
+               ? Usage(store.status().message())
+               : Fail(store.status(), json);
+  }
+
+  if (command == "migrate") {
+    outbox::Status st = (*store)->Migrate();
+    if (!st.ok()) return Fail(st, json);
+    if (json) {
+      std::cout << nlohmann::json{{"ok", true}, {"schema", schema}}.dump() << "\n";
+    } else {
+      std::cout << "schema " << schema << " is up to date\n";
+    }
+    return kExitOk;
+  }
+
+  auto s = (*store)->Stats();
+  if (!s.ok()) return Fail(s.status(), json);
+  const double age_s = static_cast<double>(s->oldest_unsent_age.count()) / 1000.0;
+  if (json) {
+    std::cout << nlohmann::json{{"ok", true},
+                                {"schema", schema},
+                                {"pending", s->pending},
+                                {"processing", s->processing},
+                                {"sent", s->sent},
+                                {"failed", s->failed},
+                                {"oldest_unsent_age_seconds", age_s}}
+                     .dump()
+              << "\n";
+  } else {
+    std::printf("%-28s %12s\n", "STATE", "ROWS");
+    std::printf("%-28s %12lld\n", "PENDING", static_cast<long long>(s->pending));
+    std::printf("%-28s %12lld\n", "PROCESSING", static_cast<long long>(s->processing));
+    std::printf("%-28s %12lld\n", "SENT", static_cast<long long>(s->sent));
+    std::printf("%-28s %12lld\n", "FAILED", static_cast<long long>(s->failed));
+    std::printf("%-28s %12.3f\n", "oldest unsent age (s)", age_s);
+  }
+  return kExitOk;
+}
