@@ -17,10 +17,10 @@ done
 bench_build
 bench_env
 B="$ROOT/build/release/bench"
+machine="$(machine_line)"  # before running: the commit that was built
 
 race="$("$B/claim_race" --rows 300 --threads 10 --batch 10)"
 drain="$("$B/store_drain" --rows "$ROWS" --runs "$RUNS" --batch "$BATCH")"
-machine="$(machine_line)"
 
 update_section claim_race <<MD
 ### Claim race (seed's measurement, on PostgreSQL)

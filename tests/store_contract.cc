@@ -270,12 +270,33 @@ TEST_P(StoreContractTest, FailedEventHoldsItsAggregateWhenOrderedButNotWhenUnord
   auto held = store_->Claim(Opts(100));
   ASSERT_TRUE(held.ok());
   EXPECT_TRUE(held->events.empty()) << "a/2 passed a FAILED a/1 in ordered mode";
+  auto stats = store_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->held_aggregates, 1);
   ClaimOptions unordered = Opts(100);
   unordered.ordered = false;
   auto passed = store_->Claim(unordered);
   ASSERT_TRUE(passed.ok());
   ASSERT_EQ(passed->events.size(), 1u);
   EXPECT_EQ(passed->events[0].event.payload, evs[1].payload);
+}
+
+TEST_P(StoreContractTest, PassPolicyLetsLaterEventsGoPastAFailedOneInOrder) {
+  std::vector<Event> evs = {Ev("a", 1), Ev("a", 2), Ev("a", 3)};
+  ASSERT_TRUE(harness_->Enqueue(evs, /*one_txn=*/false).ok());
+  ClaimOptions pass = Opts(1);
+  pass.failed_holds_aggregate = false;
+  auto c = store_->Claim(pass);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 1u);
+  FailItem fi{c->events[0].ticket, "fatal"};
+  ASSERT_TRUE(store_->MarkFailed(std::span(&fi, 1)).ok());
+  pass.batch_size = 100;
+  auto next = store_->Claim(pass);
+  ASSERT_TRUE(next.ok());
+  ASSERT_EQ(next->events.size(), 2u) << "a/2 and a/3 come as one run, still in order";
+  EXPECT_EQ(next->events[0].event.payload, evs[1].payload);
+  EXPECT_EQ(next->events[1].event.payload, evs[2].payload);
 }
 
 TEST_P(StoreContractTest, AHotAggregateComesAsOneContiguousRun) {

@@ -67,6 +67,9 @@ struct ClaimOptions {
   // aggregate is unsent (pending, in flight or FAILED). A contiguous run of one
   // aggregate's due events may come in one claim.
   bool ordered = true;
+  // Ordered mode only: whether a FAILED event holds back the later events of its
+  // aggregate (until an operator replays or skips it). False lets them pass.
+  bool failed_holds_aggregate = true;
 };
 
 struct ClaimResult {
@@ -100,6 +103,8 @@ struct StoreStats {
   std::int64_t failed = 0;
   // Age of the oldest PENDING/PROCESSING row (the one alert everyone needs); 0 if none.
   std::chrono::milliseconds oldest_unsent_age{0};
+  // Aggregates whose later events wait behind a FAILED one (ordered, hold policy).
+  std::int64_t held_aggregates = 0;
 };
 
 class Store {

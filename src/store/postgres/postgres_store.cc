@@ -74,8 +74,9 @@ class PostgresStore final : public Store {
     auto res = session_->Exec(
         "claim", o.ordered ? claim_ordered_ : claim_unordered_,
         {Param::Text(std::to_string(o.batch_size)), Param::Text(o.owner),
-         Param::Text(std::to_string(o.lease.count())), Param::Text(std::to_string(o.max_attempts))},
-        {pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid});
+         Param::Text(std::to_string(o.lease.count())), Param::Text(std::to_string(o.max_attempts)),
+         Param::Text(o.failed_holds_aggregate ? "true" : "false")},
+        {pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid, pg::kBoolOid});
     if (!res.ok()) return res.status();
     const PGresult* r = res->get();
     ClaimResult out;
@@ -175,6 +176,7 @@ class PostgresStore final : public Store {
     s.sent = pg::GetInt64(r, 0, 2);
     s.failed = pg::GetInt64(r, 0, 3);
     s.oldest_unsent_age = std::chrono::milliseconds(pg::GetInt64(r, 0, 4));
+    s.held_aggregates = pg::GetInt64(r, 0, 5);
     return s;
   }
 

@@ -96,6 +96,7 @@ inline constexpr Oid kByteaOid = 17;
 inline constexpr Oid kJsonbOid = 3802;
 inline constexpr Oid kInt4Oid = 23;
 inline constexpr Oid kInt8Oid = 20;
+inline constexpr Oid kBoolOid = 16;
 
 }  // namespace outbox::pg
 

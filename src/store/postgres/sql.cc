@@ -156,6 +156,7 @@ $fn$;
 //          heads while our head is unsent);
 //  picked: the first $1 of both, by seq (a cut by seq keeps every run a prefix).
 // Rows claimed $4 times already are not handed out again: they become FAILED.
+// $5: whether a FAILED event holds back the later events of its aggregate.
 constexpr const char* kClaimOrdered = R"SQL(
 WITH heads AS (
   SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts
@@ -164,7 +165,7 @@ WITH heads AS (
     AND NOT EXISTS (
       SELECT 1 FROM {S}.outbox e
       WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
-        AND e.seq < o.seq AND e.status <> 'SENT')
+        AND e.seq < o.seq AND e.status <> 'SENT' AND ($5 OR e.status <> 'FAILED'))
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
@@ -188,6 +189,7 @@ runs AS (
         FROM {S}.outbox x
         WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
           AND x.seq > h.seq AND x.seq <= b.max_seq AND x.status <> 'SENT'
+          AND ($5 OR x.status <> 'FAILED')
         ORDER BY x.seq
         LIMIT $1
       ) i
@@ -353,7 +355,13 @@ SELECT count(*) FILTER (WHERE status = 'PENDING'),
        count(*) FILTER (WHERE status = 'FAILED'),
        coalesce((SELECT (extract(epoch FROM clock_timestamp() - created_at) * 1000)::bigint
                  FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING')
-                 ORDER BY seq LIMIT 1), 0)
+                 ORDER BY seq LIMIT 1), 0),
+       (SELECT count(*) FROM (
+          SELECT DISTINCT f.aggregate_type, f.aggregate_id FROM {S}.outbox f
+          WHERE f.status = 'FAILED' AND EXISTS (
+            SELECT 1 FROM {S}.outbox p
+            WHERE p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
+              AND p.seq > f.seq AND p.status IN ('PENDING', 'PROCESSING'))) h)
 FROM {S}.outbox
 )SQL",
                     schema);

@@ -1,0 +1,132 @@
+// Relay: the engine that moves committed outbox rows to the broker.
+//
+// Each worker loops: claim a batch (lease) -> publish -> wait for the outcomes
+// -> fenced transitions: acked rows SENT, retriable ones rescheduled with
+// exponential backoff and jitter, fatal ones and those past max_attempts
+// FAILED with the error. Several workers (and several relay processes) run at
+// once; while one waits for the broker another claims or marks, so neither the
+// database nor the broker idles. Order per aggregate holds because the store
+// never hands out an event while an earlier one of its aggregate is unsent.
+//
+// Failure rules (see docs/relay.md): a database or broker outage is retried with
+// backoff and logged on state change, never spun on and never turned into
+// FAILED rows; a mark-sent that fails after a successful publish is retried and,
+// if it cannot be done, left to lease expiry (republish, absorbed by the inbox) —
+// the row is never marked FAILED for it.
+//
+// Thread-safety: Run() blocks the calling thread; RequestStop(), Ready() and
+// metrics may be used from any thread (e.g. a signal-watching thread).
+#ifndef OUTBOX_RELAY_H_
+#define OUTBOX_RELAY_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "outbox/log.h"
+#include "outbox/metrics.h"
+#include "outbox/status.h"
+#include "outbox/store.h"
+#include "outbox/transport.h"
+
+namespace outbox {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+enum class FailedPolicy {
+  kHold,  // later events of an aggregate wait while an earlier one is FAILED (default)
+  kPass,  // they go ahead; the FAILED one is replayed or skipped on its own
+};
+
+struct RelayOptions {
+  std::string relay_id;  // written into claimed rows; default host:pid (set by the daemon)
+  int workers = 2;       // concurrent claim->publish->mark loops (and DB sessions)
+  int batch_size = 500;  // rows per claim
+  // Must exceed the transport's MaxPublishTime() so a live relay never loses its
+  // rows mid-publish; checked at Create.
+  milliseconds lease{60'000};
+  int max_attempts = 10;              // claims per event before it ends FAILED
+  milliseconds backoff_base{500};     // first retry delay
+  milliseconds backoff_max{60'000};   // cap
+  double backoff_jitter = 0.2;        // delay drawn from [d*(1-j), d]
+  bool ordered = true;                // per-aggregate order (false: publish as claimed)
+  FailedPolicy on_failed = FailedPolicy::kHold;
+  milliseconds poll_min{2};           // idle poll starts here after work ...
+  milliseconds poll_max{250};         // ... and doubles up to this
+  milliseconds db_retry_max{5'000};   // cap of the backoff on database errors
+  milliseconds shutdown_timeout{30'000};  // graceful stop: finish in-flight, then exit
+  seconds sent_retention{7 * 24 * 3600};  // purge SENT rows older than this
+  seconds purge_interval{60};
+  int purge_batch = 1000;
+  milliseconds stats_interval{2'000};  // refresh of pending/oldest-age gauges
+};
+
+Status ValidateRelayOptions(const RelayOptions& o);
+
+using StoreFactory = std::function<Result<std::unique_ptr<Store>>()>;
+
+// The relay's Prometheus metrics (names in docs/relay.md).
+struct RelayMetrics {
+  explicit RelayMetrics(MetricsRegistry& r);
+  Counter& published;
+  Counter& publish_retriable;
+  Counter& publish_fatal;
+  Counter& rescheduled;
+  Counter& failed_fatal;
+  Counter& failed_max_attempts;
+  Counter& failed_expired;  // lease lapsed max_attempts times (e.g. crash loops)
+  Counter& fenced;          // transitions refused: another claim holds the row
+  Counter& claims;
+  Counter& db_errors;
+  Counter& mark_retries;
+  Gauge& pending;
+  Gauge& processing;
+  Gauge& failed_rows;
+  Gauge& oldest_unsent_age;
+  Gauge& held_aggregates;
+  Gauge& ready;
+  Histogram& batch_size;
+  Histogram& commit_to_ack;
+};
+
+class Relay {
+ public:
+  static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreFactory store_factory,
+                                               Transport& transport, RelayMetrics& metrics,
+                                               Logger& logger);
+  ~Relay();
+
+  // Runs until RequestStop(); then stops claiming, finishes in-flight batches
+  // (up to shutdown_timeout) and returns. OK, or why it gave up.
+  Status Run();
+
+  void RequestStop();
+  bool Ready() const;
+
+ private:
+  Relay(RelayOptions o, StoreFactory f, Transport& t, RelayMetrics& m, Logger& l);
+  void WorkerLoop(int index);
+  void HousekeepingLoop();
+  // Sleeps up to `d` or until stop is requested; returns false if stopping.
+  bool SleepFor(milliseconds d);
+
+  RelayOptions options_;
+  StoreFactory store_factory_;
+  Transport& transport_;
+  RelayMetrics& metrics_;
+  Logger& logger_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> db_ok_workers_{0};
+  std::atomic<bool> db_ok_housekeeping_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+}  // namespace outbox
+
+#endif  // OUTBOX_RELAY_H_

@@ -1,0 +1,52 @@
+// Transport: publishes claimed events to a broker and reports, per event, what
+// the broker said. The relay's retry / set-aside decision is made on
+// PublishOutcome alone; every broker-specific error is classified inside the
+// transport, in one place.
+//
+// Thread-safety: implementations are safe for concurrent use; several relay
+// workers publish through one transport at once.
+#ifndef OUTBOX_TRANSPORT_H_
+#define OUTBOX_TRANSPORT_H_
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "outbox/store.h"
+
+namespace outbox {
+
+enum class PublishOutcome {
+  kAcked,      // the broker has it (acks=all)
+  kRetriable,  // try again later: timeout, broker down, leader change, ...
+  kFatal,      // will never succeed as is: message too large, not authorised, bad topic
+};
+
+std::string_view PublishOutcomeName(PublishOutcome o);
+
+struct PublishResult {
+  PublishOutcome outcome = PublishOutcome::kRetriable;
+  std::string error;  // broker's error name and text; empty when acked
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Publishes `events` (in order; per key, the broker keeps that order) and
+  // blocks until every one has an outcome. Returns one result per event, same
+  // index. Never takes longer than MaxPublishTime(): an event without a delivery
+  // report by then is kRetriable.
+  virtual std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) = 0;
+
+  // Upper bound of one Publish call; the relay's lease must be longer.
+  virtual std::chrono::milliseconds MaxPublishTime() const = 0;
+
+  // False while the broker has been unreachable recently (for /readyz).
+  virtual bool Healthy() const = 0;
+};
+
+}  // namespace outbox
+
+#endif  // OUTBOX_TRANSPORT_H_

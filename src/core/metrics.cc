@@ -1,0 +1,105 @@
+#include "outbox/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+namespace outbox {
+namespace {
+
+std::string FormatDouble(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void AtomicAdd(std::atomic<double>& a, double v) {
+  double cur = a.load(std::memory_order_relaxed);
+  while (!a.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)),
+      buckets_(new std::atomic<std::uint64_t>[bounds_.size() + 1]) {
+  for (std::size_t i = 0; i <= bounds_.size(); ++i) buckets_[i] = 0;
+}
+
+void Histogram::Observe(double v) {
+  std::size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  AtomicAdd(sum_, v);
+}
+
+double Histogram::Quantile(double q) const {
+  const std::uint64_t total = Count();
+  if (total == 0) return 0;
+  const double target = q * static_cast<double>(total);
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < bounds_.size(); ++i) {
+    seen += buckets_[i].load(std::memory_order_relaxed);
+    if (static_cast<double>(seen) >= target) return bounds_[i];
+  }
+  return bounds_.empty() ? 0 : bounds_.back();
+}
+
+Counter& MetricsRegistry::AddCounter(const std::string& name, const std::string& help,
+                                     const std::string& labels) {
+  std::lock_guard<std::mutex> l(mu_);
+  counters_.emplace_back();
+  entries_.push_back({name, help, "counter", labels, &counters_.back(), nullptr, nullptr});
+  return counters_.back();
+}
+
+Gauge& MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
+                                 const std::string& labels) {
+  std::lock_guard<std::mutex> l(mu_);
+  gauges_.emplace_back();
+  entries_.push_back({name, help, "gauge", labels, nullptr, &gauges_.back(), nullptr});
+  return gauges_.back();
+}
+
+Histogram& MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
+                                         std::vector<double> upper_bounds) {
+  std::lock_guard<std::mutex> l(mu_);
+  histograms_.push_back(std::make_unique<Histogram>(std::move(upper_bounds)));
+  entries_.push_back({name, help, "histogram", "", nullptr, nullptr, histograms_.back().get()});
+  return *histograms_.back();
+}
+
+std::string MetricsRegistry::RenderPrometheus() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string out;
+  std::set<std::string> described;
+  for (const Entry& e : entries_) {
+    if (described.insert(e.name).second) {
+      out += "# HELP " + e.name + " " + e.help + "\n# TYPE " + e.name + " " + e.type + "\n";
+    }
+    const std::string lbl = e.labels.empty() ? "" : "{" + e.labels + "}";
+    if (e.counter) {
+      out += e.name + lbl + " " + std::to_string(e.counter->Value()) + "\n";
+    } else if (e.gauge) {
+      out += e.name + lbl + " " + FormatDouble(e.gauge->Value()) + "\n";
+    } else {
+      const Histogram& h = *e.histogram;
+      std::uint64_t cum = 0;
+      for (std::size_t i = 0; i < h.bounds_.size(); ++i) {
+        cum += h.buckets_[i].load(std::memory_order_relaxed);
+        out += e.name + "_bucket{le=\"" + FormatDouble(h.bounds_[i]) + "\"} " +
+               std::to_string(cum) + "\n";
+      }
+      cum += h.buckets_[h.bounds_.size()].load(std::memory_order_relaxed);
+      out += e.name + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
+      out += e.name + "_sum " + FormatDouble(h.sum_.load(std::memory_order_relaxed)) + "\n";
+      out += e.name + "_count " + std::to_string(cum) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace outbox

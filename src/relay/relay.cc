@@ -1,0 +1,350 @@
+#include "outbox/relay.h"
+
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "plan.h"
+
+namespace outbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using relay_internal::Plan;
+using relay_internal::PlanTransitions;
+
+const std::vector<double> kBatchBuckets = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
+const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01,  0.02, 0.05, 0.1,
+                                             0.25,  0.5,    1,     2.5,   5,    10,   30, 60};
+
+std::string SeqList(const std::vector<std::int64_t>& seqs) {
+  std::string s;
+  for (std::size_t i = 0; i < seqs.size() && i < 20; ++i) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(seqs[i]);
+  }
+  if (seqs.size() > 20) s += ",...";
+  return s;
+}
+
+}  // namespace
+
+RelayMetrics::RelayMetrics(MetricsRegistry& r)
+    : published(r.AddCounter("outbox_relay_events_published_total",
+                             "Events acknowledged by the broker (acks=all).")),
+      publish_retriable(r.AddCounter("outbox_relay_publish_failures_total",
+                                     "Publish attempts that failed, by error class.",
+                                     "class=\"retriable\"")),
+      publish_fatal(r.AddCounter("outbox_relay_publish_failures_total",
+                                 "Publish attempts that failed, by error class.",
+                                 "class=\"fatal\"")),
+      rescheduled(r.AddCounter("outbox_relay_rows_rescheduled_total",
+                               "Rows put back to PENDING with a backoff delay.")),
+      failed_fatal(r.AddCounter("outbox_relay_rows_failed_total",
+                                "Rows marked FAILED, by reason.", "reason=\"fatal\"")),
+      failed_max_attempts(r.AddCounter("outbox_relay_rows_failed_total",
+                                       "Rows marked FAILED, by reason.",
+                                       "reason=\"max_attempts\"")),
+      failed_expired(r.AddCounter("outbox_relay_rows_failed_total", "Rows marked FAILED, by reason.",
+                                  "reason=\"lease_expired\"")),
+      fenced(r.AddCounter("outbox_relay_transitions_fenced_total",
+                          "Transitions refused because another claim holds the row (lease lost).")),
+      claims(r.AddCounter("outbox_relay_claims_total", "Claims that returned at least one row.")),
+      db_errors(r.AddCounter("outbox_relay_db_errors_total", "Failed database calls.")),
+      mark_retries(r.AddCounter("outbox_relay_mark_retries_total",
+                                "Retries of a transition after a database error.")),
+      pending(r.AddGauge("outbox_pending_rows", "Rows PENDING (including those waiting to retry).")),
+      processing(r.AddGauge("outbox_processing_rows", "Rows PROCESSING (claimed).")),
+      failed_rows(r.AddGauge("outbox_failed_rows", "Rows FAILED (kept for an operator).")),
+      oldest_unsent_age(r.AddGauge("outbox_oldest_unsent_age_seconds",
+                                   "Age of the oldest PENDING or PROCESSING row.")),
+      held_aggregates(r.AddGauge("outbox_held_aggregates",
+                                 "Aggregates whose later events wait behind a FAILED one.")),
+      ready(r.AddGauge("outbox_relay_ready", "1 when database and broker are reachable.")),
+      batch_size(r.AddHistogram("outbox_relay_claim_batch_size", "Rows per non-empty claim.",
+                                kBatchBuckets)),
+      commit_to_ack(r.AddHistogram("outbox_relay_commit_to_ack_seconds",
+                                   "Time from enqueue (database clock) to broker ack.",
+                                   kLatencyBuckets)) {}
+
+Status ValidateRelayOptions(const RelayOptions& o) {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return Status::InvalidArgument("relay." + key + " " + why);
+  };
+  if (o.relay_id.empty()) return bad("id", "must not be empty");
+  if (o.workers < 1 || o.workers > 64) return bad("workers", "must be 1..64");
+  if (o.batch_size < 1 || o.batch_size > 10000) return bad("batch_size", "must be 1..10000");
+  if (o.max_attempts < 1) return bad("max_attempts", "must be >= 1");
+  if (o.backoff_base.count() < 1) return bad("backoff_base_ms", "must be >= 1");
+  if (o.backoff_max < o.backoff_base) return bad("backoff_max_ms", "must be >= backoff_base_ms");
+  if (o.backoff_jitter < 0 || o.backoff_jitter > 1) return bad("backoff_jitter", "must be 0..1");
+  if (o.poll_min.count() < 1) return bad("poll_min_ms", "must be >= 1");
+  if (o.poll_max < o.poll_min) return bad("poll_max_ms", "must be >= poll_min_ms");
+  if (o.db_retry_max.count() < 1) return bad("db_retry_max_ms", "must be >= 1");
+  if (o.purge_batch < 1) return bad("purge_batch", "must be >= 1");
+  if (o.purge_interval.count() < 1) return bad("purge_interval_s", "must be >= 1");
+  if (o.stats_interval.count() < 100) return bad("stats_interval_ms", "must be >= 100");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory store_factory,
+                                             Transport& transport, RelayMetrics& metrics,
+                                             Logger& logger) {
+  OUTBOX_RETURN_IF_ERROR(ValidateRelayOptions(options));
+  if (options.lease <= transport.MaxPublishTime()) {
+    return Status::InvalidArgument(
+        "relay.lease_ms (" + std::to_string(options.lease.count()) +
+        ") must exceed the longest publish (" + std::to_string(transport.MaxPublishTime().count()) +
+        " ms = kafka message.timeout.ms + 5000), or a live relay would lose its rows mid-publish");
+  }
+  return std::unique_ptr<Relay>(
+      new Relay(std::move(options), std::move(store_factory), transport, metrics, logger));
+}
+
+Relay::Relay(RelayOptions o, StoreFactory f, Transport& t, RelayMetrics& m, Logger& l)
+    : options_(std::move(o)), store_factory_(std::move(f)), transport_(t), metrics_(m), logger_(l) {}
+
+Relay::~Relay() = default;
+
+void Relay::RequestStop() {
+  stopping_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
+bool Relay::Ready() const { return db_ok_housekeeping_ && db_ok_workers_ > 0 && transport_.Healthy(); }
+
+bool Relay::SleepFor(milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, d, [this] { return stopping_.load(); });
+  return !stopping_;
+}
+
+Status Relay::Run() {
+  logger_.Info("relay starting", {{"relay_id", options_.relay_id},
+                                  {"workers", std::to_string(options_.workers)},
+                                  {"batch_size", std::to_string(options_.batch_size)},
+                                  {"ordered", options_.ordered ? "true" : "false"}});
+  std::atomic<int> running{0};
+  std::vector<std::thread> threads;
+  auto spawn = [&](auto fn) {
+    ++running;
+    threads.emplace_back([&, fn] {
+      fn();
+      --running;
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    });
+  };
+  for (int i = 0; i < options_.workers; ++i) spawn([this, i] { WorkerLoop(i); });
+  spawn([this] { HousekeepingLoop(); });
+
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return stopping_.load(); });
+    logger_.Info("relay stopping: no new claims; finishing in-flight batches",
+                 {{"timeout_ms", std::to_string(options_.shutdown_timeout.count())}});
+    const auto deadline = Clock::now() + options_.shutdown_timeout;
+    if (!cv_.wait_until(lock, deadline, [&] { return running.load() == 0; })) {
+      lock.unlock();
+      for (auto& t : threads) t.detach();
+      // The caller must exit the process now (see the daemon): the rows still in
+      // flight are safe, their leases expire and another relay takes them.
+      return Status::DeadlineExceeded("in-flight batches did not finish within shutdown_timeout");
+    }
+  }
+  for (auto& t : threads) t.join();
+  metrics_.ready.Set(0);
+  logger_.Info("relay stopped cleanly");
+  return Status::Ok();
+}
+
+void Relay::WorkerLoop(int index) {
+  const std::string who = options_.relay_id + "/" + std::to_string(index);
+  std::mt19937_64 rng(std::random_device{}() ^ static_cast<std::uint64_t>(index));
+  ClaimOptions co;
+  co.batch_size = options_.batch_size;
+  co.lease = options_.lease;
+  co.owner = options_.relay_id;
+  co.max_attempts = options_.max_attempts;
+  co.ordered = options_.ordered;
+  co.failed_holds_aggregate = options_.on_failed == FailedPolicy::kHold;
+
+  std::unique_ptr<Store> store;
+  bool db_ok = false;
+  bool logged_down = false;
+  milliseconds db_backoff{100};
+  milliseconds idle = options_.poll_min;
+  auto db_failed = [&](const Status& st) {
+    metrics_.db_errors.Inc();
+    if (db_ok) --db_ok_workers_;
+    db_ok = false;
+    if (!logged_down) {
+      logger_.Warn("database unavailable; retrying with backoff",
+                   {{"worker", who}, {"error", st.ToString()}});
+      logged_down = true;
+    }
+    SleepFor(db_backoff);
+    db_backoff = std::min(db_backoff * 2, options_.db_retry_max);
+  };
+  auto db_succeeded = [&] {
+    if (!db_ok) {
+      ++db_ok_workers_;
+      if (logged_down) logger_.Info("database reachable again", {{"worker", who}});
+    }
+    db_ok = true;
+    logged_down = false;
+    db_backoff = milliseconds(100);
+  };
+
+  while (!stopping_) {
+    if (!store) {
+      auto s = store_factory_();
+      if (!s.ok()) {
+        db_failed(s.status());
+        continue;
+      }
+      store = std::move(s).value();
+    }
+    const auto claimed_at = Clock::now();
+    auto claim = store->Claim(co);
+    if (!claim.ok()) {
+      db_failed(claim.status());
+      continue;
+    }
+    db_succeeded();
+    if (!claim->expired_to_failed.empty()) {
+      metrics_.failed_expired.Inc(claim->expired_to_failed.size());
+      logger_.Warn("rows claimed max_attempts times without finishing marked FAILED",
+                   {{"seqs", SeqList(claim->expired_to_failed)},
+                    {"max_attempts", std::to_string(options_.max_attempts)}});
+    }
+    std::vector<ClaimedEvent>& events = claim->events;
+    if (events.empty()) {
+      SleepFor(idle);
+      idle = std::min(idle * 2, options_.poll_max);
+      continue;
+    }
+    idle = options_.poll_min;
+    metrics_.claims.Inc();
+    metrics_.batch_size.Observe(static_cast<double>(events.size()));
+
+    std::vector<PublishResult> results = transport_.Publish(events);
+    const auto now = std::chrono::system_clock::now();
+    Plan plan = PlanTransitions(events, results, options_, rng);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (results[i].outcome == PublishOutcome::kAcked) {
+        metrics_.commit_to_ack.Observe(
+            std::chrono::duration<double>(now - events[i].created_at).count());
+      }
+    }
+    metrics_.published.Inc(plan.sent.size() + plan.held_back);
+    metrics_.publish_retriable.Inc(plan.retriable);
+    metrics_.publish_fatal.Inc(plan.fatal);
+    if (plan.fatal > 0 || plan.retriable > 0) {
+      const PublishResult* first = nullptr;
+      for (const auto& r : results) {
+        if (r.outcome != PublishOutcome::kAcked) {
+          first = &r;
+          break;
+        }
+      }
+      logger_.Warn("publish failures in batch",
+                   {{"worker", who},
+                    {"batch", std::to_string(events.size())},
+                    {"retriable", std::to_string(plan.retriable)},
+                    {"fatal", std::to_string(plan.fatal)},
+                    {"first_error", first ? first->error : ""}});
+    }
+
+    // Transitions: retried on database errors until the lease is about to lapse
+    // (or the shutdown deadline). A mark that cannot be done is left to lease
+    // expiry: the row is published again and the inbox absorbs it — it is never
+    // marked FAILED for a failure of ours.
+    const auto lease_deadline = claimed_at + options_.lease - std::chrono::seconds(1);
+    auto apply = [&](const char* what, auto&& call, std::size_t n) -> void {
+      if (n == 0) return;
+      milliseconds backoff{50};
+      for (;;) {
+        auto r = call();
+        if (r.ok()) {
+          db_succeeded();
+          if (!r->refused.empty()) {
+            metrics_.fenced.Inc(r->refused.size());
+            logger_.Warn("transition refused: lease lost to another claim",
+                         {{"worker", who}, {"op", what},
+                          {"rows", std::to_string(r->refused.size())}});
+          }
+          return;
+        }
+        metrics_.db_errors.Inc();
+        if (!r.status().retryable() || Clock::now() + backoff >= lease_deadline) {
+          logger_.Error("could not record transition; leaving rows to lease expiry",
+                        {{"worker", who}, {"op", what}, {"rows", std::to_string(n)},
+                         {"error", r.status().ToString()}});
+          return;
+        }
+        metrics_.mark_retries.Inc();
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, milliseconds(2000));
+      }
+    };
+    apply("mark sent", [&] { return store->MarkSent(plan.sent); }, plan.sent.size());
+    apply("reschedule", [&] { return store->Reschedule(plan.reschedule); }, plan.reschedule.size());
+    apply("mark failed", [&] { return store->MarkFailed(plan.failed); }, plan.failed.size());
+    metrics_.rescheduled.Inc(plan.reschedule.size());
+    metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
+    metrics_.failed_max_attempts.Inc(plan.max_attempts);
+    if (!plan.failed.empty()) {
+      logger_.Warn("rows marked FAILED", {{"worker", who},
+                                          {"rows", std::to_string(plan.failed.size())},
+                                          {"first_error", plan.failed.front().error}});
+    }
+  }
+  if (db_ok) --db_ok_workers_;
+}
+
+void Relay::HousekeepingLoop() {
+  std::unique_ptr<Store> store;
+  auto next_purge = Clock::now() + std::chrono::seconds(5);
+  while (!stopping_) {
+    if (!store) {
+      auto s = store_factory_();
+      if (!s.ok()) {
+        db_ok_housekeeping_ = false;
+        metrics_.ready.Set(0);
+        SleepFor(options_.stats_interval);
+        continue;
+      }
+      store = std::move(s).value();
+    }
+    auto st = store->Stats();
+    if (st.ok()) {
+      db_ok_housekeeping_ = true;
+      metrics_.pending.Set(static_cast<double>(st->pending));
+      metrics_.processing.Set(static_cast<double>(st->processing));
+      metrics_.failed_rows.Set(static_cast<double>(st->failed));
+      metrics_.oldest_unsent_age.Set(static_cast<double>(st->oldest_unsent_age.count()) / 1000.0);
+      metrics_.held_aggregates.Set(static_cast<double>(st->held_aggregates));
+    } else {
+      db_ok_housekeeping_ = false;
+      metrics_.db_errors.Inc();
+    }
+    if (st.ok() && Clock::now() >= next_purge) {
+      next_purge = Clock::now() + options_.purge_interval;
+      std::int64_t total = 0;
+      for (int i = 0; i < 100 && !stopping_; ++i) {  // bounded work per round
+        auto p = store->PurgeSent(options_.sent_retention, options_.purge_batch);
+        if (!p.ok()) break;
+        total += *p;
+        if (*p < options_.purge_batch) break;
+      }
+      if (total > 0) logger_.Info("purged sent rows", {{"rows", std::to_string(total)}});
+    }
+    metrics_.ready.Set(Ready() ? 1 : 0);
+    SleepFor(options_.stats_interval);
+  }
+}
+
+}  // namespace outbox

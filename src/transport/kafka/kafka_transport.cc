@@ -1,0 +1,352 @@
+// Kafka transport on librdkafka. All librdkafka calls, and the classification
+// of its errors into PublishOutcome, live in this file.
+#include <librdkafka/rdkafka.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <ctime>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+
+#include "outbox/kafka.h"
+
+namespace outbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool IsTopicChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '.' || c == '_' || c == '-';
+}
+
+// The one place where broker errors become outcomes.
+PublishOutcome Classify(rd_kafka_resp_err_t err) {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR_NO_ERROR:
+      return PublishOutcome::kAcked;
+    // The message or its destination is wrong: retrying the same bytes to the same
+    // topic cannot succeed; the row is set aside (FAILED) for an operator.
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+      return PublishOutcome::kFatal;
+    // Everything else (timeouts, broker down, leader changes, unknown topic while
+    // it is being created, a fatal producer state we recover from by recreating
+    // the producer, ...) may succeed later.
+    default:
+      return PublishOutcome::kRetriable;
+  }
+}
+
+PublishResult MakeResult(rd_kafka_resp_err_t err) {
+  PublishResult r;
+  r.outcome = Classify(err);
+  if (err) r.error = std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
+  return r;
+}
+
+std::string Rfc3339(std::chrono::system_clock::time_point tp) {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(tp.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<long long>(us % 1'000'000));
+  return buf;
+}
+
+// One Publish call's results, shared with the delivery-report callback (which
+// may run after Publish gave up waiting, hence shared ownership).
+struct BatchState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<PublishResult> results;
+  std::vector<bool> done;
+  std::size_t remaining = 0;
+
+  void Complete(std::size_t i, PublishResult r) {
+    std::lock_guard<std::mutex> l(mu);
+    if (done[i]) return;
+    done[i] = true;
+    results[i] = std::move(r);
+    if (--remaining == 0) cv.notify_all();
+  }
+};
+
+struct Slot {
+  std::shared_ptr<BatchState> batch;
+  std::size_t index;
+};
+
+class KafkaTransport final : public Transport {
+ public:
+  explicit KafkaTransport(KafkaTransportOptions options) : options_(std::move(options)) {}
+
+  ~KafkaTransport() override {
+    stop_ = true;
+    if (poller_.joinable()) poller_.join();
+    std::unique_lock<std::shared_mutex> l(rk_mu_);
+    DestroyProducer();
+  }
+
+  Status Init() {
+    auto it = options_.properties.find("message.timeout.ms");
+    long timeout = it == options_.properties.end() ? 10000 : std::atol(it->second.c_str());
+    if (timeout <= 0) {
+      return Status::InvalidArgument("kafka property message.timeout.ms must be > 0 (0 = infinite "
+                                     "is not allowed: a publish must end)");
+    }
+    message_timeout_ = std::chrono::milliseconds(timeout);
+    if (!options_.properties.count("bootstrap.servers")) {
+      return Status::InvalidArgument("kafka property bootstrap.servers is required");
+    }
+    OUTBOX_RETURN_IF_ERROR(ValidateTopicTemplate(options_.topic_template));
+    OUTBOX_RETURN_IF_ERROR(CreateProducer());
+    poller_ = std::thread([this] { PollLoop(); });
+    return Status::Ok();
+  }
+
+  std::chrono::milliseconds MaxPublishTime() const override {
+    // librdkafka reports every queued message within message.timeout.ms; allow
+    // for queueing and callback delay on top.
+    return message_timeout_ + std::chrono::milliseconds(5000);
+  }
+
+  bool Healthy() const override { return !all_brokers_down_ && !fatal_; }
+
+  std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) override {
+    if (fatal_) RecreateProducer();
+    auto batch = std::make_shared<BatchState>();
+    batch->results.resize(events.size());
+    batch->done.assign(events.size(), false);
+    batch->remaining = events.size();
+    const auto deadline = Clock::now() + MaxPublishTime();
+    {
+      std::shared_lock<std::shared_mutex> l(rk_mu_);
+      for (std::size_t i = 0; i < events.size(); ++i) {
+        Produce(events[i], batch, i, deadline);
+      }
+    }
+    std::unique_lock<std::mutex> l(batch->mu);
+    batch->cv.wait_until(l, deadline, [&] { return batch->remaining == 0; });
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (!batch->done[i]) {
+        batch->done[i] = true;
+        batch->results[i] = PublishResult{PublishOutcome::kRetriable,
+                                          "no delivery report within the publish deadline"};
+      }
+    }
+    batch->remaining = 0;
+    return batch->results;
+  }
+
+ private:
+  Status CreateProducer() {
+    char err[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    const std::map<std::string, std::string> defaults = {
+        {"enable.idempotence", "true"},
+        {"acks", "all"},
+        {"message.timeout.ms", "10000"},
+        {"linger.ms", "5"},
+        {"queue.buffering.max.kbytes", "65536"},
+        {"queue.buffering.max.messages", "100000"},
+        {"log_level", "4"},
+    };
+    using Props = std::map<std::string, std::string>;
+    const Props* layers[] = {&defaults, &options_.properties};  // ours, then the user's
+    for (const Props* m : layers) {
+      for (const auto& [k, v] : *m) {
+        if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) {
+          rd_kafka_conf_destroy(conf);
+          return Status::InvalidArgument("kafka property " + k + "=\"" + v + "\": " + err);
+        }
+      }
+    }
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_dr_msg_cb(conf, &KafkaTransport::OnDelivery);
+    rd_kafka_conf_set_error_cb(conf, &KafkaTransport::OnError);
+    rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    if (!rk) return Status::InvalidArgument(std::string("kafka producer: ") + err);
+    rk_ = rk;
+    fatal_ = false;
+    return Status::Ok();
+  }
+
+  void DestroyProducer() {
+    if (!rk_) return;
+    // Purge what is still queued: those messages get a delivery report with
+    // _PURGE_QUEUE, i.e. kRetriable, so nothing is silently dropped.
+    rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(rk_, 2000);
+    rd_kafka_destroy(rk_);
+    rk_ = nullptr;
+  }
+
+  void RecreateProducer() {
+    std::unique_lock<std::shared_mutex> l(rk_mu_);
+    if (!fatal_) return;
+    DestroyProducer();
+    (void)CreateProducer();  // properties were valid once; they still are
+  }
+
+  void PollLoop() {
+    while (!stop_) {
+      {
+        std::shared_lock<std::shared_mutex> l(rk_mu_);
+        if (rk_) rd_kafka_poll(rk_, 50);
+      }
+      // Let a pending RecreateProducer take the exclusive lock.
+      if (fatal_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  void Produce(const ClaimedEvent& ce, const std::shared_ptr<BatchState>& batch, std::size_t i,
+               Clock::time_point deadline) {
+    if (!rk_) {
+      batch->Complete(i, {PublishOutcome::kRetriable, "kafka producer unavailable"});
+      return;
+    }
+    const Event& e = ce.event;
+    const std::string topic = RenderTopic(options_.topic_template, e);
+    rd_kafka_headers_t* hdrs = rd_kafka_headers_new(8 + e.headers.size());
+    auto add = [&](const char* name, const std::string& v) {
+      rd_kafka_header_add(hdrs, name, -1, v.data(), static_cast<ssize_t>(v.size()));
+    };
+    add("outbox-event-id", ce.event_id);
+    add("outbox-event-type", e.event_type);
+    add("outbox-aggregate-type", e.aggregate_type);
+    add("outbox-aggregate-id", e.aggregate_id);
+    if (e.dedup_key) add("outbox-dedup-key", *e.dedup_key);
+    add("outbox-created-at", Rfc3339(ce.created_at));
+    add("outbox-attempt", std::to_string(ce.attempts));
+    for (const Header& h : e.headers) add(h.name.c_str(), h.value);
+
+    auto* slot = new Slot{batch, i};
+    for (;;) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+      rd_kafka_resp_err_t err = rd_kafka_producev(
+          rk_, RD_KAFKA_V_TOPIC(topic.c_str()),
+          RD_KAFKA_V_KEY(e.aggregate_id.data(), e.aggregate_id.size()),
+          RD_KAFKA_V_VALUE(const_cast<char*>(e.payload.data()), e.payload.size()),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hdrs),
+          RD_KAFKA_V_OPAQUE(slot), RD_KAFKA_V_END);
+#pragma GCC diagnostic pop
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;  // headers now owned by librdkafka
+      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && Clock::now() < deadline) {
+        // The bounded local queue is full: wait for delivery reports to drain it.
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
+      }
+      rd_kafka_headers_destroy(hdrs);
+      delete slot;
+      batch->Complete(i, MakeResult(err));
+      return;
+    }
+  }
+
+  static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+    auto* self = static_cast<KafkaTransport*>(opaque);
+    auto* slot = static_cast<Slot*>(m->_private);
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) self->all_brokers_down_ = false;
+    if (slot) {
+      slot->batch->Complete(slot->index, MakeResult(m->err));
+      delete slot;
+    }
+  }
+
+  static void OnError(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+    auto* self = static_cast<KafkaTransport*>(opaque);
+    auto code = static_cast<rd_kafka_resp_err_t>(err);
+    if (code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) self->all_brokers_down_ = true;
+    if (code == RD_KAFKA_RESP_ERR__FATAL) {
+      char buf[512];
+      rd_kafka_fatal_error(rk, buf, sizeof buf);
+      self->fatal_ = true;  // the next Publish recreates the producer
+    }
+    (void)reason;
+  }
+
+  KafkaTransportOptions options_;
+  std::chrono::milliseconds message_timeout_{10000};
+  std::shared_mutex rk_mu_;  // exclusive only to recreate the producer
+  rd_kafka_t* rk_ = nullptr;
+  std::thread poller_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> all_brokers_down_{false};
+  std::atomic<bool> fatal_{false};
+};
+
+}  // namespace
+
+std::string_view PublishOutcomeName(PublishOutcome o) {
+  switch (o) {
+    case PublishOutcome::kAcked: return "acked";
+    case PublishOutcome::kRetriable: return "retriable";
+    case PublishOutcome::kFatal: return "fatal";
+  }
+  return "unknown";
+}
+
+Status ValidateTopicTemplate(const std::string& tmpl) {
+  if (tmpl.empty()) return Status::InvalidArgument("topic_template is empty");
+  std::size_t i = 0;
+  while (i < tmpl.size()) {
+    if (tmpl[i] == '{') {
+      std::size_t end = tmpl.find('}', i);
+      if (end == std::string::npos) {
+        return Status::InvalidArgument("topic_template \"" + tmpl + "\": unclosed '{'");
+      }
+      std::string name = tmpl.substr(i + 1, end - i - 1);
+      if (name != "aggregate_type" && name != "event_type") {
+        return Status::InvalidArgument("topic_template \"" + tmpl + "\": unknown placeholder {" +
+                                       name + "} (known: {aggregate_type}, {event_type})");
+      }
+      i = end + 1;
+    } else {
+      if (!IsTopicChar(tmpl[i])) {
+        return Status::InvalidArgument("topic_template \"" + tmpl + "\": character '" +
+                                       std::string(1, tmpl[i]) +
+                                       "' is not allowed in a Kafka topic name");
+      }
+      ++i;
+    }
+  }
+  return Status::Ok();
+}
+
+std::string RenderTopic(const std::string& tmpl, const Event& event) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < tmpl.size()) {
+    if (tmpl[i] == '{') {
+      std::size_t end = tmpl.find('}', i);
+      const std::string& v =
+          tmpl.compare(i + 1, end - i - 1, "event_type") == 0 ? event.event_type
+                                                               : event.aggregate_type;
+      // event_type is free text; map what Kafka does not allow to '_'.
+      for (char c : v) out += IsTopicChar(c) ? c : '_';
+      i = end + 1;
+    } else {
+      out += tmpl[i++];
+    }
+  }
+  return out.substr(0, 249);
+}
+
+Result<std::unique_ptr<Transport>> OpenKafkaTransport(const KafkaTransportOptions& options) {
+  auto t = std::make_unique<KafkaTransport>(options);
+  OUTBOX_RETURN_IF_ERROR(t->Init());
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+}  // namespace outbox
