@@ -1,0 +1,412 @@
+#include "config.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace outbox::daemon {
+namespace {
+
+using Setter = std::function<Status(Config&, const std::string&)>;
+using Getter = std::function<std::string(const Config&)>;
+
+struct Key {
+  std::string name;  // "section.key"
+  std::string env;   // OUTBOX_SECTION_KEY
+  Setter set;
+  Getter get;
+  bool quoted;  // render as a TOML string
+};
+
+Status BadValue(const std::string& key, const std::string& value, const std::string& want) {
+  return Status::InvalidArgument("config key " + key + ": invalid value \"" + value + "\" (" +
+                                 want + ")");
+}
+
+Result<long long> ParseInt(const std::string& key, const std::string& v, long long lo,
+                           long long hi) {
+  errno = 0;
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || errno != 0 || !end || *end != '\0' || n < lo || n > hi) {
+    return BadValue(key, v, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  return n;
+}
+
+Result<bool> ParseBool(const std::string& key, const std::string& v) {
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return BadValue(key, v, "true or false");
+}
+
+Result<double> ParseDouble(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || !end || *end != '\0') return BadValue(key, v, "a number");
+  return d;
+}
+
+Key Str(std::string name, std::string env, std::function<std::string&(Config&)> field) {
+  return Key{name, env,
+             [field](Config& c, const std::string& v) {
+               field(c) = v;
+               return Status::Ok();
+             },
+             [field](const Config& c) { return field(const_cast<Config&>(c)); }, true};
+}
+
+template <typename Rep>
+Key Int(std::string name, std::string env, long long lo, long long hi,
+        std::function<Rep&(Config&)> field) {
+  return Key{name, env,
+             [name, lo, hi, field](Config& c, const std::string& v) -> Status {
+               auto n = ParseInt(name, v, lo, hi);
+               if (!n.ok()) return n.status();
+               field(c) = static_cast<Rep>(*n);
+               return Status::Ok();
+             },
+             [field](const Config& c) {
+               return std::to_string(static_cast<long long>(field(const_cast<Config&>(c))));
+             },
+             false};
+}
+
+template <typename Duration>
+Key Dur(std::string name, std::string env, long long lo, long long hi,
+        std::function<Duration&(Config&)> field) {
+  return Key{name, env,
+             [name, lo, hi, field](Config& c, const std::string& v) -> Status {
+               auto n = ParseInt(name, v, lo, hi);
+               if (!n.ok()) return n.status();
+               field(c) = Duration(*n);
+               return Status::Ok();
+             },
+             [field](const Config& c) {
+               return std::to_string(field(const_cast<Config&>(c)).count());
+             },
+             false};
+}
+
+Key Bool(std::string name, std::string env, std::function<bool&(Config&)> field) {
+  return Key{name, env,
+             [name, field](Config& c, const std::string& v) -> Status {
+               auto b = ParseBool(name, v);
+               if (!b.ok()) return b.status();
+               field(c) = *b;
+               return Status::Ok();
+             },
+             [field](const Config& c) { return field(const_cast<Config&>(c)) ? "true" : "false"; },
+             false};
+}
+
+const std::vector<Key>& Keys() {
+  static const std::vector<Key> keys = [] {
+    constexpr long long kMaxMs = 24LL * 3600 * 1000;
+    std::vector<Key> k;
+    k.push_back(Str("database.url", "OUTBOX_DATABASE_URL",
+                    [](Config& c) -> std::string& { return c.database.conninfo; }));
+    k.push_back(Str("database.schema", "OUTBOX_DATABASE_SCHEMA",
+                    [](Config& c) -> std::string& { return c.database.schema; }));
+    k.push_back(Key{"database.sent_mode", "OUTBOX_DATABASE_SENT_MODE",
+                    [](Config& c, const std::string& v) -> Status {
+                      if (v == "update") {
+                        c.database.sent_mode = SentMode::kUpdate;
+                      } else if (v == "delete") {
+                        c.database.sent_mode = SentMode::kDelete;
+                      } else {
+                        return BadValue("database.sent_mode", v, "update or delete");
+                      }
+                      return Status::Ok();
+                    },
+                    [](const Config& c) {
+                      return std::string(c.database.sent_mode == SentMode::kDelete ? "delete"
+                                                                                   : "update");
+                    },
+                    true});
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "database.statement_timeout_ms", "OUTBOX_DATABASE_STATEMENT_TIMEOUT_MS", 100, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.database.statement_timeout; }));
+    k.push_back(Dur<std::chrono::seconds>(
+        "database.connect_timeout_s", "OUTBOX_DATABASE_CONNECT_TIMEOUT_S", 1, 3600,
+        [](Config& c) -> std::chrono::seconds& { return c.database.connect_timeout; }));
+    k.push_back(Str("kafka.topic_template", "OUTBOX_KAFKA_TOPIC_TEMPLATE",
+                    [](Config& c) -> std::string& { return c.kafka.topic_template; }));
+    k.push_back(Str("relay.id", "OUTBOX_RELAY_ID",
+                    [](Config& c) -> std::string& { return c.relay.relay_id; }));
+    k.push_back(Int<int>("relay.workers", "OUTBOX_RELAY_WORKERS", 1, 64,
+                         [](Config& c) -> int& { return c.relay.workers; }));
+    k.push_back(Int<int>("relay.batch_size", "OUTBOX_RELAY_BATCH_SIZE", 1, 10000,
+                         [](Config& c) -> int& { return c.relay.batch_size; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "relay.lease_ms", "OUTBOX_RELAY_LEASE_MS", 1000, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.lease; }));
+    k.push_back(Int<int>("relay.max_attempts", "OUTBOX_RELAY_MAX_ATTEMPTS", 1, 1000000,
+                         [](Config& c) -> int& { return c.relay.max_attempts; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "relay.backoff_base_ms", "OUTBOX_RELAY_BACKOFF_BASE_MS", 1, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.backoff_base; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "relay.backoff_max_ms", "OUTBOX_RELAY_BACKOFF_MAX_MS", 1, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.backoff_max; }));
+    k.push_back(Key{"relay.backoff_jitter", "OUTBOX_RELAY_BACKOFF_JITTER",
+                    [](Config& c, const std::string& v) -> Status {
+                      auto d = ParseDouble("relay.backoff_jitter", v);
+                      if (!d.ok()) return d.status();
+                      if (*d < 0 || *d > 1) return BadValue("relay.backoff_jitter", v, "0..1");
+                      c.relay.backoff_jitter = *d;
+                      return Status::Ok();
+                    },
+                    [](const Config& c) {
+                      std::ostringstream s;
+                      s << c.relay.backoff_jitter;
+                      return s.str();
+                    },
+                    false});
+    k.push_back(Bool("relay.ordered", "OUTBOX_RELAY_ORDERED",
+                     [](Config& c) -> bool& { return c.relay.ordered; }));
+    k.push_back(Key{"relay.on_failed", "OUTBOX_RELAY_ON_FAILED",
+                    [](Config& c, const std::string& v) -> Status {
+                      if (v == "hold") {
+                        c.relay.on_failed = FailedPolicy::kHold;
+                      } else if (v == "pass") {
+                        c.relay.on_failed = FailedPolicy::kPass;
+                      } else {
+                        return BadValue("relay.on_failed", v, "hold or pass");
+                      }
+                      return Status::Ok();
+                    },
+                    [](const Config& c) {
+                      return std::string(c.relay.on_failed == FailedPolicy::kPass ? "pass"
+                                                                                  : "hold");
+                    },
+                    true});
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "relay.poll_min_ms", "OUTBOX_RELAY_POLL_MIN_MS", 1, 60000,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.poll_min; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "relay.poll_max_ms", "OUTBOX_RELAY_POLL_MAX_MS", 1, 600000,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.poll_max; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "relay.db_retry_max_ms", "OUTBOX_RELAY_DB_RETRY_MAX_MS", 1, 600000,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.db_retry_max; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "relay.shutdown_timeout_ms", "OUTBOX_RELAY_SHUTDOWN_TIMEOUT_MS", 0, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.shutdown_timeout; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "relay.stats_interval_ms", "OUTBOX_RELAY_STATS_INTERVAL_MS", 100, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.stats_interval; }));
+    k.push_back(Dur<std::chrono::seconds>(
+        "retention.sent_retention_s", "OUTBOX_RETENTION_SENT_RETENTION_S", 0, 3650LL * 86400,
+        [](Config& c) -> std::chrono::seconds& { return c.relay.sent_retention; }));
+    k.push_back(Dur<std::chrono::seconds>(
+        "retention.purge_interval_s", "OUTBOX_RETENTION_PURGE_INTERVAL_S", 1, 86400,
+        [](Config& c) -> std::chrono::seconds& { return c.relay.purge_interval; }));
+    k.push_back(Int<int>("retention.purge_batch", "OUTBOX_RETENTION_PURGE_BATCH", 1, 100000,
+                         [](Config& c) -> int& { return c.relay.purge_batch; }));
+    k.push_back(Str("http.listen", "OUTBOX_HTTP_LISTEN",
+                    [](Config& c) -> std::string& { return c.http_listen; }));
+    k.push_back(Key{"log.format", "OUTBOX_LOG_FORMAT",
+                    [](Config& c, const std::string& v) -> Status {
+                      if (v != "text" && v != "json") return BadValue("log.format", v, "text or json");
+                      c.log_json = v == "json";
+                      return Status::Ok();
+                    },
+                    [](const Config& c) { return std::string(c.log_json ? "json" : "text"); },
+                    true});
+    k.push_back(Key{"log.level", "OUTBOX_LOG_LEVEL",
+                    [](Config& c, const std::string& v) -> Status {
+                      static const std::map<std::string, LogLevel> m = {
+                          {"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo},
+                          {"warn", LogLevel::kWarn}, {"error", LogLevel::kError}};
+                      auto it = m.find(v);
+                      if (it == m.end()) return BadValue("log.level", v, "debug, info, warn or error");
+                      c.log_level = it->second;
+                      return Status::Ok();
+                    },
+                    [](const Config& c) {
+                      switch (c.log_level) {
+                        case LogLevel::kDebug: return std::string("debug");
+                        case LogLevel::kWarn: return std::string("warn");
+                        case LogLevel::kError: return std::string("error");
+                        default: return std::string("info");
+                      }
+                    },
+                    true});
+    return k;
+  }();
+  return keys;
+}
+
+const std::string kKafkaPropsPrefix = "kafka.properties.";
+
+Status Set(Config& c, const std::string& key, const std::string& value) {
+  if (key.rfind(kKafkaPropsPrefix, 0) == 0 && key.size() > kKafkaPropsPrefix.size()) {
+    c.kafka.properties[key.substr(kKafkaPropsPrefix.size())] = value;
+    return Status::Ok();
+  }
+  for (const Key& k : Keys()) {
+    if (k.name == key) return k.set(c, value);
+  }
+  return Status::InvalidArgument("unknown config key " + key +
+                                 " (see docs/relay.md for the keys)");
+}
+
+std::string TomlScalar(const toml::node& n) {
+  if (auto s = n.as_string()) return s->get();
+  if (auto i = n.as_integer()) return std::to_string(i->get());
+  if (auto b = n.as_boolean()) return b->get() ? "true" : "false";
+  if (auto f = n.as_floating_point()) {
+    std::ostringstream o;
+    o << f->get();
+    return o.str();
+  }
+  return "";
+}
+
+Status ApplyTable(Config& c, const toml::table& t, const std::string& prefix,
+                  const std::string& file_name) {
+  for (const auto& [k, node] : t) {
+    const std::string key = prefix + std::string(k.str());
+    if (const toml::table* sub = node.as_table()) {
+      // kafka.properties keys may contain dots: "bootstrap.servers" = "..." (quoted),
+      // or nested tables; flatten either way.
+      OUTBOX_RETURN_IF_ERROR(ApplyTable(c, *sub, key + ".", file_name));
+      continue;
+    }
+    if (node.is_array()) {
+      return Status::InvalidArgument(file_name + ": config key " + key + ": arrays are not supported");
+    }
+    Status st = Set(c, key, TomlScalar(node));
+    if (!st.ok()) return Status::InvalidArgument(file_name + ": " + st.message());
+  }
+  return Status::Ok();
+}
+
+std::string RedactUrl(const std::string& url) {
+  // postgresql://user:secret@host/db -> postgresql://user:***@host/db; password=... -> ***
+  std::string out = url;
+  auto scheme = out.find("://");
+  auto at = out.find('@');
+  if (scheme != std::string::npos && at != std::string::npos && at > scheme) {
+    auto colon = out.find(':', scheme + 3);
+    if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
+  }
+  auto pw = out.find("password=");
+  if (pw != std::string::npos) {
+    auto end = out.find_first_of(" &", pw);
+    out.replace(pw + 9, (end == std::string::npos ? out.size() : end) - pw - 9, "***");
+  }
+  return out;
+}
+
+bool IsSecretProperty(const std::string& name) {
+  for (const char* w : {"password", "secret", "key", "token"}) {
+    if (name.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string Quote(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+}  // namespace
+
+std::string DefaultRelayId() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "relay");
+  return std::string(host) + ":" + std::to_string(getpid());
+}
+
+Result<Config> LoadConfig(const std::string& file_text, const std::string& file_name,
+                          const std::map<std::string, std::string>& env,
+                          const std::vector<std::pair<std::string, std::string>>& overrides) {
+  Config c;
+  c.relay.relay_id = DefaultRelayId();
+  if (!file_text.empty()) {
+    toml::table parsed;
+    try {  // toml++ reports syntax errors by exception; they stop here
+      parsed = toml::parse(file_text, file_name);
+    } catch (const toml::parse_error& err) {
+      return Status::InvalidArgument(file_name + ":" + std::to_string(err.source().begin.line) +
+                                     ":" + std::to_string(err.source().begin.column) + ": " +
+                                     std::string(err.description()));
+    }
+    OUTBOX_RETURN_IF_ERROR(ApplyTable(c, parsed, "", file_name));
+  }
+  // The names scripts/testenv writes, accepted as shortcuts.
+  const std::pair<const char*, const char*> aliases[] = {
+      {"OUTBOX_PG_URL", "database.url"},
+      {"OUTBOX_KAFKA_BOOTSTRAP", "kafka.properties.bootstrap.servers"}};
+  for (const auto& [var, key] : aliases) {
+    auto it = env.find(var);
+    if (it != env.end()) {
+      Status st = Set(c, key, it->second);
+      if (!st.ok()) return Status::InvalidArgument("environment " + std::string(var) + ": " + st.message());
+    }
+  }
+  for (const Key& k : Keys()) {
+    auto it = env.find(k.env);
+    if (it == env.end()) continue;
+    Status st = k.set(c, it->second);
+    if (!st.ok()) return Status::InvalidArgument("environment " + k.env + ": " + st.message());
+  }
+  for (const auto& [key, value] : overrides) OUTBOX_RETURN_IF_ERROR(Set(c, key, value));
+
+  if (c.database.conninfo.empty()) {
+    return Status::InvalidArgument(
+        "config key database.url is required (or OUTBOX_DATABASE_URL / OUTBOX_PG_URL / --db)");
+  }
+  OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(c.database.schema));
+  if (!c.kafka.properties.count("bootstrap.servers")) {
+    return Status::InvalidArgument(
+        "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "
+        "--bootstrap)");
+  }
+  Status tt = ValidateTopicTemplate(c.kafka.topic_template);
+  if (!tt.ok()) return Status::InvalidArgument("config key kafka." + tt.message());
+  OUTBOX_RETURN_IF_ERROR(ValidateRelayOptions(c.relay));
+  if (c.http_listen.rfind(':') == std::string::npos) {
+    return Status::InvalidArgument("config key http.listen: \"" + c.http_listen +
+                                   "\" must be HOST:PORT");
+  }
+  return c;
+}
+
+std::string PrintConfig(const Config& c) {
+  std::string out;
+  std::string section;
+  for (const Key& k : Keys()) {
+    auto dot = k.name.find('.');
+    std::string sec = k.name.substr(0, dot);
+    if (sec != section) {
+      if (!section.empty()) out += "\n";
+      out += "[" + sec + "]\n";
+      section = sec;
+    }
+    std::string v = k.get(c);
+    if (k.name == "database.url") v = RedactUrl(v);
+    out += k.name.substr(dot + 1) + " = " + (k.quoted ? Quote(v) : v) + "\n";
+    if (k.name == "kafka.topic_template") {
+      out += "\n[kafka.properties]\n";
+      for (const auto& [name, value] : c.kafka.properties) {
+        out += Quote(name) + " = " + Quote(IsSecretProperty(name) ? "***" : value) + "\n";
+      }
+      section = "kafka.properties";
+    }
+  }
+  return out;
+}
+
+}  // namespace outbox::daemon

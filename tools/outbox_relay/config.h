@@ -1,0 +1,43 @@
+// outbox-relay configuration: TOML file < OUTBOX_* environment < flags.
+// Every key, its environment variable, default and meaning: docs/relay.md.
+#ifndef OUTBOX_TOOLS_OUTBOX_RELAY_CONFIG_H_
+#define OUTBOX_TOOLS_OUTBOX_RELAY_CONFIG_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "outbox/kafka.h"
+#include "outbox/log.h"
+#include "outbox/postgres.h"
+#include "outbox/relay.h"
+
+namespace outbox::daemon {
+
+struct Config {
+  PostgresStoreOptions database;
+  KafkaTransportOptions kafka;
+  RelayOptions relay;
+  std::string http_listen = "127.0.0.1:9464";  // loopback by default: metrics are not public
+  bool log_json = false;
+  LogLevel log_level = LogLevel::kInfo;
+};
+
+// Sources in increasing precedence. `file_text` is the TOML document ("" = none),
+// `file_name` only names it in errors; `env` is the process environment;
+// `overrides` are --set KEY=VALUE pairs (and flag shortcuts) in order.
+Result<Config> LoadConfig(const std::string& file_text, const std::string& file_name,
+                          const std::map<std::string, std::string>& env,
+                          const std::vector<std::pair<std::string, std::string>>& overrides);
+
+// The effective configuration as TOML, with secrets (passwords in the database
+// URL, kafka properties whose name mentions password/secret/key) redacted.
+std::string PrintConfig(const Config& c);
+
+// Default relay id: "<hostname>:<pid>".
+std::string DefaultRelayId();
+
+}  // namespace outbox::daemon
+
+#endif  // OUTBOX_TOOLS_OUTBOX_RELAY_CONFIG_H_

@@ -1,0 +1,196 @@
+// outbox-relay: moves committed outbox rows from PostgreSQL to Kafka.
+//
+//   outbox-relay [--config FILE] [--set KEY=VALUE]... [--db URL] [--bootstrap SERVERS]
+//                [--log-json] [--print-config] [--migrate]
+//
+// Exit codes (docs/relay.md): 0 stopped cleanly after SIGTERM/SIGINT;
+// 1 runtime failure (HTTP port unavailable, shutdown deadline passed with
+// batches in flight — safe, their leases expire); 2 bad configuration or usage;
+// 130 second signal: immediate exit (safe for the same reason).
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "config.h"
+#include "outbox/kafka.h"
+#include "outbox/postgres.h"
+#include "outbox/relay.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitForced = 130;
+
+int Usage(const std::string& msg) {
+  std::cerr << "outbox-relay: " << msg << "\n"
+            << "usage: outbox-relay [--config FILE] [--set KEY=VALUE]... [--db URL]\n"
+            << "                    [--bootstrap SERVERS] [--log-json] [--print-config] [--migrate]\n"
+            << "Keys, environment variables and defaults: docs/relay.md\n";
+  return kExitConfig;
+}
+
+std::map<std::string, std::string> Environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string s = *e;
+    auto eq = s.find('=');
+    if (eq != std::string::npos && s.rfind("OUTBOX_", 0) == 0) env[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  return env;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  bool print_config = false, migrate = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::exit(Usage(a + " needs a value"));
+      }
+      return argv[++i];
+    };
+    if (a == "--config") {
+      config_path = value();
+    } else if (a == "--set") {
+      std::string kv = value();
+      auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) return Usage("--set needs KEY=VALUE, got " + kv);
+      overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    } else if (a == "--db") {
+      overrides.emplace_back("database.url", value());
+    } else if (a == "--bootstrap") {
+      overrides.emplace_back("kafka.properties.bootstrap.servers", value());
+    } else if (a == "--log-json") {
+      overrides.emplace_back("log.format", "json");
+    } else if (a == "--print-config") {
+      print_config = true;
+    } else if (a == "--migrate") {
+      migrate = true;
+    } else if (a == "-h" || a == "--help") {
+      Usage("help");
+      return kExitOk;
+    } else {
+      return Usage("unknown argument " + a);
+    }
+  }
+
+  std::string text;
+  if (!config_path.empty()) {
+    std::ifstream f(config_path);
+    if (!f) return Usage("cannot read config file " + config_path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+  }
+  auto cfg = outbox::daemon::LoadConfig(text, config_path.empty() ? "<none>" : config_path,
+                                        Environment(), overrides);
+  if (!cfg.ok()) {
+    std::cerr << "outbox-relay: configuration error: " << cfg.status().message() << "\n";
+    return kExitConfig;
+  }
+  if (print_config) {
+    std::cout << outbox::daemon::PrintConfig(*cfg);
+    return kExitOk;
+  }
+
+  outbox::StreamLogger logger(cfg->log_json, cfg->log_level);
+
+  // Signals are taken by one thread with sigwait, so no handler runs inside
+  // librdkafka or libpq.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto transport = outbox::OpenKafkaTransport(cfg->kafka);
+  if (!transport.ok()) {
+    std::cerr << "outbox-relay: configuration error: " << transport.status().message() << "\n";
+    return kExitConfig;
+  }
+  outbox::PostgresStoreOptions db = cfg->database;
+  outbox::StoreFactory factory = [db]() { return outbox::OpenPostgresStore(db); };
+
+  outbox::MetricsRegistry registry;
+  outbox::RelayMetrics metrics(registry);
+  auto relay = outbox::Relay::Create(cfg->relay, factory, **transport, metrics, logger);
+  if (!relay.ok()) {
+    std::cerr << "outbox-relay: configuration error: " << relay.status().message() << "\n";
+    return kExitConfig;
+  }
+
+  if (migrate) {
+    // Retried like any other database call, so a relay started before its
+    // database comes up waits instead of failing.
+    std::chrono::milliseconds backoff{200};
+    for (;;) {
+      auto store = factory();
+      outbox::Status st = store.ok() ? (*store)->Migrate() : store.status();
+      if (st.ok()) break;
+      if (!st.retryable()) {
+        logger.Error("migration failed", {{"error", st.ToString()}});
+        return kExitRuntime;
+      }
+      logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+    logger.Info("schema up to date", {{"schema", cfg->database.schema}});
+  }
+
+  httplib::Server http;
+  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(registry.RenderPrometheus(), "text/plain; version=0.0.4");
+  });
+  http.Get("/healthz", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  http.Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
+    bool ready = (*relay)->Ready();
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? "ready\n" : "not ready: database or broker unreachable\n", "text/plain");
+  });
+  const std::string& listen = cfg->http_listen;
+  const auto colon = listen.rfind(':');
+  const std::string host = listen.substr(0, colon);
+  const int port = std::atoi(listen.substr(colon + 1).c_str());
+  if (!http.bind_to_port(host, port)) {
+    logger.Error("cannot listen for HTTP", {{"http.listen", listen}});
+    return kExitRuntime;
+  }
+  std::thread http_thread([&] { http.listen_after_bind(); });
+  logger.Info("http listening", {{"address", listen}});
+
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    logger.Info("signal received; stopping gracefully (send again to exit at once)",
+                {{"signal", std::to_string(sig)}});
+    (*relay)->RequestStop();
+    sigwait(&sigs, &sig);
+    logger.Warn("second signal: exiting now; in-flight rows are left to lease expiry");
+    std::_Exit(kExitForced);
+  });
+  signal_thread.detach();
+
+  outbox::Status st = (*relay)->Run();
+  http.stop();
+  http_thread.join();
+  if (!st.ok()) {
+    logger.Error("relay did not stop cleanly", {{"error", st.ToString()}});
+    std::_Exit(kExitRuntime);  // threads may still hold the relay; do not unwind it
+  }
+  return kExitOk;
+}
