@@ -165,13 +165,16 @@ int main(int argc, char** argv) {
   const std::string& listen = cfg->http_listen;
   const auto colon = listen.rfind(':');
   const std::string host = listen.substr(0, colon);
-  const int port = std::atoi(listen.substr(colon + 1).c_str());
-  if (!http.bind_to_port(host, port)) {
+  int port = std::atoi(listen.substr(colon + 1).c_str());
+  // Port 0 picks a free port (tests); the log line says which.
+  const bool bound = port == 0 ? (port = http.bind_to_any_port(host)) > 0
+                               : http.bind_to_port(host, port);
+  if (!bound) {
     logger.Error("cannot listen for HTTP", {{"http.listen", listen}});
     return kExitRuntime;
   }
   std::thread http_thread([&] { http.listen_after_bind(); });
-  logger.Info("http listening", {{"address", listen}});
+  logger.Info("http listening", {{"address", host + ":" + std::to_string(port)}});
 
   std::thread signal_thread([&] {
     int sig = 0;

@@ -216,6 +216,7 @@ WITH picked AS (
 ),
 )SQL";
 
+// lease_owner stays on SENT and FAILED rows: who sent it, or who gave up on it.
 // Shared tail of both claims: one token per claim, attempts counted at claim
 // time (a crash cannot undo that), lease expiry from the database clock.
 constexpr const char* kClaimUpdate = R"SQL(
@@ -291,8 +292,7 @@ std::string MarkSentUpdate(const std::string& schema) {
   // 'SENT' is accepted too so that retrying a mark whose commit reply was lost
   // reports the rows as applied instead of refused.
   return WithSchema(R"SQL(
-UPDATE {S}.outbox o SET status = 'SENT', sent_at = coalesce(o.sent_at, now()),
-                        lease_owner = NULL, last_error = NULL
+UPDATE {S}.outbox o SET status = 'SENT', sent_at = coalesce(o.sent_at, now()), last_error = NULL
 FROM unnest($1::bigint[], $2::bigint[]) AS t(seq, token)
 WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status IN ('PROCESSING', 'SENT')
 RETURNING o.seq
@@ -324,8 +324,7 @@ RETURNING o.seq
 
 std::string MarkFailed(const std::string& schema) {
   return WithSchema(R"SQL(
-UPDATE {S}.outbox o SET status = 'FAILED', failed_at = now(), lease_owner = NULL,
-                        last_error = t.error
+UPDATE {S}.outbox o SET status = 'FAILED', failed_at = now(), last_error = t.error
 FROM jsonb_to_recordset($1::jsonb) AS t(seq bigint, token bigint, error text)
 WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status = 'PROCESSING'
 RETURNING o.seq

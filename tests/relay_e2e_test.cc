@@ -1,0 +1,138 @@
+// outbox-relay as a real process against the real PostgreSQL and a private
+// outbox-mock-kafka: end to end, broker outage, fatal errors, several relays,
+// graceful stop.
+#include "relay_fixture.h"
+
+namespace outbox::testing {
+namespace {
+
+TEST_F(RelayE2ETest, DeliversEverythingInOrderWithKeysAndHeaders) {
+  constexpr int kProducers = 4, kAggs = 25, kPer = 20;  // 2,000 events
+  EnqueueMany(kProducers, kAggs, kPer);
+  Subprocess& relay = StartRelay();
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, 60s))
+      << relay.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer, Scaled(30s));
+  EXPECT_EQ(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u) << "no fault, so no duplicates";
+  int status = 0;
+  Get(port, "/readyz", &status);
+  EXPECT_EQ(status, 200);
+  const std::string metrics = Get(port, "/metrics");
+  EXPECT_EQ(Metric(metrics, "outbox_relay_events_published_total"), kProducers * kAggs * kPer);
+  EXPECT_GT(Metric(metrics, "outbox_relay_commit_to_ack_seconds_count"), 0);
+  EXPECT_GE(Metric(metrics, "outbox_relay_claim_batch_size_count"), 1);
+  EXPECT_TRUE(WaitFor([&] { return Metric(Get(port, "/metrics"), "outbox_pending_rows") == 0; }, 5s));
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
+TEST_F(RelayE2ETest, BrokerDownThenUpLosesNothingAndRetriesShowInMetrics) {
+  constexpr int kProducers = 2, kAggs = 10, kPer = 10;  // 200 events
+  ASSERT_EQ(kafka_->Control("broker-down -1"), "ok");
+  Subprocess& relay = StartRelay({"kafka.properties.message.timeout.ms=1000", "relay.lease_ms=10000",
+                                  "relay.max_attempts=1000"});
+  const int port = HttpPort(relay);
+  EnqueueMany(kProducers, kAggs, kPer);
+  // Publishing fails and rows are rescheduled with backoff while the broker is down.
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_relay_rows_rescheduled_total") > 0;
+  }, 30s)) << relay.Log();
+  int status = 0;
+  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 503; }, 15s))
+      << "readyz should report the broker outage";
+  EXPECT_EQ(CountStatus("SENT"), 0);
+  EXPECT_EQ(CountStatus("FAILED"), 0) << "an outage must not fail rows";
+  ASSERT_EQ(kafka_->Control("broker-up -1"), "ok");
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, 90s))
+      << relay.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer, Scaled(30s));
+  CheckDelivered(msgs, kProducers, kAggs, kPer);
+  const std::string m = Get(port, "/metrics");
+  EXPECT_GT(Metric(m, "outbox_relay_publish_failures_total{class=\"retriable\"}"), 0);
+  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, 15s));
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(RelayE2ETest, FatalPublishErrorFailsThatRowOnlyAndHoldsItsAggregate) {
+  // A payload larger than the producer's message.max.bytes can never be sent.
+  Exec(admin_.get(), "BEGIN");
+  EnqueueOptions eo;
+  eo.schema = schema_;
+  std::vector<Event> evs;
+  auto ev = [](const std::string& agg, const std::string& payload) {
+    Event e;
+    e.aggregate_type = "order";
+    e.aggregate_id = agg;
+    e.event_type = "OrderChanged";
+    e.payload = payload;
+    return e;
+  };
+  evs.push_back(ev("big", std::string(20000, 'x')));
+  evs.push_back(ev("big", "after-the-big-one"));
+  for (int i = 0; i < 20; ++i) evs.push_back(ev("small-" + std::to_string(i), "fine#0"));
+  ASSERT_TRUE(EnqueueBatch(admin_.get(), evs, eo).ok());
+  Exec(admin_.get(), "COMMIT");
+  Subprocess& relay = StartRelay({"kafka.properties.message.max.bytes=10000"});
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 20 && CountStatus("FAILED") == 1; }, 30s))
+      << relay.Log();
+  std::string err = Exec(admin_.get(), "SELECT last_error FROM " + schema_ +
+                                           ".outbox WHERE status = 'FAILED'");
+  EXPECT_NE(err.find("MSG_SIZE_TOO_LARGE"), std::string::npos) << err;
+  // The next event of the same aggregate is held (default on_failed = hold).
+  EXPECT_EQ(Exec(admin_.get(), "SELECT status FROM " + schema_ +
+                                   ".outbox WHERE convert_from(payload, 'UTF8') = 'after-the-big-one'"),
+            "PENDING");
+  EXPECT_TRUE(WaitFor([&] {
+    const std::string m = Get(port, "/metrics");
+    return Metric(m, "outbox_held_aggregates") == 1 &&
+           Metric(m, "outbox_relay_rows_failed_total{reason=\"fatal\"}") == 1;
+  }, 10s)) << Get(port, "/metrics");
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(RelayE2ETest, ThreeRelaysAtOnceDeliverEachEventOnce) {
+  constexpr int kProducers = 3, kAggs = 30, kPer = 30;  // 2,700 events
+  for (int i = 0; i < 3; ++i) StartRelay({"relay.batch_size=50"});
+  EnqueueMany(kProducers, kAggs, kPer);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, 90s));
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer, Scaled(30s));
+  EXPECT_EQ(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u)
+      << "a duplicate without any fault means two live claims held one event";
+  EXPECT_EQ(msgs.size(), static_cast<std::size_t>(kProducers * kAggs * kPer));
+  // All three took part (each row keeps the id of the relay that sent it).
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(DISTINCT lease_owner) FROM " + schema_ + ".outbox"),
+            "3");
+  for (auto& r : relays_) {
+    r->Signal(SIGTERM);
+    EXPECT_EQ(r->Wait(Scaled(30s)), 0) << r->Log();
+  }
+}
+
+TEST_F(RelayE2ETest, SigtermDuringABusyRunExitsZeroAndLeavesNoLiveLease) {
+  EnqueueMany(4, 50, 50);  // 10,000 events
+  Subprocess& relay = StartRelay({"relay.batch_size=200"});
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") > 500; }, 60s)) << relay.Log();
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(40s)), 0) << relay.Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ +
+                                   ".outbox WHERE status = 'PROCESSING' AND available_at > now()"),
+            "0");
+  // A second relay finishes the job.
+  Subprocess& second = StartRelay();
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 10000; }, 90s)) << second.Log();
+  second.Signal(SIGTERM);
+  EXPECT_EQ(second.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(RelayE2ETest, BadConfigurationExitsTwoNamingTheKey) {
+  Subprocess& relay = StartRelay({"relay.batch_size=0"});
+  EXPECT_EQ(relay.Wait(Scaled(10s)), 2);
+  EXPECT_NE(relay.Log().find("relay.batch_size"), std::string::npos) << relay.Log();
+}
+
+}  // namespace
+}  // namespace outbox::testing
