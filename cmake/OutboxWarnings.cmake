@@ -2,9 +2,9 @@
 # optional sanitizers. Applied through the interface target outbox_build_flags.
 add_library(outbox_build_flags INTERFACE)
 target_compile_options(outbox_build_flags INTERFACE
-  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
-  -Wcast-align -Wunused -Woverloaded-virtual -Wconversion -Wsign-conversion
-  -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+  -Wall -Wextra -Wpedantic -Wshadow -Wcast-align -Wunused -Wconversion -Wsign-conversion
+  -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough
+  $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual>)
 if(OUTBOX_WERROR)
   target_compile_options(outbox_build_flags INTERFACE -Werror)
 endif()
@@ -12,4 +12,10 @@ if(OUTBOX_SANITIZE)
   target_compile_options(outbox_build_flags INTERFACE
     -fsanitize=${OUTBOX_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(outbox_build_flags INTERFACE -fsanitize=${OUTBOX_SANITIZE})
+endif()
+if(OUTBOX_SANITIZE MATCHES "thread")
+  # Route librdkafka's C11 thread calls through pthread so TSan sees them
+  # (see the file's comment). Executables only.
+  target_sources(outbox_build_flags INTERFACE
+    $<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:${PROJECT_SOURCE_DIR}/cmake/tsan_c11_threads.c>)
 endif()

@@ -1,0 +1,226 @@
+// Unit tests of the relay's pure parts (transition planning, backoff), the
+// daemon's configuration loader, metrics rendering and topic templates.
+#include <gtest/gtest.h>
+
+#include "config.h"
+#include "outbox/kafka.h"
+#include "outbox/metrics.h"
+#include "plan.h"
+
+namespace outbox {
+namespace {
+
+using relay_internal::BackoffDelay;
+using relay_internal::PlanTransitions;
+using std::chrono::milliseconds;
+
+ClaimedEvent Ce(std::int64_t seq, const std::string& agg, int attempts = 1) {
+  ClaimedEvent e;
+  e.ticket = Ticket{seq, 7};
+  e.event.aggregate_type = "order";
+  e.event.aggregate_id = agg;
+  e.attempts = attempts;
+  return e;
+}
+
+PublishResult Acked() { return {PublishOutcome::kAcked, ""}; }
+PublishResult Retry() { return {PublishOutcome::kRetriable, "REQUEST_TIMED_OUT"}; }
+PublishResult Fatal() { return {PublishOutcome::kFatal, "MSG_SIZE_TOO_LARGE"}; }
+
+std::vector<std::int64_t> Seqs(const std::vector<Ticket>& t) {
+  std::vector<std::int64_t> v;
+  for (const auto& x : t) v.push_back(x.seq);
+  return v;
+}
+template <typename T>
+std::vector<std::int64_t> Seqs(const std::vector<T>& items) {
+  std::vector<std::int64_t> v;
+  for (const auto& x : items) v.push_back(x.ticket.seq);
+  return v;
+}
+
+TEST(PlanTransitions, AckedGoSentRetriableRescheduledFatalFailed) {
+  RelayOptions o;
+  std::mt19937_64 rng(1);
+  std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "b"), Ce(3, "c")};
+  std::vector<PublishResult> r = {Acked(), Retry(), Fatal()};
+  auto p = PlanTransitions(ev, r, o, rng);
+  EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{1});
+  EXPECT_EQ(Seqs(p.reschedule), std::vector<std::int64_t>{2});
+  EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{3});
+  EXPECT_EQ(p.retriable, 1u);
+  EXPECT_EQ(p.fatal, 1u);
+  EXPECT_NE(p.failed[0].error.find("MSG_SIZE_TOO_LARGE"), std::string::npos);
+}
+
+TEST(PlanTransitions, LaterEventsOfABrokenAggregateGoAgainEvenIfAcked) {
+  RelayOptions o;
+  std::mt19937_64 rng(1);
+  std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "a"), Ce(3, "b"), Ce(4, "a")};
+  std::vector<PublishResult> r = {Retry(), Acked(), Acked(), Acked()};
+  auto p = PlanTransitions(ev, r, o, rng);
+  EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{3});
+  EXPECT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{1, 2, 4}));
+  EXPECT_EQ(p.held_back, 2u);
+  // Unordered: each on its own.
+  o.ordered = false;
+  p = PlanTransitions(ev, r, o, rng);
+  EXPECT_EQ(Seqs(p.sent), (std::vector<std::int64_t>{2, 3, 4}));
+}
+
+TEST(PlanTransitions, MaxAttemptsTurnsARetriableIntoFailed) {
+  RelayOptions o;
+  o.max_attempts = 3;
+  std::mt19937_64 rng(1);
+  std::vector<ClaimedEvent> ev = {Ce(1, "a", 3), Ce(2, "a", 3), Ce(3, "b", 2)};
+  std::vector<PublishResult> r = {Retry(), Acked(), Retry()};
+  auto p = PlanTransitions(ev, r, o, rng);
+  EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{1});
+  EXPECT_EQ(p.max_attempts, 1u);
+  EXPECT_NE(p.failed[0].error.find("gave up after 3 attempts"), std::string::npos);
+  EXPECT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{2, 3})) << "a/2 waits behind FAILED a/1";
+}
+
+TEST(PlanTransitions, PassPolicyLetsLaterEventsThroughAfterAFatalOne) {
+  RelayOptions o;
+  o.on_failed = FailedPolicy::kPass;
+  std::mt19937_64 rng(1);
+  std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "a")};
+  std::vector<PublishResult> r = {Fatal(), Acked()};
+  auto p = PlanTransitions(ev, r, o, rng);
+  EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{1});
+  EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{2});
+}
+
+TEST(BackoffDelay, GrowsExponentiallyWithJitterAndACap) {
+  RelayOptions o;
+  o.backoff_base = milliseconds(100);
+  o.backoff_max = milliseconds(1000);
+  o.backoff_jitter = 0.2;
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 200; ++i) {
+    auto d1 = BackoffDelay(o, 1, rng).count();
+    EXPECT_GE(d1, 80);
+    EXPECT_LE(d1, 100);
+    auto d3 = BackoffDelay(o, 3, rng).count();
+    EXPECT_GE(d3, 320);
+    EXPECT_LE(d3, 400);
+    auto d30 = BackoffDelay(o, 30, rng).count();
+    EXPECT_GE(d30, 800);
+    EXPECT_LE(d30, 1000);
+  }
+}
+
+// ---- configuration ------------------------------------------------------
+
+const std::map<std::string, std::string> kMinimalEnv = {
+    {"OUTBOX_PG_URL", "postgresql://u:pw@db/x"}, {"OUTBOX_KAFKA_BOOTSTRAP", "k:9092"}};
+
+TEST(Config, PrecedenceIsDefaultsThenFileThenEnvThenFlags) {
+  const std::string file = R"(
+[relay]
+batch_size = 100
+workers = 3
+[kafka.properties]
+"linger.ms" = 7
+)";
+  std::map<std::string, std::string> env = kMinimalEnv;
+  env["OUTBOX_RELAY_WORKERS"] = "4";
+  auto c = daemon::LoadConfig(file, "relay.toml", env, {{"relay.workers", "5"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->relay.batch_size, 100);      // file
+  EXPECT_EQ(c->relay.workers, 5);           // flag beats env beats file
+  EXPECT_EQ(c->relay.max_attempts, 10);     // default
+  EXPECT_EQ(c->kafka.properties.at("linger.ms"), "7");
+  EXPECT_EQ(c->kafka.properties.at("bootstrap.servers"), "k:9092");
+  EXPECT_EQ(c->database.conninfo, "postgresql://u:pw@db/x");
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  struct Case {
+    std::string file;
+    std::vector<std::pair<std::string, std::string>> flags;
+    std::string needle;
+  };
+  std::vector<Case> cases = {
+      {"[relay]\nbatchsize = 1\n", {}, "relay.batchsize"},
+      {"[relay]\nbatch_size = 0\n", {}, "relay.batch_size"},
+      {"[relay]\nbatch_size = \"many\"\n", {}, "relay.batch_size"},
+      {"[relay]\non_failed = \"drop\"\n", {}, "relay.on_failed"},
+      {"[database]\nsent_mode = \"archive\"\n", {}, "database.sent_mode"},
+      {"[database]\nschema = \"Bad-Name\"\n", {}, "schema"},
+      {"[kafka]\ntopic_template = \"x.{nope}\"\n", {}, "topic_template"},
+      {"[http]\nlisten = \"9464\"\n", {}, "http.listen"},
+      {"", {{"relay.backoff_jitter", "2"}}, "relay.backoff_jitter"},
+      {"", {{"relay.backoff_max_ms", "1"}}, "backoff_max_ms"},
+      {"[nope]\nx = 1\n", {}, "nope.x"},
+      {"[relay\n", {}, "relay.toml:1"},
+  };
+  for (const auto& tc : cases) {
+    auto c = daemon::LoadConfig(tc.file, "relay.toml", kMinimalEnv, tc.flags);
+    ASSERT_FALSE(c.ok()) << tc.file;
+    EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(tc.needle), std::string::npos)
+        << "wanted \"" << tc.needle << "\" in: " << c.status().message();
+  }
+  auto env_bad = kMinimalEnv;
+  env_bad["OUTBOX_RELAY_LEASE_MS"] = "soon";
+  auto c = daemon::LoadConfig("", "x", env_bad, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("OUTBOX_RELAY_LEASE_MS"), std::string::npos);
+  auto missing = daemon::LoadConfig("", "x", {}, {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("database.url"), std::string::npos);
+}
+
+TEST(Config, PrintConfigRedactsSecretsAndRoundTrips) {
+  auto c = daemon::LoadConfig("", "x", kMinimalEnv,
+                              {{"kafka.properties.sasl.password", "hunter2"},
+                               {"relay.batch_size", "123"}});
+  ASSERT_TRUE(c.ok());
+  const std::string out = daemon::PrintConfig(*c);
+  EXPECT_EQ(out.find("hunter2"), std::string::npos) << out;
+  EXPECT_EQ(out.find(":pw@"), std::string::npos) << out;
+  EXPECT_NE(out.find("batch_size = 123"), std::string::npos) << out;
+  // The printed file loads back to the same settings (secrets aside).
+  auto again = daemon::LoadConfig(out, "printed", {}, {});
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << out;
+  EXPECT_EQ(again->relay.batch_size, 123);
+}
+
+// ---- metrics and topics -----------------------------------------------------
+
+TEST(Metrics, RendersPrometheusTextFormat) {
+  MetricsRegistry r;
+  r.AddCounter("x_total", "X things.", "class=\"a\"").Inc(3);
+  r.AddCounter("x_total", "X things.", "class=\"b\"").Inc();
+  r.AddGauge("y", "Y.").Set(1.5);
+  Histogram& h = r.AddHistogram("z_seconds", "Z.", {0.1, 1});
+  h.Observe(0.05);
+  h.Observe(0.5);
+  h.Observe(5);
+  const std::string out = r.RenderPrometheus();
+  EXPECT_NE(out.find("# TYPE x_total counter\nx_total{class=\"a\"} 3\nx_total{class=\"b\"} 1\n"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("y 1.5\n"), std::string::npos);
+  EXPECT_NE(out.find("z_seconds_bucket{le=\"0.10000000000000001\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("z_seconds_bucket{le=\"+Inf\"} 3\nz_seconds_sum 5.5"), std::string::npos) << out;
+  EXPECT_EQ(h.Quantile(0.5), 1);
+}
+
+TEST(TopicTemplate, ValidatesAndRenders) {
+  EXPECT_TRUE(ValidateTopicTemplate("outbox.event.{aggregate_type}").ok());
+  EXPECT_TRUE(ValidateTopicTemplate("{aggregate_type}.{event_type}").ok());
+  EXPECT_FALSE(ValidateTopicTemplate("").ok());
+  EXPECT_FALSE(ValidateTopicTemplate("a b").ok());
+  EXPECT_FALSE(ValidateTopicTemplate("x.{aggregate_type").ok());
+  EXPECT_FALSE(ValidateTopicTemplate("x.{id}").ok());
+  Event e;
+  e.aggregate_type = "order";
+  e.event_type = "Order Created/v2";
+  EXPECT_EQ(RenderTopic("outbox.event.{aggregate_type}", e), "outbox.event.order");
+  EXPECT_EQ(RenderTopic("{aggregate_type}.{event_type}", e), "order.Order_Created_v2");
+}
+
+}  // namespace
+}  // namespace outbox
