@@ -230,7 +230,9 @@ void Relay::WorkerLoop(int index) {
     metrics_.claims.Inc();
     metrics_.batch_size.Observe(static_cast<double>(events.size()));
 
+    const auto published_at = Clock::now();
     std::vector<PublishResult> results = transport_.Publish(events);
+    const auto acked_at = Clock::now();
     const auto now = std::chrono::system_clock::now();
     Plan plan = PlanTransitions(events, results, options_, rng);
     for (std::size_t i = 0; i < events.size(); ++i) {
@@ -293,6 +295,14 @@ void Relay::WorkerLoop(int index) {
     apply("mark sent", [&] { return store->MarkSent(plan.sent); }, plan.sent.size());
     apply("reschedule", [&] { return store->Reschedule(plan.reschedule); }, plan.reschedule.size());
     apply("mark failed", [&] { return store->MarkFailed(plan.failed); }, plan.failed.size());
+    auto ms = [](auto d) {
+      return std::to_string(std::chrono::duration<double, std::milli>(d).count());
+    };
+    logger_.Log(LogLevel::kDebug, "batch done",
+                {{"worker", who}, {"rows", std::to_string(events.size())},
+                 {"claim_ms", ms(published_at - claimed_at)},
+                 {"publish_ms", ms(acked_at - published_at)},
+                 {"mark_ms", ms(Clock::now() - acked_at)}});
     metrics_.rescheduled.Inc(plan.reschedule.size());
     metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
     metrics_.failed_max_attempts.Inc(plan.max_attempts);

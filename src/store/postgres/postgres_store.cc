@@ -30,6 +30,13 @@ Result<std::vector<Header>> ParseHeaders(const std::string& json_text) {
   return out;
 }
 
+std::string SeqArray(const std::vector<Ticket>& tickets) {
+  std::vector<std::int64_t> seqs;
+  seqs.reserve(tickets.size());
+  for (const Ticket& t : tickets) seqs.push_back(t.seq);
+  return pg::Int64ArrayLiteral(seqs);
+}
+
 Result<TransitionResult> CollectApplied(pg::ResultPtr res, std::span<const Ticket> asked) {
   TransitionResult out;
   std::set<std::int64_t> applied;
@@ -137,7 +144,8 @@ class PostgresStore final : public Store {
                      {"error", SafeText(it.error)}});
       asked.push_back(it.ticket);
     }
-    auto res = session_->Exec("reschedule", reschedule_, {Param::Text(arr.dump())});
+    auto res = session_->Exec("reschedule", reschedule_,
+                              {Param::Text(arr.dump()), Param::Text(SeqArray(asked))});
     if (!res.ok()) return res.status();
     return CollectApplied(std::move(res).value(), asked);
   }
@@ -151,7 +159,8 @@ class PostgresStore final : public Store {
           {{"seq", it.ticket.seq}, {"token", it.ticket.token}, {"error", SafeText(it.error)}});
       asked.push_back(it.ticket);
     }
-    auto res = session_->Exec("mark failed", mark_failed_, {Param::Text(arr.dump())});
+    auto res = session_->Exec("mark failed", mark_failed_,
+                              {Param::Text(arr.dump()), Param::Text(SeqArray(asked))});
     if (!res.ok()) return res.status();
     return CollectApplied(std::move(res).value(), asked);
   }

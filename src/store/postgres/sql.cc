@@ -147,62 +147,86 @@ END
 $fn$;
 )SQL";
 
-// The ordered claim. Three steps in one statement (plus a bound that keeps
-// the runs step from reading rows that cannot make the cut):
-//  heads:  due rows with no earlier unsent row of their aggregate, locked with
-//          SKIP LOCKED so concurrent relays never take the same head;
-//  runs:   behind each head we took, the contiguous prefix of its aggregate's
-//          later rows that are due too (nobody else can take those: they are not
-//          heads while our head is unsent);
-//  picked: the first $1 of both, by seq (a cut by seq keeps every run a prefix).
-// Rows claimed $4 times already are not handed out again: they become FAILED.
-// $5: whether a FAILED event holds back the later events of its aggregate.
-constexpr const char* kClaimOrdered = R"SQL(
-WITH heads AS (
-  SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts
-  FROM {S}.outbox o
-  WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
-    AND NOT EXISTS (
-      SELECT 1 FROM {S}.outbox e
-      WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
-        AND e.seq < o.seq AND e.status <> 'SENT' AND ($5 OR e.status <> 'FAILED'))
-  ORDER BY o.seq
-  LIMIT $1
-  FOR UPDATE OF o SKIP LOCKED
-),
-bound AS (
-  -- With a full batch of heads, no run row past the last head can make the cut.
-  SELECT CASE WHEN count(*) < $1 THEN 9223372036854775807 ELSE max(seq) END AS max_seq
-  FROM heads
-),
-runs AS (
-  SELECT r.seq
-  FROM heads h
-  CROSS JOIN bound b
-  CROSS JOIN LATERAL (
-    SELECT w.seq FROM (
-      SELECT i.seq, bool_and(i.ok) OVER (ORDER BY i.seq) AS prefix_ok
-      FROM (
-        SELECT x.seq,
-               (x.status IN ('PENDING', 'PROCESSING') AND x.available_at <= now()
-                AND x.attempts < $4) AS ok
-        FROM {S}.outbox x
-        WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
-          AND x.seq > h.seq AND x.seq <= b.max_seq AND x.status <> 'SENT'
-          AND ($5 OR x.status <> 'FAILED')
-        ORDER BY x.seq
-        LIMIT $1
-      ) i
-    ) w
-    WHERE w.prefix_ok
-  ) r
-  WHERE h.attempts < $4
-),
-picked AS (
-  SELECT u.seq FROM (SELECT seq FROM heads UNION ALL SELECT seq FROM runs) u
-  ORDER BY u.seq
-  LIMIT $1
-),
+// Version 2: the ordered claim as a function (replaces the one-statement claim
+// of the first drafts, which re-scanned every held-back row on each claim).
+//
+// Walk the heads — due rows with no earlier unsent row of their aggregate — in
+// seq order, locking each with SKIP LOCKED so concurrent relays never take the
+// same head; behind each head take the contiguous run of that aggregate's later
+// due rows (nobody else can take those: they are not heads while our head is
+// unsent); stop as soon as the batch is full. Taking whole runs keeps the rows
+// behind an in-flight head few, so the walk stays short.
+// Rows claimed p_max_attempts times already are not handed out again: the
+// shared update below turns them FAILED (they get no run).
+constexpr const char* kMigration2Head = R"SQL(
+CREATE FUNCTION {S}.claim_ordered(p_batch integer, p_owner text, p_lease_ms bigint,
+                                  p_max_attempts integer, p_failed_holds boolean)
+  RETURNS TABLE (seq bigint, event_id text, aggregate_type text, aggregate_id text,
+                 event_type text, payload bytea, headers text, dedup_key text, attempts integer,
+                 lease_token bigint, status text, created_us bigint)
+  LANGUAGE plpgsql VOLATILE
+  -- A queue table's statistics are stale by nature (it fills and drains between
+  -- ANALYZE runs); with stale stats the planner picks hash or nested-loop-over-
+  -- seq-scan anti joins, or bitmap scans plus a sort, that read every unsent
+  -- row per claim. The claim is only ever good as ordered index walks that stop
+  -- early, so say so.
+  SET enable_seqscan = off
+  SET enable_bitmapscan = off
+  SET enable_sort = off
+  SET enable_hashjoin = off
+  SET enable_mergejoin = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_seqs bigint[] := '{}';
+  h record;
+BEGIN
+  FOR h IN
+    SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts
+    FROM {S}.outbox o
+    WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
+      -- A correlated scalar subquery, not NOT EXISTS: the planner may not turn
+      -- it into a join, so it is always one index probe per candidate row.
+      AND (SELECT e.seq FROM {S}.outbox e
+           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+             AND e.seq < o.seq AND e.status <> 'SENT' AND (p_failed_holds OR e.status <> 'FAILED')
+           LIMIT 1) IS NULL
+    ORDER BY o.seq
+    LIMIT p_batch  -- never more heads than rows; also makes the planner walk the index
+    FOR UPDATE OF o SKIP LOCKED
+  LOOP
+    v_seqs := v_seqs || h.seq;
+    EXIT WHEN cardinality(v_seqs) >= p_batch;
+    IF h.attempts < p_max_attempts THEN
+      v_seqs := v_seqs || ARRAY(
+        SELECT w.seq FROM (
+          SELECT i.seq, bool_and(i.ok) OVER (ORDER BY i.seq) AS prefix_ok
+          FROM (
+            SELECT x.seq,
+                   (x.status IN ('PENDING', 'PROCESSING') AND x.available_at <= now()
+                    AND x.attempts < p_max_attempts) AS ok
+            FROM {S}.outbox x
+            WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
+              AND x.seq > h.seq AND x.status <> 'SENT' AND (p_failed_holds OR x.status <> 'FAILED')
+            ORDER BY x.seq
+            LIMIT p_batch - cardinality(v_seqs)
+          ) i
+        ) w
+        WHERE w.prefix_ok
+        ORDER BY w.seq);
+      EXIT WHEN cardinality(v_seqs) >= p_batch;
+    END IF;
+  END LOOP;
+  IF cardinality(v_seqs) = 0 THEN
+    RETURN;
+  END IF;
+  RETURN QUERY
+  WITH
+)SQL";
+
+constexpr const char* kMigration2Tail = R"SQL(;
+END
+$fn$;
 )SQL";
 
 constexpr const char* kClaimUnordered = R"SQL(
@@ -241,11 +265,31 @@ RETURNING o.seq, o.event_id::text, o.aggregate_type, o.aggregate_id, o.event_typ
           (extract(epoch FROM o.created_at) * 1000000)::bigint
 )SQL";
 
+// The claim's shared update, with the parameters named for use inside the
+// claim_ordered function instead of $2..$4.
+std::string ClaimUpdateForFunction() {
+  std::string t = kClaimUpdate;
+  // Rows by primary key from the array (a join with an unnested array makes the
+  // planner hash the whole table).
+  for (auto [from, to] : {std::pair<std::string, std::string>{"$2", "p_owner"},
+                          {"$3", "p_lease_ms"}, {"$4", "p_max_attempts"},
+                          {"FROM picked, token\nWHERE o.seq = picked.seq",
+                           "FROM token\nWHERE o.seq = ANY(v_seqs)"}}) {
+    for (std::size_t pos = t.find(from); pos != std::string::npos; pos = t.find(from, pos)) {
+      t.replace(pos, from.size(), to);
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 std::vector<Migration> Migrations(const std::string& schema) {
   return {
       {1, "outbox table, indexes, enqueue()", WithSchema(kMigration1, schema)},
+      {2, "claim_ordered()",
+       WithSchema(std::string(kMigration2Head) + ClaimUpdateForFunction() + kMigration2Tail,
+                  schema)},
   };
 }
 
@@ -281,20 +325,25 @@ std::string Enqueue(const std::string& schema) {
 }
 
 std::string ClaimOrdered(const std::string& schema) {
-  return WithSchema(std::string(kClaimOrdered) + kClaimUpdate, schema);
+  return WithSchema("SELECT * FROM {S}.claim_ordered($1, $2, $3, $4, $5)", schema);
 }
 
 std::string ClaimUnordered(const std::string& schema) {
   return WithSchema(std::string(kClaimUnordered) + kClaimUpdate, schema);
 }
 
+// The transitions select rows by primary key (`seq = ANY(...)`) and find each
+// row's token (and delay, error) by its position in the input arrays — no join,
+// so the plan is index lookups whatever the (always stale) statistics of a
+// queue table say.
 std::string MarkSentUpdate(const std::string& schema) {
   // 'SENT' is accepted too so that retrying a mark whose commit reply was lost
   // reports the rows as applied instead of refused.
   return WithSchema(R"SQL(
 UPDATE {S}.outbox o SET status = 'SENT', sent_at = coalesce(o.sent_at, now()), last_error = NULL
-FROM unnest($1::bigint[], $2::bigint[]) AS t(seq, token)
-WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status IN ('PROCESSING', 'SENT')
+WHERE o.seq = ANY($1::bigint[])
+  AND o.lease_token = ($2::bigint[])[array_position($1::bigint[], o.seq)]
+  AND o.status IN ('PROCESSING', 'SENT')
 RETURNING o.seq
 )SQL",
                     schema);
@@ -303,8 +352,9 @@ RETURNING o.seq
 std::string MarkSentDelete(const std::string& schema) {
   return WithSchema(R"SQL(
 DELETE FROM {S}.outbox o
-USING unnest($1::bigint[], $2::bigint[]) AS t(seq, token)
-WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status = 'PROCESSING'
+WHERE o.seq = ANY($1::bigint[])
+  AND o.lease_token = ($2::bigint[])[array_position($1::bigint[], o.seq)]
+  AND o.status = 'PROCESSING'
 RETURNING o.seq
 )SQL",
                     schema);
@@ -312,11 +362,15 @@ RETURNING o.seq
 
 std::string Reschedule(const std::string& schema) {
   return WithSchema(R"SQL(
-UPDATE {S}.outbox o SET status = 'PENDING',
-                        available_at = now() + t.delay_ms * interval '1 millisecond',
-                        lease_owner = NULL, last_error = t.error
-FROM jsonb_to_recordset($1::jsonb) AS t(seq bigint, token bigint, delay_ms bigint, error text)
-WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status = 'PROCESSING'
+UPDATE {S}.outbox o SET
+  status = 'PENDING',
+  available_at = now() + (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'delay_ms')::bigint
+                         * interval '1 millisecond',
+  lease_owner = NULL,
+  last_error = ($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'error'
+WHERE o.seq = ANY($2::bigint[])
+  AND o.lease_token = (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint
+  AND o.status = 'PROCESSING'
 RETURNING o.seq
 )SQL",
                     schema);
@@ -324,9 +378,12 @@ RETURNING o.seq
 
 std::string MarkFailed(const std::string& schema) {
   return WithSchema(R"SQL(
-UPDATE {S}.outbox o SET status = 'FAILED', failed_at = now(), last_error = t.error
-FROM jsonb_to_recordset($1::jsonb) AS t(seq bigint, token bigint, error text)
-WHERE o.seq = t.seq AND o.lease_token = t.token AND o.status = 'PROCESSING'
+UPDATE {S}.outbox o SET
+  status = 'FAILED', failed_at = now(),
+  last_error = ($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'error'
+WHERE o.seq = ANY($2::bigint[])
+  AND o.lease_token = (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint
+  AND o.status = 'PROCESSING'
 RETURNING o.seq
 )SQL",
                     schema);

@@ -32,9 +32,9 @@ std::string ClaimUnordered(const std::string& schema);
 // $1 bigint[] seqs, $2 bigint[] tokens
 std::string MarkSentUpdate(const std::string& schema);
 std::string MarkSentDelete(const std::string& schema);
-// $1 jsonb [{seq, token, delay_ms, error}]
+// $1 jsonb [{seq, token, delay_ms, error}], $2 bigint[] the same seqs
 std::string Reschedule(const std::string& schema);
-// $1 jsonb [{seq, token, error}]
+// $1 jsonb [{seq, token, error}], $2 bigint[] the same seqs
 std::string MarkFailed(const std::string& schema);
 // $1 retention seconds, $2 batch
 std::string PurgeSent(const std::string& schema);

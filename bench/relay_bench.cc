@@ -1,0 +1,241 @@
+// relay_bench: outbox-relay (a real process, release build) against the real
+// PostgreSQL and outbox-mock-kafka.
+//  1. drain: a pre-filled outbox of --rows events, time until none is unsent;
+//     in the same run and interleaved, the store-only floor (Claim+MarkSent from
+//     one session, no broker) and the database's ceiling (bare DELETE…RETURNING).
+//     Peak RSS (VmHWM) of the relay is read at the end of each drain.
+//  2. latency: --rate events/s enqueued for --seconds by one producer while the
+//     relay runs; enqueue -> marked SENT per event from the database clock
+//     (an upper bound of commit -> broker ack, which happens before the mark).
+//
+//   relay_bench --relay BIN --mock BIN [--db URL] [--rows 200000] [--runs 3]
+//               [--rate 5000] [--seconds 20] [--batch 500] [--workers 2]
+#include <signal.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "drain_common.h"
+#include "subprocess.h"
+
+namespace {
+
+using namespace outbox;
+using namespace outbox::bench;
+using outbox::testing::Subprocess;
+namespace fs = std::filesystem;
+
+const std::string kSchema = "bench_relay";
+
+long PeakRssKb(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+std::string Scalar(PGconn* c, const std::string& sql) {
+  PGresult* r = PQexec(c, sql.c_str());
+  std::string v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+  PQclear(r);
+  return v;
+}
+
+bool AnyUnsent(PGconn* c) {
+  return !Scalar(c, "SELECT 1 FROM " + kSchema +
+                        ".outbox WHERE status IN ('PENDING','PROCESSING') LIMIT 1")
+              .empty();
+}
+
+struct RelayRun {
+  double rate = 0;
+  long rss_kb = 0;
+};
+
+std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
+                                       const std::string& bootstrap, const std::string& mode,
+                                       const fs::path& log) {
+  std::vector<std::string> argv = {f.Str("relay"), "--db", url, "--bootstrap", bootstrap,
+                                   "--set", "database.schema=" + kSchema,
+                                   "--set", "database.sent_mode=" + mode,
+                                   "--set", "relay.batch_size=" + f.Str("batch"),
+                                   "--set", "relay.workers=" + f.Str("workers"),
+                                   "--set", "http.listen=127.0.0.1:0",
+                                   "--set", "log.level=" + f.Str("relay-log-level"),
+                                   "--set", "retention.purge_interval_s=86400"};
+  return std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log.string());
+}
+
+RelayRun DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
+                        const std::string& bootstrap, const std::string& mode, long rows) {
+  const fs::path log = fs::temp_directory_path() / "relay_bench.log";
+  auto t0 = std::chrono::steady_clock::now();
+  auto relay = StartRelay(f, url, bootstrap, mode, log);
+  while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  RelayRun run;
+  run.rate = static_cast<double>(rows) / SecondsSince(t0);
+  // Every row must have been sent, none failed.
+  std::string failed = Scalar(admin, "SELECT count(*) FROM " + kSchema + ".outbox WHERE status = 'FAILED'");
+  if (failed != "0") {
+    std::fprintf(stderr, "relay failed %s rows\n%s", failed.c_str(), relay->Log().c_str());
+    std::exit(1);
+  }
+  std::string pid = Scalar(admin, "SELECT 0");  // keep the session warm
+  (void)pid;
+  // VmHWM of the relay: find it through /proc by the subprocess' pid.
+  run.rss_kb = -1;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(entry.path() / "cmdline");
+    std::string c;
+    std::getline(cmd, c, '\0');
+    if (c == f.Str("relay")) {
+      run.rss_kb = PeakRssKb(static_cast<pid_t>(std::stol(name)));
+      break;
+    }
+  }
+  relay->Signal(SIGTERM);
+  if (relay->Wait(std::chrono::seconds(60)) != 0) {
+    std::fprintf(stderr, "relay did not stop cleanly:\n%s", relay->Log().c_str());
+    std::exit(1);
+  }
+  return run;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
+                       {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
+                       {"workers", "2"}, {"aggregates", "1000"}, {"relay-log-level", "warn"}});
+  const std::string url = f.Str("db");
+  if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
+    std::fprintf(stderr, "relay_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
+    return 2;
+  }
+  const int rows = f.Int("rows"), runs = f.Int("runs"), batch = f.Int("batch");
+  PGconn* admin = MustConnect(url);
+  MigrateFresh(admin, url, kSchema);
+
+  // A private broker; enough partitions that nothing hits the mock's ~5 MiB
+  // per-partition cap during the bench (we do not read back here).
+  const fs::path dir = fs::temp_directory_path() / "relay_bench_mock";
+  fs::create_directories(dir);
+  fs::remove(dir / "bootstrap");
+  Subprocess mock({f.Str("mock"), "--brokers", "3", "--topic", "outbox.event.bench:32",
+                   "--bootstrap-file", (dir / "bootstrap").string()},
+                  {}, (dir / "log").string());
+  for (int i = 0; i < 500 && !fs::exists(dir / "bootstrap"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string bootstrap;
+  std::ifstream(dir / "bootstrap") >> bootstrap;
+  if (bootstrap.empty()) {
+    std::fprintf(stderr, "mock broker did not start: %s\n", mock.Log().c_str());
+    return 1;
+  }
+
+  struct Method {
+    std::string name;
+    std::function<double()> run;
+    std::vector<double> rates;
+  };
+  std::vector<double> rss_update, rss_delete;
+  std::vector<Method> methods = {
+      {"outbox-relay → mock Kafka, sent_mode=update (default)", [&] {
+         auto r = DrainWithRelay(f, admin, url, bootstrap, "update", rows);
+         rss_update.push_back(static_cast<double>(r.rss_kb) / 1024.0);
+         return r.rate;
+       }, {}},
+      {"outbox-relay → mock Kafka, sent_mode=delete", [&] {
+         auto r = DrainWithRelay(f, admin, url, bootstrap, "delete", rows);
+         rss_delete.push_back(static_cast<double>(r.rss_kb) / 1024.0);
+         return r.rate;
+       }, {}},
+      {"store-only floor: Claim + MarkSent (update), 1 session, no broker",
+       [&] { return DrainStore(url, kSchema, SentMode::kUpdate, true, batch, rows); }, {}},
+      {"ceiling: bare DELETE … RETURNING, 1 connection, no broker",
+       [&] { return DrainCeiling(admin, kSchema, batch, rows); }, {}},
+  };
+  for (int r = 0; r < runs; ++r) {
+    for (auto& m : methods) {
+      FillOutbox(admin, kSchema, rows, f.Int("aggregates"), 200);
+      m.rates.push_back(m.run());
+      std::fprintf(stderr, "run %d: %-62s %9.0f events/s\n", r + 1, m.name.c_str(), m.rates.back());
+    }
+  }
+  const double ceiling = Median(methods.back().rates);
+  std::printf("#### Drain of a pre-filled outbox (%d events, batch %d, %s relay workers)\n\n", rows,
+              batch, f.Str("workers").c_str());
+  std::printf("| method | median events/s | runs | / ceiling |\n|---|---|---|---|\n");
+  for (auto& m : methods) {
+    std::string all;
+    for (double x : m.rates) {
+      if (!all.empty()) all += ", ";
+      all += std::to_string(static_cast<long>(x));
+    }
+    std::printf("| %s | %.0f | %s | %.2f |\n", m.name.c_str(), Median(m.rates), all.c_str(),
+                Median(m.rates) / ceiling);
+  }
+  std::printf("\nRelay peak RSS (VmHWM) during the drain: median %.1f MiB (update mode), %.1f MiB (delete mode).\n",
+              Median(rss_update), Median(rss_delete));
+
+  // ---- latency at a steady offered load ----
+  MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
+  const fs::path log = fs::temp_directory_path() / "relay_bench_latency.log";
+  auto relay = StartRelay(f, url, bootstrap, "update", log);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int rate = f.Int("rate"), seconds = f.Int("seconds");
+  constexpr int kTickMs = 5;
+  const int per_tick = std::max(1, rate * kTickMs / 1000);
+  PGconn* producer = MustConnect(url);
+  EnqueueOptions eo;
+  eo.schema = kSchema;
+  std::vector<Event> batch_events(static_cast<std::size_t>(per_tick));
+  long enqueued = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (long tick = 0; tick < static_cast<long>(seconds) * 1000 / kTickMs; ++tick) {
+    for (int i = 0; i < per_tick; ++i) {
+      Event& e = batch_events[static_cast<std::size_t>(i)];
+      e.aggregate_type = "bench";
+      e.aggregate_id = "agg-" + std::to_string((enqueued + i) % 1000);
+      e.event_type = "BenchEvent";
+      e.payload = std::string(200, 'x');
+    }
+    MustExec(producer, "BEGIN");
+    auto r = EnqueueBatch(producer, batch_events, eo);
+    if (!r.ok()) {
+      std::fprintf(stderr, "enqueue: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    MustExec(producer, "COMMIT");
+    enqueued += per_tick;
+    std::this_thread::sleep_until(start + std::chrono::milliseconds((tick + 1) * kTickMs));
+  }
+  const double offered = static_cast<double>(enqueued) / SecondsSince(start);
+  while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  relay->Signal(SIGTERM);
+  relay->Wait(std::chrono::seconds(60));
+  const std::string q =
+      "SELECT round((percentile_cont(0.5) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
+      "round((percentile_cont(0.99) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
+      "round((max(lat) * 1000)::numeric, 2), count(*) FROM (SELECT extract(epoch FROM sent_at - "
+      "created_at) AS lat FROM " + kSchema + ".outbox) s";
+  PGresult* res = PQexec(admin, q.c_str());
+  std::printf("\n#### Latency at a steady offered load\n\n");
+  std::printf("| offered load | events | enqueue → marked SENT p50 | p99 | max |\n|---|---|---|---|---|\n");
+  std::printf("| %.0f events/s for %d s (%d events per transaction every %d ms) | %s | %s ms | %s ms | %s ms |\n",
+              offered, seconds, per_tick, kTickMs, PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 0),
+              PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+  PQclear(res);
+  MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
+  PQfinish(producer);
+  PQfinish(admin);
+  return 0;
+}
