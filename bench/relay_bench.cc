@@ -113,7 +113,7 @@ RelayRun DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
 int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
-                       {"workers", "2"}, {"aggregates", "1000"}, {"relay-log-level", "warn"}});
+                       {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "relay_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");

@@ -45,7 +45,9 @@ enum class FailedPolicy {
 
 struct RelayOptions {
   std::string relay_id;  // written into claimed rows; default host:pid (set by the daemon)
-  int workers = 2;       // concurrent claim->publish->mark loops (and DB sessions)
+  // Concurrent claim->publish->mark loops (and DB sessions). 4 measured best on
+  // 2 cores: while two wait for the broker, two claim or mark (docs/benchmarks.md).
+  int workers = 4;
   int batch_size = 500;  // rows per claim
   // Must exceed the transport's MaxPublishTime() so a live relay never loses its
   // rows mid-publish; checked at Create.
