@@ -10,8 +10,7 @@
 #include <set>
 #include <thread>
 
-#include "bench_util.h"
-#include "outbox/postgres.h"
+#include "drain_common.h"
 
 namespace {
 
@@ -119,17 +118,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   PGconn* admin = MustConnect(url);
-  MustExec(admin, std::string("DROP SCHEMA IF EXISTS ") + kSchema + " CASCADE");
-  {
-    PostgresStoreOptions o;
-    o.conninfo = url;
-    o.schema = kSchema;
-    auto s = OpenPostgresStore(o);
-    if (!s.ok() || !(*s)->Migrate().ok()) {
-      std::fprintf(stderr, "claim_race: cannot migrate\n");
-      return 1;
-    }
-  }
+  MigrateFresh(admin, url, kSchema);
   const int rows = f.Int("rows"), threads = f.Int("threads"), batch = f.Int("batch");
   std::printf("| method | rows | workers | batch | claims | unique | duplicates |\n");
   std::printf("|---|---|---|---|---|---|---|\n");

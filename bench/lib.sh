@@ -24,7 +24,7 @@ machine_line() {
   local cpu pg
   cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
   pg="$(psql "$OUTBOX_PG_URL" -Atc 'show server_version' 2>/dev/null || echo '?')"
-  echo "Machine: $(nproc) cores ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, PostgreSQL $pg on the same machine, $(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo '+dirty')."
+  echo "Machine: $(nproc) cores ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, PostgreSQL $pg on the same machine, $(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet -- . ':!docs' || echo '+uncommitted code changes')."
 }
 
 # update_section NAME < content: replaces the text between

@@ -56,6 +56,12 @@ class MockKafka {
   }
   const std::string& bootstrap() const { return bootstrap_; }
 
+  // SIGTERM, then its exit code.
+  int Terminate() {
+    proc_->Signal(SIGTERM);
+    return proc_->Wait().value_or(-1);
+  }
+
   // One control command; returns the reply line.
   std::string Control(const std::string& line) const {
     auto colon = control_.rfind(':');

@@ -11,9 +11,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
+#include "kafka_helpers.h"
 #include "test_env.h"
 
 namespace outbox::testing {
@@ -21,76 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-std::string ReadLine(const fs::path& p) {
-  std::ifstream f(p);
-  std::string s;
-  std::getline(f, s);
-  return s;
-}
-
-class MockKafkaProcess {
- public:
-  explicit MockKafkaProcess(const std::string& args) {
-    dir_ = fs::temp_directory_path() / ("mockkafka-" + RandomSuffix());
-    fs::create_directories(dir_);
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::string cmd = std::string("exec ") + OUTBOX_MOCK_KAFKA_BIN + " " + args +
-                        " --bootstrap-file " + (dir_ / "bootstrap").string() +
-                        " --control-file " + (dir_ / "control").string() + " >/dev/null 2>&1";
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    auto deadline = std::chrono::steady_clock::now() + Scaled(20s);
-    while (std::chrono::steady_clock::now() < deadline && !fs::exists(dir_ / "bootstrap")) {
-      std::this_thread::sleep_for(20ms);
-    }
-    bootstrap_ = ReadLine(dir_ / "bootstrap");
-    control_ = ReadLine(dir_ / "control");
-  }
-  ~MockKafkaProcess() {
-    if (pid_ > 0 && !waited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    fs::remove_all(dir_);
-  }
-  // Sends one control command; returns the reply line.
-  std::string Control(const std::string& line) const {
-    auto colon = control_.rfind(':');
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<uint16_t>(std::stoi(control_.substr(colon + 1))));
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-      close(fd);
-      return "connect failed";
-    }
-    std::string msg = line + "\n";
-    EXPECT_EQ(write(fd, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));
-    std::string reply;
-    char c;
-    while (read(fd, &c, 1) == 1 && c != '\n') reply += c;
-    close(fd);
-    return reply;
-  }
-  int Terminate() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    waited_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  const std::string& bootstrap() const { return bootstrap_; }
-
- private:
-  fs::path dir_;
-  pid_t pid_ = -1;
-  bool waited_ = false;
-  std::string bootstrap_, control_;
-};
 
 struct DeliveryCount {
   int ok = 0;
@@ -142,7 +74,7 @@ void Produce(rd_kafka_t* rk, const std::string& topic, int n) {
 }
 
 TEST(MockKafka, ProducedMessagesCanBeConsumedBack) {
-  MockKafkaProcess mk("--brokers 3 --topic events:4");
+  MockKafka mk(3, {"events:4"});
   ASSERT_FALSE(mk.bootstrap().empty()) << "no bootstrap file written";
   EXPECT_EQ(mk.Control("ping"), "ok pong");
   DeliveryCount counts;
@@ -182,7 +114,7 @@ TEST(MockKafka, ProducedMessagesCanBeConsumedBack) {
 }
 
 TEST(MockKafka, BrokerDownFailsDeliveryAndBrokerUpRecovers) {
-  MockKafkaProcess mk("--brokers 1 --topic t:1");
+  MockKafka mk(1, {"t:1"});
   ASSERT_FALSE(mk.bootstrap().empty());
   EXPECT_EQ(mk.Control("broker-down -1"), "ok");
   DeliveryCount down;
@@ -202,7 +134,7 @@ TEST(MockKafka, BrokerDownFailsDeliveryAndBrokerUpRecovers) {
 }
 
 TEST(MockKafka, InjectedRequestErrorsReachTheClient) {
-  MockKafkaProcess mk("--brokers 1 --topic t:1");
+  MockKafka mk(1, {"t:1"});
   ASSERT_FALSE(mk.bootstrap().empty());
   DeliveryCount warm;
   rd_kafka_t* p = NewProducer(mk.bootstrap(), &warm);
@@ -222,7 +154,7 @@ TEST(MockKafka, InjectedRequestErrorsReachTheClient) {
 }
 
 TEST(MockKafka, ControlRejectsMalformedCommands) {
-  MockKafkaProcess mk("--brokers 1");
+  MockKafka mk(1, {});
   ASSERT_FALSE(mk.bootstrap().empty());
   EXPECT_EQ(mk.Control("bootstrap"), "ok " + mk.bootstrap());
   EXPECT_EQ(mk.Control("no-such-command").rfind("error", 0), 0u);
