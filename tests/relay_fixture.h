@@ -11,7 +11,6 @@
 #include <atomic>
 #include <functional>
 #include <map>
-#include <regex>
 #include <set>
 #include <thread>
 
@@ -70,12 +69,12 @@ class RelayE2ETest : public ::testing::Test {
 
   // The port the relay's HTTP server bound (from its log).
   int HttpPort(Subprocess& relay) {
-    std::regex re("http listening address=127\\.0\\.0\\.1:([0-9]+)");
+    const std::string marker = "http listening address=127.0.0.1:";
     const auto deadline = std::chrono::steady_clock::now() + Scaled(10s);
     while (std::chrono::steady_clock::now() < deadline) {
-      std::smatch m;
       std::string log = relay.Log();
-      if (std::regex_search(log, m, re)) return std::stoi(m[1]);
+      auto pos = log.find(marker);
+      if (pos != std::string::npos) return std::atoi(log.c_str() + pos + marker.size());
       std::this_thread::sleep_for(20ms);
     }
     ADD_FAILURE() << "relay did not report its HTTP port:\n" << relay.Log();
@@ -90,11 +89,18 @@ class RelayE2ETest : public ::testing::Test {
     return res ? res->body : "";
   }
 
+  // The value of one sample line "name value" in Prometheus text, or -1.
   static double Metric(const std::string& body, const std::string& name) {
-    std::regex re("(^|\n)" + std::regex_replace(name, std::regex(R"([{}"=\.])"), R"(\$&)") +
-                  " ([0-9.e+-]+)");
-    std::smatch m;
-    return std::regex_search(body, m, re) ? std::stod(m[2]) : -1;
+    const std::string key = name + " ";
+    for (std::size_t pos = 0; pos < body.size();) {
+      std::size_t end = body.find('\n', pos);
+      if (end == std::string::npos) end = body.size();
+      if (body.compare(pos, key.size(), key) == 0) {
+        return std::atof(body.c_str() + pos + key.size());
+      }
+      pos = end + 1;
+    }
+    return -1;
   }
 
   // `producers` threads, each on its own connection, enqueue `per_aggregate`
