@@ -81,6 +81,9 @@ Result<ConnPtr> Session::Open(const Options& options) {
   if (PQstatus(conn.get()) != CONNECTION_OK) {
     return Status::Unavailable("connect to PostgreSQL: " + TrimMessage(PQerrorMessage(conn.get())));
   }
+  // libpq would print server notices (e.g. "FATAL: terminating connection") to
+  // stderr outside our log format; connection loss surfaces as a Status anyway.
+  PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);
   return conn;
 }
 

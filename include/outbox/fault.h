@@ -1,0 +1,39 @@
+// Fault points: named places in the relay and the inbox where a test can make
+// the process crash, fail or stall, to prove the crash matrix on real processes.
+//
+// Armed from the environment: OUTBOX_FAULTS="name=action[,name=action...]" where
+// action is `crash` (_exit(70), as a SIGKILL would leave things), `abort`,
+// `error`, or `delay:MS`; `@N` after the action fires only on the N-th pass
+// (e.g. `Inbox::AfterCommitBeforeOffsetCommit=crash@3`). Unarmed, a fault point
+// costs one relaxed atomic load.
+//
+// The names, in one list (also in docs/testing.md):
+//   Inbox::InsideTransaction              after the handler ran, before COMMIT
+//   Inbox::AfterCommitBeforeOffsetCommit  effect committed, Kafka offset not yet
+//
+// Thread-safety: safe from any thread.
+#ifndef OUTBOX_FAULT_H_
+#define OUTBOX_FAULT_H_
+
+#include <atomic>
+#include <string_view>
+
+namespace outbox::fault {
+
+inline constexpr std::string_view kInboxInsideTransaction = "Inbox::InsideTransaction";
+inline constexpr std::string_view kInboxAfterCommitBeforeOffsetCommit =
+    "Inbox::AfterCommitBeforeOffsetCommit";
+
+// True once OUTBOX_FAULTS named at least one point (read at first use).
+bool AnyArmed();
+
+// Runs the armed action for `name`: crashes, aborts or sleeps as configured.
+// Returns true when the action is `error` (the caller fails the operation).
+bool Hit(std::string_view name);
+
+// The cheap check to put in code: `if (OUTBOX_FAULT(kName)) return error;`
+#define OUTBOX_FAULT(name) (::outbox::fault::AnyArmed() && ::outbox::fault::Hit(name))
+
+}  // namespace outbox::fault
+
+#endif  // OUTBOX_FAULT_H_
