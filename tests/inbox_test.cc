@@ -1,0 +1,223 @@
+// The inbox against a real PostgreSQL: stamps and effects commit together,
+// duplicates are absorbed, failures undo only their own message; saga guards.
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <stdexcept>
+
+#include "outbox/inbox.h"
+#include "outbox/saga.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+class InboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+    schema_ = "t_" + RandomSuffix();
+    conn_ = Connect(url_);
+    InboxOptions o;
+    o.conninfo = url_;
+    o.schema = schema_;
+    o.consumer = "test-consumer";
+    auto inbox = Inbox::Open(o);
+    ASSERT_TRUE(inbox.ok()) << inbox.status().ToString();
+    inbox_ = std::move(inbox).value();
+    ASSERT_TRUE(inbox_->Migrate().ok());
+    ASSERT_TRUE(inbox_->Migrate().ok()) << "migrate twice";
+    Exec(conn_.get(), "CREATE TABLE " + schema_ + ".effects (k text, v text)");
+  }
+  void TearDown() override {
+    if (conn_) Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+  }
+
+  InboundMessage Msg(const std::string& id, const std::string& payload) {
+    InboundMessage m;
+    m.topic = "orders";
+    m.offset = next_offset_++;
+    m.key = id;
+    m.payload = payload;
+    m.headers["outbox-event-id"] = id;
+    return m;
+  }
+
+  // Inserts an effect row; the payload decides how the handler ends.
+  Handler EffectHandler() {
+    return [this](const InboundMessage& m, pg_conn* txn) -> HandlerResult {
+      const std::string sql = "INSERT INTO " + schema_ + ".effects VALUES ($1, $2)";
+      const char* vals[] = {m.key.c_str(), m.payload.c_str()};
+      PGresult* r = PQexecParams(txn, sql.c_str(), 2, nullptr, vals, nullptr, nullptr, 0);
+      bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+      PQclear(r);
+      if (!ok) return HandlerResult::Transient("insert failed");
+      if (m.payload == "permanent") return HandlerResult::Permanent("contract violation");
+      if (m.payload == "transient") return HandlerResult::Transient("downstream timeout");
+      if (m.payload == "throw") throw std::runtime_error("boom");
+      if (m.payload == "bad-sql") {
+        PGresult* b = PQexec(txn, "SELECT * FROM no_such_table");
+        PQclear(b);
+      }
+      return HandlerResult::Ok();
+    };
+  }
+
+  std::string Effects(const std::string& where = "true") {
+    return Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".effects WHERE " + where);
+  }
+  std::string Stamps() {
+    return Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".inbox_stamps");
+  }
+
+  std::string url_, schema_;
+  PgConn conn_;
+  std::unique_ptr<Inbox> inbox_;
+  std::int64_t next_offset_ = 0;
+};
+
+TEST_F(InboxTest, NewMessagesApplyOnceAndDuplicatesAreAbsorbed) {
+  std::vector<InboundMessage> batch = {Msg("e1", "ok"), Msg("e2", "ok"), Msg("e1", "ok")};
+  auto r = inbox_->Process(batch, DedupByEventId(), EffectHandler());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[2].outcome, Outcome::kDuplicate) << "same event twice in one batch";
+  // Redelivered later (re-publish, consumer restart, DLT replay): nothing happens.
+  std::vector<InboundMessage> again = {Msg("e2", "ok"), Msg("e1", "ok")};
+  auto r2 = inbox_->Process(again, DedupByEventId(), EffectHandler());
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ((*r2)[0].outcome, Outcome::kDuplicate);
+  EXPECT_EQ((*r2)[1].outcome, Outcome::kDuplicate);
+  EXPECT_EQ(Effects(), "2");
+  EXPECT_EQ(Stamps(), "2");
+}
+
+TEST_F(InboxTest, AFailingHandlerUndoesOnlyItsOwnMessage) {
+  std::vector<InboundMessage> batch = {Msg("a", "ok"), Msg("b", "permanent"), Msg("c", "ok"),
+                                       Msg("d", "transient"), Msg("e", "throw"), Msg("f", "bad-sql"),
+                                       Msg("g", "ok")};
+  auto r = inbox_->Process(batch, DedupByEventId(), EffectHandler());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kPermanent);
+  EXPECT_EQ((*r)[1].error, "contract violation");
+  EXPECT_EQ((*r)[2].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[3].outcome, Outcome::kTransient);
+  EXPECT_EQ((*r)[4].outcome, Outcome::kTransient) << "exceptions count as transient";
+  EXPECT_NE((*r)[4].error.find("boom"), std::string::npos);
+  EXPECT_EQ((*r)[5].outcome, Outcome::kTransient) << "a failed statement inside the handler";
+  EXPECT_EQ((*r)[6].outcome, Outcome::kApplied);
+  // The failed ones left neither their writes nor their stamps behind.
+  EXPECT_EQ(Effects(), "3");
+  EXPECT_EQ(Effects("k IN ('b','d','e','f')"), "0");
+  EXPECT_EQ(Stamps(), "3");
+  // ... so a retry of a transient one can still apply (once).
+  std::vector<InboundMessage> retry = {Msg("d", "ok")};
+  auto r2 = inbox_->Process(retry, DedupByEventId(), EffectHandler());
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ((*r2)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ(Effects("k = 'd'"), "1");
+}
+
+TEST_F(InboxTest, MissingIdentityIsPermanent) {
+  InboundMessage m = Msg("x", "ok");
+  m.headers.clear();
+  auto r = inbox_->Process(std::span(&m, 1), DedupByEventId(), EffectHandler());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].outcome, Outcome::kPermanent);
+  EXPECT_NE((*r)[0].error.find("outbox-event-id"), std::string::npos);
+  EXPECT_EQ(Effects(), "0");
+}
+
+TEST_F(InboxTest, BusinessIdentityDedupesRepublishesWithNewIds) {
+  // Per handler: the seed's stamp key (event kind + user + object), not the id.
+  DedupKeyFn by_business = [](const InboundMessage& m) -> Result<std::string> {
+    return "LessonCompleted:" + m.payload;
+  };
+  std::vector<InboundMessage> batch = {Msg("id-1", "user7:lesson3"), Msg("id-2", "user7:lesson3")};
+  auto r = inbox_->Process(batch, by_business, EffectHandler());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kDuplicate);
+  EXPECT_EQ(Effects(), "1");
+}
+
+TEST_F(InboxTest, PurgeRemovesOnlyOldStamps) {
+  std::vector<InboundMessage> batch = {Msg("p1", "ok"), Msg("p2", "ok")};
+  ASSERT_TRUE(inbox_->Process(batch, DedupByEventId(), EffectHandler()).ok());
+  auto kept = inbox_->PurgeStamps(std::chrono::hours(24), 100);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(*kept, 0);
+  Exec(conn_.get(), "UPDATE " + schema_ + ".inbox_stamps SET applied_at = now() - interval '2 days'");
+  auto p = inbox_->PurgeStamps(std::chrono::hours(24), 1);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(*p, 1) << "bounded batch";
+  EXPECT_EQ(Stamps(), "1");
+}
+
+// ---- saga guards --------------------------------------------------------
+
+class SagaTest : public InboxTest {
+ protected:
+  void SetUp() override {
+    InboxTest::SetUp();
+    Exec(conn_.get(), "CREATE TABLE " + schema_ +
+                          ".reservations (id text PRIMARY KEY, state text NOT NULL, version bigint NOT NULL DEFAULT 0)");
+    Exec(conn_.get(), "INSERT INTO " + schema_ + ".reservations VALUES ('r1', 'NEW', 0)");
+    col_ = {schema_ + ".reservations", "id", "state"};
+  }
+  std::string State() {
+    return Exec(conn_.get(), "SELECT state FROM " + schema_ + ".reservations WHERE id = 'r1'");
+  }
+  saga::StateColumn col_;
+};
+
+TEST_F(SagaTest, CompensationBeforeItsForwardEventChangesNothing) {
+  const std::vector<std::string> reserved = {"RESERVED"};
+  auto c = saga::Compensate(conn_.get(), col_, "r1", reserved, "RELEASED");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(*c);
+  EXPECT_EQ(State(), "NEW");
+  // The forward event arrives afterwards and applies; then the compensation would.
+  const std::vector<std::string> from_new = {"NEW"};
+  auto f = saga::Transition(conn_.get(), col_, "r1", from_new, "RESERVED");
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(*f);
+  EXPECT_EQ(State(), "RESERVED");
+}
+
+TEST_F(SagaTest, DuplicateForwardEventChangesNothing) {
+  const std::vector<std::string> from_new = {"NEW"};
+  auto first = saga::Transition(conn_.get(), col_, "r1", from_new, "RESERVED");
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(*first);
+  Exec(conn_.get(), "UPDATE " + schema_ + ".reservations SET state = 'CONFIRMED'");
+  auto dup = saga::Transition(conn_.get(), col_, "r1", from_new, "RESERVED");
+  ASSERT_TRUE(dup.ok());
+  EXPECT_FALSE(*dup) << "a late duplicate must not move CONFIRMED back to RESERVED";
+  EXPECT_EQ(State(), "CONFIRMED");
+}
+
+TEST_F(SagaTest, VersionGuardIgnoresStaleEvents) {
+  auto v2 = saga::AdvanceVersion(conn_.get(), schema_ + ".reservations", "id", "version", "r1", 2);
+  ASSERT_TRUE(v2.ok());
+  EXPECT_TRUE(*v2);
+  auto v1 = saga::AdvanceVersion(conn_.get(), schema_ + ".reservations", "id", "version", "r1", 1);
+  ASSERT_TRUE(v1.ok());
+  EXPECT_FALSE(*v1) << "step 1 arrived after step 2";
+  auto v2again = saga::AdvanceVersion(conn_.get(), schema_ + ".reservations", "id", "version", "r1", 2);
+  ASSERT_TRUE(v2again.ok());
+  EXPECT_FALSE(*v2again) << "duplicate";
+}
+
+TEST_F(SagaTest, NamesAreValidated) {
+  saga::StateColumn bad = {"reservations; drop table x", "id", "state"};
+  const std::vector<std::string> from = {"NEW"};
+  auto r = saga::Transition(conn_.get(), bad, "r1", from, "X");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace outbox::testing
