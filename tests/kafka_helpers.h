@@ -150,6 +150,44 @@ inline std::vector<Message> ReadTopic(const std::string& bootstrap, const std::s
   return out;
 }
 
+// Produces `msgs` to `topic` (key, value, headers; partition chosen by key) and
+// waits for the acks. Returns how many were acked.
+inline int Produce(const std::string& bootstrap, const std::string& topic,
+                   const std::vector<Message>& msgs) {
+  char err[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), err, sizeof err);
+  rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof err);
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
+  static int acked;
+  acked = 0;
+  rd_kafka_conf_set_dr_msg_cb(conf, [](rd_kafka_t*, const rd_kafka_message_t* m, void*) {
+    if (!m->err) ++acked;
+  });
+  rd_kafka_t* p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  if (!p) {
+    ADD_FAILURE() << err;
+    return 0;
+  }
+  for (const Message& m : msgs) {
+    rd_kafka_headers_t* h = rd_kafka_headers_new(m.headers.size());
+    for (const auto& [k, v] : m.headers) {
+      rd_kafka_header_add(h, k.c_str(), -1, v.data(), static_cast<ssize_t>(v.size()));
+    }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+    rd_kafka_producev(p, RD_KAFKA_V_TOPIC(topic.c_str()),
+                      RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
+                      RD_KAFKA_V_VALUE(const_cast<char*>(m.value.data()), m.value.size()),
+                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+                      RD_KAFKA_V_END);
+#pragma GCC diagnostic pop
+  }
+  rd_kafka_flush(p, 30000);
+  rd_kafka_destroy(p);
+  return acked;
+}
+
 }  // namespace outbox::testing
 
 #endif  // OUTBOX_TESTS_KAFKA_HELPERS_H_

@@ -253,10 +253,7 @@ class KafkaConsumer final : public Consumer {
                                              deadline - std::chrono::steady_clock::now())
                                              .count()));
       rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_, timeout);
-      if (!m) {
-        if (!out.empty()) break;
-        continue;
-      }
+      if (!m) break;  // back to the loop: paused partitions may be due
       if (m->err) {
         if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
           log_.Warn("consumer error", {{"error", rd_kafka_message_errstr(m)}});
@@ -272,10 +269,15 @@ class KafkaConsumer final : public Consumer {
   void Pause(const std::string& topic, int partition, std::int64_t offset, std::int64_t due_ms) {
     rd_kafka_topic_partition_list_t* l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, topic.c_str(), partition)->offset = offset;
+    // Seek first (a seek waits for the fetcher, which a pause would stop), so
+    // the held message is fetched again after the resume.
+    Seek(l);
     rd_kafka_pause_partitions(rk_, l);
-    rd_kafka_seek_partitions(rk_, l, 5000);
     rd_kafka_topic_partition_list_destroy(l);
     paused_[{topic, partition}] = due_ms;
+    log_.Log(LogLevel::kDebug, "retry not due yet; partition paused",
+             {{"topic", topic}, {"partition", std::to_string(partition)},
+              {"offset", std::to_string(offset)}, {"due_in_ms", std::to_string(due_ms - NowMs())}});
   }
 
   void ResumeDue() {
@@ -289,6 +291,8 @@ class KafkaConsumer final : public Consumer {
       rd_kafka_topic_partition_list_add(l, it->first.first.c_str(), it->first.second);
       rd_kafka_resume_partitions(rk_, l);
       rd_kafka_topic_partition_list_destroy(l);
+      log_.Log(LogLevel::kDebug, "partition resumed",
+               {{"topic", it->first.first}, {"partition", std::to_string(it->first.second)}});
       it = paused_.erase(it);
     }
   }
@@ -300,8 +304,16 @@ class KafkaConsumer final : public Consumer {
     for (const auto& [tp, off] : from) {
       rd_kafka_topic_partition_list_add(l, tp.first.c_str(), tp.second)->offset = off;
     }
-    rd_kafka_seek_partitions(rk_, l, 5000);
+    Seek(l);
     rd_kafka_topic_partition_list_destroy(l);
+  }
+
+  void Seek(rd_kafka_topic_partition_list_t* l) {
+    if (rd_kafka_error_t* e = rd_kafka_seek_partitions(rk_, l, 5000)) {
+      log_.Warn("seek failed; messages may be redelivered later than expected",
+                {{"error", rd_kafka_error_string(e)}});
+      rd_kafka_error_destroy(e);
+    }
   }
 
   Status HandleBatch(const std::vector<rd_kafka_message_t*>& raw) {
@@ -408,6 +420,10 @@ class KafkaConsumer final : public Consumer {
       // Not fatal: the messages will be redelivered and absorbed as duplicates.
       log_.Warn("offset commit failed", {{"error", rd_kafka_err2str(e)}});
     }
+    log_.Log(LogLevel::kDebug, "batch done",
+             {{"messages", std::to_string(msgs.size())},
+              {"total_applied", std::to_string(applied_.load())},
+              {"total_duplicates", std::to_string(duplicates_.load())}});
     return Status::Ok();
   }
 

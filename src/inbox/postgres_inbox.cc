@@ -112,11 +112,14 @@ class PostgresInbox final : public Inbox {
         has_key[i] = true;
       }
     }
-    auto fast = TryFast(messages, keys, has_key, handler, out);
+    std::map<std::size_t, HandlerResult> failed;
+    auto fast = TryFast(messages, keys, has_key, handler, out, failed);
     if (!fast.ok()) return fast.status();
     if (*fast) return out;
-    // Some handler failed: redo the batch, a savepoint per message.
-    OUTBOX_RETURN_IF_ERROR(Careful(messages, keys, has_key, handler, out));
+    // A handler failed: redo the batch, a savepoint per message. The failed
+    // message keeps its outcome (its handler is not run twice for one delivery);
+    // the ones before it run again, their first writes having been rolled back.
+    OUTBOX_RETURN_IF_ERROR(Careful(messages, keys, has_key, handler, failed, out));
     return out;
   }
 
@@ -159,7 +162,8 @@ class PostgresInbox final : public Inbox {
   // true: done (all handlers succeeded, committed); false: rolled back, use Careful.
   Result<bool> TryFast(std::span<const InboundMessage> msgs, const std::vector<std::string>& keys,
                        const std::vector<bool>& has_key, const Handler& handler,
-                       std::vector<MessageOutcome>& out) {
+                       std::vector<MessageOutcome>& out,
+                       std::map<std::size_t, HandlerResult>& failed) {
     OUTBOX_RETURN_IF_ERROR(Begin());
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t i = 0; i < msgs.size(); ++i) {
@@ -186,6 +190,10 @@ class PostgresInbox final : public Inbox {
       }
       HandlerResult hr = RunHandler(handler, msgs[i], session_->raw());
       if (hr.error != ErrorClass::kNone || PQtransactionStatus(session_->raw()) != PQTRANS_INTRANS) {
+        if (hr.error == ErrorClass::kNone) {
+          hr = HandlerResult::Transient("handler left its statement failed");
+        }
+        failed[i] = hr;
         Rollback();
         return false;
       }
@@ -201,10 +209,16 @@ class PostgresInbox final : public Inbox {
 
   Status Careful(std::span<const InboundMessage> msgs, const std::vector<std::string>& keys,
                  const std::vector<bool>& has_key, const Handler& handler,
+                 const std::map<std::size_t, HandlerResult>& failed,
                  std::vector<MessageOutcome>& out) {
     OUTBOX_RETURN_IF_ERROR(Begin());
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!has_key[i]) continue;
+      if (auto f = failed.find(i); f != failed.end()) {
+        out[i] = {f->second.error == ErrorClass::kPermanent ? Outcome::kPermanent : Outcome::kTransient,
+                  f->second.message};
+        continue;
+      }
       auto sp = session_->ExecScript("inbox savepoint", "SAVEPOINT m");
       if (!sp.ok()) {
         Rollback();

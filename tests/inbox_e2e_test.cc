@@ -1,0 +1,240 @@
+// The inbox end to end: a real consumer process (inbox_test_consumer) against
+// the real PostgreSQL and a private outbox-mock-kafka. Duplicates, kills at the
+// crash-matrix points, retry topics, the dead-letter topic and its replay.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "kafka_helpers.h"
+#include "subprocess.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class InboxE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+    schema_ = "t_" + RandomSuffix();
+    admin_ = Connect(url_);
+    Exec(admin_.get(), "CREATE SCHEMA " + schema_);
+    Exec(admin_.get(), "CREATE TABLE " + schema_ +
+                           ".effects (k text, payload text, applied_at timestamptz DEFAULT clock_timestamp())");
+    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".attempts (k text PRIMARY KEY, n int)");
+    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".blocklist (k text PRIMARY KEY)");
+    kafka_ = std::make_unique<MockKafka>(
+        1, std::vector<std::string>{"orders:4", "orders.retry.1:2", "orders.retry.2:2", "orders.dlt:2"});
+    ASSERT_FALSE(kafka_->bootstrap().empty());
+  }
+  void TearDown() override {
+    consumers_.clear();
+    if (admin_) Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+  }
+
+  Subprocess& StartConsumer(const std::string& faults = "", const std::string& retry = "700,700") {
+    std::vector<std::string> argv = {OUTBOX_INBOX_CONSUMER_BIN, "--db", url_, "--bootstrap",
+                                     kafka_->bootstrap(), "--schema", schema_, "--topic", "orders",
+                                     "--group", "g-" + schema_, "--retry-delays", retry};
+    std::map<std::string, std::string> env;
+    if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
+    const std::string log = (std::filesystem::temp_directory_path() /
+                             ("inbox-consumer-" + schema_ + "-" + std::to_string(consumers_.size())))
+                                .string();
+    consumers_.push_back(std::make_unique<Subprocess>(argv, env, log));
+    return *consumers_.back();
+  }
+
+  // Events ev-0..ev-(n-1) with `payload`, each sent `copies` times.
+  void ProduceEvents(int n, const std::string& payload, int copies = 1, const std::string& prefix = "ev-") {
+    std::vector<Message> msgs;
+    for (int c = 0; c < copies; ++c) {
+      for (int i = 0; i < n; ++i) {
+        Message m;
+        m.key = prefix + std::to_string(i);
+        m.value = payload;
+        m.headers["outbox-event-id"] = m.key;
+        m.headers["traceparent"] = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        msgs.push_back(m);
+      }
+    }
+    ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), static_cast<int>(msgs.size()));
+  }
+
+  long Count(const std::string& sql) { return std::stol(Exec(admin_.get(), sql)); }
+  long Effects() { return Count("SELECT count(*) FROM " + schema_ + ".effects"); }
+  long DoubleEffects() {
+    return Count("SELECT count(*) FROM (SELECT k FROM " + schema_ +
+                 ".effects GROUP BY k HAVING count(*) > 1) d");
+  }
+  long Stamps() {
+    return Count("SELECT count(*) FROM " + schema_ + ".inbox_stamps");
+  }
+
+  bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return pred();
+  }
+
+  // Stops the consumer and returns its counters line's value for `name`.
+  static std::map<std::string, long> StopAndCount(Subprocess& c) {
+    c.Signal(SIGTERM);
+    EXPECT_EQ(c.Wait(Scaled(30s)), 0) << c.Log();
+    std::map<std::string, long> out;
+    std::string log = c.Log();
+    auto pos = log.find("counters ");
+    if (pos == std::string::npos) {
+      ADD_FAILURE() << "no counters line:\n" << log;
+      return out;
+    }
+    std::istringstream in(log.substr(pos + 9));
+    for (std::string kv; in >> kv;) {
+      auto eq = kv.find('=');
+      if (eq != std::string::npos) out[kv.substr(0, eq)] = std::stol(kv.substr(eq + 1));
+    }
+    return out;
+  }
+
+  std::string url_, schema_;
+  PgConn admin_;
+  std::unique_ptr<MockKafka> kafka_;
+  std::vector<std::unique_ptr<Subprocess>> consumers_;
+};
+
+TEST_F(InboxE2ETest, AnEventDeliveredManyTimesHasOneEffect) {
+  Subprocess& c = StartConsumer();
+  ProduceEvents(30, "ok", /*copies=*/3);
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 30; }, 60s)) << c.Log();
+  ASSERT_TRUE(WaitFor([&] { return Stamps() == 30; }, 5s));
+  ASSERT_TRUE(WaitFor([&] { return c.Log().find("total_duplicates=60") != std::string::npos; }, 30s))
+      << c.Log();
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["applied"], 30);
+  EXPECT_EQ(counters["duplicates"], 60) << "every extra copy counted as a duplicate";
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(Effects(), 30);
+}
+
+TEST_F(InboxE2ETest, KilledAfterTheEffectCommitBeforeTheOffsetCommitAppliesOnce) {
+  ProduceEvents(20, "ok");
+  Subprocess& first = StartConsumer("Inbox::AfterCommitBeforeOffsetCommit=crash@1");
+  EXPECT_EQ(first.Wait(Scaled(60s)), 70) << "should die at the fault point:\n" << first.Log();
+  const long applied_before_crash = Effects();
+  ASSERT_GT(applied_before_crash, 0) << "the effect was committed before the crash";
+  // Redelivery after restart: the stamps reject the second effect.
+  Subprocess& second = StartConsumer();
+  ASSERT_TRUE(WaitFor([&] {
+    return second.Log().find("total_applied=" + std::to_string(20 - applied_before_crash) +
+                             " total_duplicates=" + std::to_string(applied_before_crash)) !=
+           std::string::npos;
+  }, 60s)) << second.Log();
+  EXPECT_EQ(Effects(), 20);
+  auto counters = StopAndCount(second);
+  EXPECT_EQ(counters["duplicates"], applied_before_crash) << "the redelivered batch was absorbed";
+  EXPECT_EQ(counters["applied"], 20 - applied_before_crash);
+  EXPECT_EQ(DoubleEffects(), 0);
+}
+
+TEST_F(InboxE2ETest, KilledInsideTheTransactionLeavesNoStampAndNoEffect) {
+  ProduceEvents(20, "ok");
+  Subprocess& first = StartConsumer("Inbox::InsideTransaction=crash@1");
+  EXPECT_EQ(first.Wait(Scaled(60s)), 70) << first.Log();
+  EXPECT_EQ(Effects(), 0);
+  EXPECT_EQ(Stamps(), 0);
+  Subprocess& second = StartConsumer();
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 20; }, 60s)) << second.Log();
+  auto counters = StopAndCount(second);
+  EXPECT_EQ(counters["applied"], 20);
+  EXPECT_EQ(counters["duplicates"], 0);
+  EXPECT_EQ(DoubleEffects(), 0);
+}
+
+TEST_F(InboxE2ETest, PermanentErrorGoesToTheDeadLetterTopicAtOnceWithHeaders) {
+  Subprocess& c = StartConsumer();
+  ProduceEvents(1, "permanent", 1, "bad-");
+  ProduceEvents(3, "ok");
+  auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 1, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 1u) << c.Log();
+  const auto& h = dlt[0].headers;
+  EXPECT_EQ(dlt[0].key, "bad-0");
+  EXPECT_EQ(h.at("outbox-event-id"), "bad-0") << "the event's own headers are kept";
+  EXPECT_EQ(h.at("traceparent"), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+  EXPECT_EQ(h.at("outbox-original-topic"), "orders");
+  EXPECT_FALSE(h.at("outbox-original-partition").empty());
+  EXPECT_FALSE(h.at("outbox-original-offset").empty());
+  EXPECT_EQ(h.at("outbox-error-class"), "permanent");
+  EXPECT_EQ(h.at("outbox-error-message"), "contract violation");
+  EXPECT_EQ(h.at("outbox-attempt"), "1");
+  EXPECT_FALSE(h.at("outbox-first-failure-at").empty());
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 30s));
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["dead_lettered"], 1);
+  EXPECT_EQ(counters["retried"], 0) << "permanent errors are not retried";
+}
+
+TEST_F(InboxE2ETest, TransientErrorIsRetriedAfterADelayThenSucceeds) {
+  Subprocess& c = StartConsumer("", "800,800");
+  ProduceEvents(1, "transient-once", 1, "flaky-");
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 1; }, 60s)) << c.Log();
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["retried"], 1);
+  EXPECT_EQ(counters["dead_lettered"], 0);
+  EXPECT_EQ(counters["applied"], 1);
+  // It waited on the retry topic: the second attempt came at least ~the delay later.
+  EXPECT_EQ(Count("SELECT n FROM " + schema_ + ".attempts WHERE k = 'flaky-0'"), 2);
+  auto retry = ReadTopic(kafka_->bootstrap(), "orders.retry.1", 2, 1, Scaled(10s));
+  ASSERT_EQ(retry.size(), 1u);
+  EXPECT_EQ(retry[0].headers.at("outbox-error-class"), "transient");
+  const long long due = std::stoll(retry[0].headers.at("outbox-retry-due-at"));
+  const long long applied_ms = Count("SELECT (extract(epoch FROM applied_at) * 1000)::bigint FROM " +
+                                     schema_ + ".effects");
+  EXPECT_GE(applied_ms + 50, due) << "applied before the retry was due";
+}
+
+TEST_F(InboxE2ETest, TransientForeverEndsInTheDeadLetterTopicAfterTheLastRetry) {
+  Subprocess& c = StartConsumer("", "200,200");
+  ProduceEvents(1, "transient-forever", 1, "down-");
+  auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 1, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 1u) << c.Log();
+  EXPECT_EQ(dlt[0].headers.at("outbox-error-class"), "transient");
+  EXPECT_EQ(dlt[0].headers.at("outbox-attempt"), "3") << "first try + 2 retries";
+  EXPECT_EQ(dlt[0].headers.at("outbox-original-topic"), "orders");
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["retried"], 2);
+  EXPECT_EQ(counters["dead_lettered"], 1);
+  EXPECT_EQ(Effects(), 0);
+}
+
+TEST_F(InboxE2ETest, ReplayFromTheDeadLetterTopicAppliesOnce) {
+  Exec(admin_.get(), "INSERT INTO " + schema_ + ".blocklist VALUES ('held-0')");
+  Subprocess& c = StartConsumer();
+  ProduceEvents(1, "blocked", 1, "held-");
+  auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 1, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 1u) << c.Log();
+  EXPECT_EQ(Effects(), 0);
+  // The operator fixes the cause, then replays from the command line.
+  Exec(admin_.get(), "DELETE FROM " + schema_ + ".blocklist");
+  const std::string ctl = std::string(OUTBOX_OUTBOXCTL_BIN) + " --bootstrap " + kafka_->bootstrap() +
+                          " dlt replay --topic orders.dlt --key held-0";
+  ASSERT_EQ(std::system((ctl + " --dry-run >/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((ctl + " >/dev/null").c_str()), 0);
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 1; }, 60s)) << c.Log();
+  // Replaying again is harmless: the inbox absorbs it.
+  ASSERT_EQ(std::system((ctl + " >/dev/null").c_str()), 0);
+  ASSERT_TRUE(WaitFor([&] { return c.Log().find("total_duplicates=1") != std::string::npos; }, 30s))
+      << c.Log();
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(counters["applied"], 1);
+  EXPECT_EQ(counters["duplicates"], 1);
+}
+
+}  // namespace
+}  // namespace outbox::testing

@@ -1,0 +1,108 @@
+// inbox_test_consumer: a real consumer process for the inbox tests. It applies
+// one effect row per event through the inbox (effects table without any unique
+// key, so a double effect would show up as two rows). The payload tells the
+// handler how to behave:
+//   "ok"                 apply
+//   "permanent"          contract violation -> dead-letter topic
+//   "transient-once"     fail transiently on the first attempt, then apply
+//   "transient-forever"  always fail transiently
+//   "blocked"            permanent while the key is in <schema>.blocklist
+// Arguments: --db URL --bootstrap B --schema S --topic T --group G
+//            [--retry-delays MS,MS,...] [--batch N]
+// On SIGTERM it stops and prints "counters applied=.. duplicates=.. retried=.. dead_lettered=..".
+#include <libpq-fe.h>
+#include <signal.h>
+
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "outbox/consumer.h"
+#include "outbox/inbox.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+std::string Scalar(PGconn* c, const std::string& sql, const std::string& p1) {
+  const char* v[] = {p1.c_str()};
+  PGresult* r = PQexecParams(c, sql.c_str(), 1, nullptr, v, nullptr, nullptr, 0);
+  std::string out = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) ? PQgetvalue(r, 0, 0) : "";
+  PQclear(r);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  signal(SIGTERM, [](int) { g_stop = true; });
+  std::map<std::string, std::string> a;
+  for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
+  const std::string schema = a["schema"];
+  outbox::StreamLogger logger(false, outbox::LogLevel::kDebug);
+
+  outbox::InboxOptions io;
+  io.conninfo = a["db"];
+  io.schema = schema;
+  io.consumer = "test-consumer";
+  auto inbox = outbox::Inbox::Open(io);
+  if (!inbox.ok() || !(*inbox)->Migrate().ok()) {
+    std::cerr << "inbox: " << inbox.status().ToString() << "\n";
+    return 1;
+  }
+  // An autocommit side connection counts attempts (it must survive rollbacks).
+  PGconn* side = PQconnectdb(a["db"].c_str());
+
+  outbox::Handler handler = [&](const outbox::InboundMessage& m, pg_conn* txn) {
+    if (m.payload == "permanent") return outbox::HandlerResult::Permanent("contract violation");
+    if (m.payload == "transient-forever") return outbox::HandlerResult::Transient("always down");
+    if (m.payload == "transient-once") {
+      std::string n = Scalar(side, "INSERT INTO " + schema + ".attempts VALUES ($1, 1) "
+                                   "ON CONFLICT (k) DO UPDATE SET n = attempts.n + 1 RETURNING n",
+                             m.key);
+      if (n == "1") return outbox::HandlerResult::Transient("first attempt fails");
+    }
+    if (m.payload == "blocked" &&
+        !Scalar(txn, "SELECT 1 FROM " + schema + ".blocklist WHERE k = $1", m.key).empty()) {
+      return outbox::HandlerResult::Permanent("blocked");
+    }
+    const std::string sql = "INSERT INTO " + schema + ".effects (k, payload) VALUES ($1, $2)";
+    const char* v[] = {m.key.c_str(), m.payload.c_str()};
+    PGresult* r = PQexecParams(txn, sql.c_str(), 2, nullptr, v, nullptr, nullptr, 0);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    return ok ? outbox::HandlerResult::Ok() : outbox::HandlerResult::Transient("insert failed");
+  };
+
+  outbox::ConsumerOptions co;
+  co.properties = {{"bootstrap.servers", a["bootstrap"]}, {"group.id", a["group"]},
+                   {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"}};
+  co.topics = {a["topic"]};
+  if (a.count("retry-delays")) {
+    co.retry_delays.clear();
+    std::stringstream ss(a["retry-delays"]);
+    for (std::string d; std::getline(ss, d, ',');) {
+      co.retry_delays.push_back(std::chrono::milliseconds(std::atol(d.c_str())));
+    }
+  }
+  if (a.count("batch")) co.batch_size = std::atoi(a["batch"].c_str());
+  auto consumer = outbox::Consumer::Create(co, **inbox, outbox::DedupByEventId(), handler, logger);
+  if (!consumer.ok()) {
+    std::cerr << "consumer: " << consumer.status().ToString() << "\n";
+    return 2;
+  }
+  std::thread watcher([&] {
+    while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    (*consumer)->Stop();
+  });
+  outbox::Status st = (*consumer)->Run();
+  g_stop = true;
+  watcher.join();
+  auto c = (*consumer)->counters();
+  std::cout << "counters applied=" << c.applied << " duplicates=" << c.duplicates
+            << " retried=" << c.retried << " dead_lettered=" << c.dead_lettered << std::endl;
+  PQfinish(side);
+  return st.ok() ? 0 : 1;
+}
