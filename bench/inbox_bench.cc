@@ -1,0 +1,139 @@
+// inbox_bench: effects applied per second through the inbox (stamp + one
+// inserted row per event, one transaction per batch) by one consumer, from a
+// pre-filled topic on outbox-mock-kafka. Medians of --runs runs; each run uses a
+// fresh consumer group and empty stamp and effect tables.
+//
+//   inbox_bench --mock BIN [--db URL] [--events 200000] [--runs 3] [--batch 500]
+#include <librdkafka/rdkafka.h>
+#include <libpq-fe.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "bench_util.h"
+#include "outbox/consumer.h"
+#include "outbox/inbox.h"
+#include "subprocess.h"
+
+namespace {
+
+using namespace outbox;
+using namespace outbox::bench;
+namespace fs = std::filesystem;
+
+const std::string kSchema = "bench_inbox";
+const std::string kTopic = "bench.events";
+
+void ProduceAll(const std::string& bootstrap, int events) {
+  char err[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), err, sizeof err);
+  rd_kafka_conf_set(conf, "linger.ms", "20", err, sizeof err);
+  rd_kafka_conf_set(conf, "log_level", "3", err, sizeof err);
+  rd_kafka_t* p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  const std::string payload(200, 'x');
+  for (int i = 0; i < events; ++i) {
+    std::string key = "agg-" + std::to_string(i % 1000);
+    std::string id = "00000000-0000-7000-8000-" + std::to_string(100000000000LL + i);
+    rd_kafka_headers_t* h = rd_kafka_headers_new(1);
+    rd_kafka_header_add(h, "outbox-event-id", -1, id.data(), static_cast<ssize_t>(id.size()));
+    for (;;) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+      rd_kafka_resp_err_t e = rd_kafka_producev(
+          p, RD_KAFKA_V_TOPIC(kTopic.c_str()), RD_KAFKA_V_KEY(key.data(), key.size()),
+          RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+#pragma GCC diagnostic pop
+      if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) break;
+      rd_kafka_poll(p, 10);
+    }
+  }
+  rd_kafka_flush(p, 120000);
+  rd_kafka_destroy(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f(argc, argv, {{"db", DefaultDb()}, {"mock", ""}, {"events", "200000"}, {"runs", "3"},
+                       {"batch", "500"}});
+  if (f.Str("db").empty() || f.Str("mock").empty()) {
+    std::fprintf(stderr, "inbox_bench: --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
+    return 2;
+  }
+  const std::string url = f.Str("db");
+  const int events = f.Int("events"), runs = f.Int("runs");
+  const fs::path dir = fs::temp_directory_path() / "inbox_bench_mock";
+  fs::create_directories(dir);
+  fs::remove(dir / "bootstrap");
+  outbox::testing::Subprocess mock({f.Str("mock"), "--brokers", "1", "--topic", kTopic + ":64",
+                                    "--bootstrap-file", (dir / "bootstrap").string()},
+                                   {}, (dir / "log").string());
+  for (int i = 0; i < 500 && !fs::exists(dir / "bootstrap"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string bootstrap;
+  std::ifstream(dir / "bootstrap") >> bootstrap;
+  ProduceAll(bootstrap, events);
+
+  PGconn* admin = MustConnect(url);
+  MustExec(admin, "DROP SCHEMA IF EXISTS " + kSchema + " CASCADE");
+  MustExec(admin, "CREATE SCHEMA " + kSchema);
+  MustExec(admin, "CREATE TABLE " + kSchema + ".effects (k text, n int)");
+  InboxOptions io;
+  io.conninfo = url;
+  io.schema = kSchema;
+  io.consumer = "bench";
+  auto inbox = Inbox::Open(io);
+  if (!inbox.ok() || !(*inbox)->Migrate().ok()) return 1;
+
+  const std::string insert = "INSERT INTO " + kSchema + ".effects VALUES ($1, 1)";
+  Handler handler = [&](const InboundMessage& m, pg_conn* txn) {
+    const char* v[] = {m.key.c_str()};
+    PGresult* r = PQexecParams(txn, insert.c_str(), 1, nullptr, v, nullptr, nullptr, 0);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    return ok ? HandlerResult::Ok() : HandlerResult::Transient("insert failed");
+  };
+  NullLogger quiet;
+  std::vector<double> rates;
+  for (int r = 0; r < runs; ++r) {
+    MustExec(admin, "TRUNCATE " + kSchema + ".effects, " + kSchema + ".inbox_stamps");
+    ConsumerOptions co;
+    co.properties = {{"bootstrap.servers", bootstrap}, {"group.id", "bench-" + std::to_string(r)}};
+    co.topics = {kTopic};
+    co.batch_size = f.Int("batch");
+    auto consumer = Consumer::Create(co, **inbox, DedupByEventId(), handler, quiet);
+    if (!consumer.ok()) {
+      std::fprintf(stderr, "%s\n", consumer.status().ToString().c_str());
+      return 1;
+    }
+    std::thread runner([&] { (void)(*consumer)->Run(); });
+    // Timed from the first applied effect (the mock's group join takes ~3 s).
+    while ((*consumer)->counters().applied == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t first = (*consumer)->counters().applied;
+    while ((*consumer)->counters().applied < static_cast<std::uint64_t>(events)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const double secs = SecondsSince(t0);
+    (*consumer)->Stop();
+    runner.join();
+    rates.push_back(static_cast<double>(static_cast<std::uint64_t>(events) - first) / secs);
+    const std::string n = std::to_string(MustExec(admin, "SELECT 1 FROM " + kSchema + ".effects"));
+    std::fprintf(stderr, "run %d: %.0f effects/s (%s effect rows)\n", r + 1, rates.back(), n.c_str());
+  }
+  std::string all;
+  for (double x : rates) {
+    if (!all.empty()) all += ", ";
+    all += std::to_string(static_cast<long>(x));
+  }
+  std::printf("| consumer | events | batch | median effects/s | runs |\n|---|---|---|---|---|\n");
+  std::printf("| 1 consumer, inbox stamp + 1 inserted row per event | %d | %d | %.0f | %s |\n", events,
+              f.Int("batch"), Median(rates), all.c_str());
+  MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
+  PQfinish(admin);
+  return 0;
+}
