@@ -43,6 +43,11 @@ struct ConsumerOptions {
   std::string dlt_suffix = ".dlt";
   int batch_size = 500;                        // messages per inbox transaction
   std::chrono::milliseconds batch_wait{20};    // how long to fill a batch
+  // Stamps older than this are purged (in batches, every purge_interval). 0 keeps
+  // them forever. It must exceed the broker's retention plus the longest replay
+  // window, or a very late duplicate could apply twice (docs/inbox.md).
+  std::chrono::seconds stamp_retention{0};
+  std::chrono::seconds purge_interval{300};
 };
 
 struct ConsumerCounters {

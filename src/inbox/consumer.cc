@@ -215,7 +215,12 @@ class KafkaConsumer final : public Consumer {
   Status Run() override {
     log_.Info("consumer started", {{"topics", Join(options_.topics)}});
     milliseconds backoff{100};
+    auto next_purge = std::chrono::steady_clock::now() + options_.purge_interval;
     while (!stop_) {
+      if (options_.stamp_retention.count() > 0 && std::chrono::steady_clock::now() >= next_purge) {
+        next_purge = std::chrono::steady_clock::now() + options_.purge_interval;
+        PurgeStamps();
+      }
       ResumeDue();
       std::vector<rd_kafka_message_t*> raw = PollBatch();
       if (raw.empty()) continue;
@@ -241,6 +246,20 @@ class KafkaConsumer final : public Consumer {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
     return s;
+  }
+
+  void PurgeStamps() {
+    std::int64_t total = 0;
+    for (int i = 0; i < 100 && !stop_; ++i) {  // bounded work per round
+      auto n = inbox_.PurgeStamps(options_.stamp_retention, 1000);
+      if (!n.ok()) {
+        log_.Warn("stamp purge failed", {{"error", n.status().ToString()}});
+        return;
+      }
+      total += *n;
+      if (*n < 1000) break;
+    }
+    if (total > 0) log_.Info("purged inbox stamps", {{"rows", std::to_string(total)}});
   }
 
   std::vector<rd_kafka_message_t*> PollBatch() {
