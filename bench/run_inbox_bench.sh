@@ -26,15 +26,16 @@ update_section inbox <<MD
 Command: \`bench/run_inbox_bench.sh --events $EVENTS --runs $RUNS --batch $BATCH\` (runs
 \`build/release/bench/inbox_bench\`: a topic of $EVENTS events with 200-byte payloads on a
 private \`outbox-mock-kafka\`, 64 partitions; one consumer in-process; per batch one
-transaction: one statement for all stamps, the handler's one \`INSERT\` per event, commit,
-then the offset commit).
+transaction: one statement for all stamps, the effects, commit, then the offset commit).
+Two handlers with the same effect, alternating run by run: the per-message \`Handler\`
+(one \`INSERT\` per event) and a \`BatchHandler\` (one multi-row \`INSERT\` per batch).
 $machine
 
 $out
 
 Timed from the first applied effect to the last (the mock's consumer-group join, ~3 s,
 is left out); a fresh consumer group and empty tables per run; median of $RUNS runs.
-What limits it: the handler's own round trip per event (one synchronous \`INSERT\` each,
-as a typical handler does); stamps cost one statement per batch.
+What limits the per-message handler: its own round trip per event (one synchronous
+\`INSERT\` each, as a typical handler does); stamps cost one statement per batch.
 MD
 echo "updated $DOC" >&2

@@ -156,6 +156,42 @@ TEST_F(InboxTest, PurgeRemovesOnlyOldStamps) {
   EXPECT_EQ(Stamps(), "1");
 }
 
+TEST_F(InboxTest, BatchHandlerAppliesAllAtOnceAndFallsBackPerMessageOnFailure) {
+  int batch_calls = 0;
+  BatchHandler batch = [&](std::span<const InboundMessage* const> msgs, pg_conn* txn) {
+    ++batch_calls;
+    for (const InboundMessage* m : msgs) {
+      if (m->payload != "ok") return HandlerResult::Transient("one of them is not ok");
+    }
+    std::string keys = "{";
+    for (const InboundMessage* m : msgs) keys += (keys.size() > 1 ? ",\"" : "\"") + m->key + "\"";
+    keys += "}";
+    const std::string sql = "INSERT INTO " + schema_ + ".effects SELECT k, 'ok' FROM unnest($1::text[]) k";
+    const char* v[] = {keys.c_str()};
+    PGresult* r = PQexecParams(txn, sql.c_str(), 1, nullptr, v, nullptr, nullptr, 0);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    return ok ? HandlerResult::Ok() : HandlerResult::Transient("insert failed");
+  };
+  std::vector<InboundMessage> good = {Msg("b1", "ok"), Msg("b2", "ok"), Msg("b1", "ok")};
+  auto r = inbox_->Process(good, DedupByEventId(), EffectHandler(), batch);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(batch_calls, 1);
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[2].outcome, Outcome::kDuplicate);
+  EXPECT_EQ(Effects(), "2");
+  // One bad message: the batch handler fails, the batch is redone per message.
+  std::vector<InboundMessage> mixed = {Msg("b3", "ok"), Msg("b4", "permanent"), Msg("b2", "ok")};
+  auto r2 = inbox_->Process(mixed, DedupByEventId(), EffectHandler(), batch);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ((*r2)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r2)[1].outcome, Outcome::kPermanent);
+  EXPECT_EQ((*r2)[2].outcome, Outcome::kDuplicate);
+  EXPECT_EQ(Effects(), "3");
+  EXPECT_EQ(Effects("k = 'b4'"), "0");
+}
+
 // ---- saga guards --------------------------------------------------------
 
 class SagaTest : public InboxTest {

@@ -47,7 +47,8 @@ class RelayE2ETest : public ::testing::Test {
     if (admin_) Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
   }
 
-  Subprocess& StartRelay(std::vector<std::string> sets = {}) {
+  Subprocess& StartRelay(std::vector<std::string> sets = {},
+                         std::map<std::string, std::string> env = {}) {
     std::vector<std::string> argv = {OUTBOX_RELAY_BIN, "--db", url_, "--bootstrap",
                                      kafka_->bootstrap()};
     std::vector<std::string> defaults = {
@@ -63,7 +64,7 @@ class RelayE2ETest : public ::testing::Test {
     std::string log = (std::filesystem::temp_directory_path() /
                        ("outbox-relay-" + schema_ + "-" + std::to_string(relays_.size()) + ".log"))
                           .string();
-    relays_.push_back(std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log));
+    relays_.push_back(std::make_unique<Subprocess>(argv, env, log));
     return *relays_.back();
   }
 

@@ -59,9 +59,11 @@ struct ConsumerCounters {
 
 class Consumer {
  public:
+  // `batch_handler` is optional (see BatchHandler in inbox.h).
   static Result<std::unique_ptr<Consumer>> Create(ConsumerOptions options, Inbox& inbox,
                                                   DedupKeyFn dedup, Handler handler,
-                                                  Logger& logger);
+                                                  Logger& logger,
+                                                  BatchHandler batch_handler = nullptr);
   virtual ~Consumer() = default;
   virtual Status Run() = 0;
   virtual void Stop() = 0;

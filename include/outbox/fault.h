@@ -8,6 +8,10 @@
 // costs one relaxed atomic load.
 //
 // The names, in one list (also in docs/testing.md):
+//   Relay::AfterClaim                     rows claimed (leased), nothing published
+//   Relay::AfterPublishBeforeMarkSent     broker acked, rows not yet marked SENT
+//   Relay::MarkSent                       `error`: the mark-sent call fails
+//   Relay::MarkFailed                     `error`: the mark-failed call fails
 //   Inbox::InsideTransaction              after the handler ran, before COMMIT
 //   Inbox::AfterCommitBeforeOffsetCommit  effect committed, Kafka offset not yet
 //
@@ -20,6 +24,11 @@
 
 namespace outbox::fault {
 
+inline constexpr std::string_view kRelayAfterClaim = "Relay::AfterClaim";
+inline constexpr std::string_view kRelayAfterPublishBeforeMarkSent =
+    "Relay::AfterPublishBeforeMarkSent";
+inline constexpr std::string_view kRelayMarkSent = "Relay::MarkSent";
+inline constexpr std::string_view kRelayMarkFailed = "Relay::MarkFailed";
 inline constexpr std::string_view kInboxInsideTransaction = "Inbox::InsideTransaction";
 inline constexpr std::string_view kInboxAfterCommitBeforeOffsetCommit =
     "Inbox::AfterCommitBeforeOffsetCommit";

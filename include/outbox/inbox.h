@@ -65,6 +65,13 @@ struct HandlerResult {
 // A thrown exception is treated as kTransient.
 using Handler = std::function<HandlerResult(const InboundMessage& msg, pg_conn* txn)>;
 
+// Optional, for throughput: applies the effects of all new messages of a batch
+// at once (e.g. one multi-row INSERT) on `txn`. Used on the fast path; if it
+// fails, the batch is redone message by message with the per-message Handler,
+// each in a savepoint. It must do exactly what the Handler would do for each.
+using BatchHandler =
+    std::function<HandlerResult(std::span<const InboundMessage* const> msgs, pg_conn* txn)>;
+
 // The stamp's key for a message: the event id header, or a stable business
 // identity (e.g. "LessonCompleted:<user>:<lesson>"). Never a per-publish value.
 // A missing or undecodable identity is a permanent error.
@@ -102,7 +109,8 @@ class Inbox {
   // the caller must not commit those offsets.
   virtual Result<std::vector<MessageOutcome>> Process(std::span<const InboundMessage> messages,
                                                       const DedupKeyFn& dedup,
-                                                      const Handler& handler) = 0;
+                                                      const Handler& handler,
+                                                      const BatchHandler& batch = nullptr) = 0;
 
   // Deletes at most `batch` stamps of this consumer older than `horizon`.
   // The horizon must exceed the broker's retention plus the longest replay

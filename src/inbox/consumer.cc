@@ -159,8 +159,13 @@ class Forwarder {
 
 class KafkaConsumer final : public Consumer {
  public:
-  KafkaConsumer(ConsumerOptions o, Inbox& inbox, DedupKeyFn d, Handler h, Logger& l)
-      : options_(std::move(o)), inbox_(inbox), dedup_(std::move(d)), handler_(std::move(h)), log_(l) {}
+  KafkaConsumer(ConsumerOptions o, Inbox& inbox, DedupKeyFn d, Handler h, BatchHandler b, Logger& l)
+      : options_(std::move(o)),
+        inbox_(inbox),
+        dedup_(std::move(d)),
+        handler_(std::move(h)),
+        batch_handler_(std::move(b)),
+        log_(l) {}
 
   ~KafkaConsumer() override {
     if (rk_) {
@@ -361,7 +366,7 @@ class KafkaConsumer final : public Consumer {
     if (msgs.empty()) return Status::Ok();
 
     // 2. Effects and stamps, one transaction.
-    auto outcomes = inbox_.Process(msgs, dedup_, handler_);
+    auto outcomes = inbox_.Process(msgs, dedup_, handler_, batch_handler_);
     if (!outcomes.ok()) {
       Rewind(first_offset);
       return outcomes.status();
@@ -450,6 +455,7 @@ class KafkaConsumer final : public Consumer {
   Inbox& inbox_;
   DedupKeyFn dedup_;
   Handler handler_;
+  BatchHandler batch_handler_;
   Logger& log_;
   rd_kafka_t* rk_ = nullptr;
   Forwarder forwarder_;
@@ -462,9 +468,9 @@ class KafkaConsumer final : public Consumer {
 
 Result<std::unique_ptr<Consumer>> Consumer::Create(ConsumerOptions options, Inbox& inbox,
                                                    DedupKeyFn dedup, Handler handler,
-                                                   Logger& logger) {
+                                                   Logger& logger, BatchHandler batch_handler) {
   auto c = std::make_unique<KafkaConsumer>(std::move(options), inbox, std::move(dedup),
-                                           std::move(handler), logger);
+                                           std::move(handler), std::move(batch_handler), logger);
   OUTBOX_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<Consumer>(std::move(c));
 }

@@ -97,8 +97,8 @@ class PostgresInbox final : public Inbox {
   }
 
   Result<std::vector<MessageOutcome>> Process(std::span<const InboundMessage> messages,
-                                              const DedupKeyFn& dedup,
-                                              const Handler& handler) override {
+                                              const DedupKeyFn& dedup, const Handler& handler,
+                                              const BatchHandler& batch) override {
     std::vector<MessageOutcome> out(messages.size());
     std::vector<std::string> keys(messages.size());
     std::vector<bool> has_key(messages.size(), false);
@@ -113,7 +113,7 @@ class PostgresInbox final : public Inbox {
       }
     }
     std::map<std::size_t, HandlerResult> failed;
-    auto fast = TryFast(messages, keys, has_key, handler, out, failed);
+    auto fast = TryFast(messages, keys, has_key, handler, batch, out, failed);
     if (!fast.ok()) return fast.status();
     if (*fast) return out;
     // A handler failed: redo the batch, a savepoint per message. The failed
@@ -162,7 +162,7 @@ class PostgresInbox final : public Inbox {
   // true: done (all handlers succeeded, committed); false: rolled back, use Careful.
   Result<bool> TryFast(std::span<const InboundMessage> msgs, const std::vector<std::string>& keys,
                        const std::vector<bool>& has_key, const Handler& handler,
-                       std::vector<MessageOutcome>& out,
+                       const BatchHandler& batch, std::vector<MessageOutcome>& out,
                        std::map<std::size_t, HandlerResult>& failed) {
     OUTBOX_RETURN_IF_ERROR(Begin());
     nlohmann::json rows = nlohmann::json::array();
@@ -182,10 +182,16 @@ class PostgresInbox final : public Inbox {
       for (int i = 0; i < PQntuples(r->get()); ++i) fresh.insert(pg::GetText(r->get(), i, 0));
     }
     std::set<std::string> used;  // a key twice in one batch: the first applies
+    std::vector<const InboundMessage*> new_msgs;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!has_key[i]) continue;
       if (!fresh.count(keys[i]) || !used.insert(keys[i]).second) {
         out[i] = {Outcome::kDuplicate, ""};
+        continue;
+      }
+      if (batch) {
+        new_msgs.push_back(&msgs[i]);
+        out[i] = {Outcome::kApplied, ""};
         continue;
       }
       HandlerResult hr = RunHandler(handler, msgs[i], session_->raw());
@@ -198,6 +204,18 @@ class PostgresInbox final : public Inbox {
         return false;
       }
       out[i] = {Outcome::kApplied, ""};
+    }
+    if (batch && !new_msgs.empty()) {
+      HandlerResult hr;
+      try {
+        hr = batch(new_msgs, session_->raw());
+      } catch (...) {
+        hr = HandlerResult::Transient("batch handler threw");
+      }
+      if (hr.error != ErrorClass::kNone || PQtransactionStatus(session_->raw()) != PQTRANS_INTRANS) {
+        Rollback();
+        return false;  // redo message by message: which one failed is unknown
+      }
     }
     Status st = Commit();
     if (!st.ok()) {

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "outbox/fault.h"
 #include "plan.h"
 
 namespace outbox {
@@ -227,12 +228,14 @@ void Relay::WorkerLoop(int index) {
       continue;
     }
     idle = options_.poll_min;
+    (void)OUTBOX_FAULT(fault::kRelayAfterClaim);
     metrics_.claims.Inc();
     metrics_.batch_size.Observe(static_cast<double>(events.size()));
 
     const auto published_at = Clock::now();
     std::vector<PublishResult> results = transport_.Publish(events);
     const auto acked_at = Clock::now();
+    (void)OUTBOX_FAULT(fault::kRelayAfterPublishBeforeMarkSent);
     const auto now = std::chrono::system_clock::now();
     Plan plan = PlanTransitions(events, results, options_, rng);
     for (std::size_t i = 0; i < events.size(); ++i) {
@@ -265,11 +268,15 @@ void Relay::WorkerLoop(int index) {
     // expiry: the row is published again and the inbox absorbs it — it is never
     // marked FAILED for a failure of ours.
     const auto lease_deadline = claimed_at + options_.lease - std::chrono::seconds(1);
-    auto apply = [&](const char* what, auto&& call, std::size_t n) -> void {
+    auto apply = [&](const char* what, auto&& call, std::size_t n,
+                     std::string_view fault_point) -> void {
       if (n == 0) return;
       milliseconds backoff{50};
       for (;;) {
-        auto r = call();
+        Result<TransitionResult> r = OUTBOX_FAULT(fault_point)
+                                         ? Result<TransitionResult>(Status::Internal(
+                                               "fault point " + std::string(fault_point)))
+                                         : call();
         if (r.ok()) {
           db_succeeded();
           if (!r->refused.empty()) {
@@ -292,9 +299,12 @@ void Relay::WorkerLoop(int index) {
         backoff = std::min(backoff * 2, milliseconds(2000));
       }
     };
-    apply("mark sent", [&] { return store->MarkSent(plan.sent); }, plan.sent.size());
-    apply("reschedule", [&] { return store->Reschedule(plan.reschedule); }, plan.reschedule.size());
-    apply("mark failed", [&] { return store->MarkFailed(plan.failed); }, plan.failed.size());
+    apply("mark sent", [&] { return store->MarkSent(plan.sent); }, plan.sent.size(),
+          fault::kRelayMarkSent);
+    apply("reschedule", [&] { return store->Reschedule(plan.reschedule); }, plan.reschedule.size(),
+          std::string_view{});
+    apply("mark failed", [&] { return store->MarkFailed(plan.failed); }, plan.failed.size(),
+          fault::kRelayMarkFailed);
     auto ms = [](auto d) {
       return std::to_string(std::chrono::duration<double, std::milli>(d).count());
     };
