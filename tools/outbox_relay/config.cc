@@ -323,6 +323,46 @@ std::string Quote(const std::string& s) {
 
 }  // namespace
 
+Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine cl;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string& out) -> Status {
+      if (i + 1 >= args.size()) return Status::InvalidArgument(a + " needs a value");
+      out = args[++i];
+      return Status::Ok();
+    };
+    std::string v;
+    if (a == "--config") {
+      OUTBOX_RETURN_IF_ERROR(value(cl.config_path));
+    } else if (a == "--set") {
+      OUTBOX_RETURN_IF_ERROR(value(v));
+      auto eq = v.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return Status::InvalidArgument("--set needs KEY=VALUE, got " + v);
+      }
+      cl.overrides.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+    } else if (a == "--db") {
+      OUTBOX_RETURN_IF_ERROR(value(v));
+      cl.overrides.emplace_back("database.url", v);
+    } else if (a == "--bootstrap") {
+      OUTBOX_RETURN_IF_ERROR(value(v));
+      cl.overrides.emplace_back("kafka.properties.bootstrap.servers", v);
+    } else if (a == "--log-json") {
+      cl.overrides.emplace_back("log.format", "json");
+    } else if (a == "--print-config") {
+      cl.print_config = true;
+    } else if (a == "--migrate") {
+      cl.migrate = true;
+    } else if (a == "-h" || a == "--help") {
+      cl.help = true;
+    } else {
+      return Status::InvalidArgument("unknown argument " + a);
+    }
+  }
+  return cl;
+}
+
 std::string DefaultRelayId() {
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "relay");

@@ -35,6 +35,16 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
 // URL, kafka properties whose name mentions password/secret/key) redacted.
 std::string PrintConfig(const Config& c);
 
+// The command line (without argv[0]).
+struct CommandLine {
+  std::string config_path;
+  std::vector<std::pair<std::string, std::string>> overrides;  // --set and shortcuts, in order
+  bool print_config = false;
+  bool migrate = false;
+  bool help = false;
+};
+Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args);
+
 // Default relay id: "<hostname>:<pid>".
 std::string DefaultRelayId();
 

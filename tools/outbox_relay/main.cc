@@ -49,41 +49,15 @@ std::map<std::string, std::string> Environment() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path;
-  std::vector<std::pair<std::string, std::string>> overrides;
-  bool print_config = false, migrate = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::exit(Usage(a + " needs a value"));
-      }
-      return argv[++i];
-    };
-    if (a == "--config") {
-      config_path = value();
-    } else if (a == "--set") {
-      std::string kv = value();
-      auto eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) return Usage("--set needs KEY=VALUE, got " + kv);
-      overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
-    } else if (a == "--db") {
-      overrides.emplace_back("database.url", value());
-    } else if (a == "--bootstrap") {
-      overrides.emplace_back("kafka.properties.bootstrap.servers", value());
-    } else if (a == "--log-json") {
-      overrides.emplace_back("log.format", "json");
-    } else if (a == "--print-config") {
-      print_config = true;
-    } else if (a == "--migrate") {
-      migrate = true;
-    } else if (a == "-h" || a == "--help") {
-      Usage("help");
-      return kExitOk;
-    } else {
-      return Usage("unknown argument " + a);
-    }
+  auto cl = outbox::daemon::ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc));
+  if (!cl.ok()) return Usage(cl.status().message());
+  if (cl->help) {
+    Usage("help");
+    return kExitOk;
   }
+  const std::string& config_path = cl->config_path;
+  const auto& overrides = cl->overrides;
+  const bool print_config = cl->print_config, migrate = cl->migrate;
 
   std::string text;
   if (!config_path.empty()) {

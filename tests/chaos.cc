@@ -1,0 +1,308 @@
+// chaos: a randomized run that checks the books at the end.
+//
+// Enqueues --events events from several producer connections over many
+// aggregates while 3 outbox-relays and 2 inbox consumers run against the real
+// PostgreSQL and a private outbox-mock-kafka; at random intervals SIGKILLs and
+// restarts relays and consumers, takes brokers down and up, and restarts
+// PostgreSQL once. Then waits for everything to drain and checks: 0 events lost
+// (every committed event has exactly one effect), 0 double effects, per-aggregate
+// order of effects, nothing left PROCESSING, no FAILED rows. Prints a report; a
+// failing run prints the seed to replay it with --seed.
+//
+//   chaos [--events 50000] [--seconds 90] [--seed N]
+// Needs OUTBOX_PG_URL, OUTBOX_PG_DATA, OUTBOX_PG_BIN (scripts/testenv's env).
+#include <libpq-fe.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kafka_helpers.h"
+#include "outbox/postgres.h"
+#include "subprocess.h"
+
+namespace {
+
+using namespace outbox;
+using namespace outbox::testing;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+struct Args {
+  long events = 50000;
+  long seconds = 90;
+  std::uint64_t seed = 0;
+};
+
+std::string Env(const char* n) {
+  const char* v = std::getenv(n);
+  return v ? v : "";
+}
+
+// A connection that survives the PostgreSQL restart.
+class Db {
+ public:
+  explicit Db(std::string url) : url_(std::move(url)) {}
+  ~Db() { if (c_) PQfinish(c_); }
+  std::string Q(const std::string& sql) {
+    for (int i = 0; i < 100; ++i) {
+      if (!c_ || PQstatus(c_) != CONNECTION_OK) {
+        if (c_) PQfinish(c_);
+        c_ = PQconnectdb(url_.c_str());
+        if (PQstatus(c_) != CONNECTION_OK) {
+          std::this_thread::sleep_for(200ms);
+          continue;
+        }
+        PQsetNoticeProcessor(c_, [](void*, const char*) {}, nullptr);
+      }
+      PGresult* r = PQexec(c_, sql.c_str());
+      bool ok = PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK;
+      std::string v = ok && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+      PQclear(r);
+      if (ok) return v;
+      std::this_thread::sleep_for(200ms);
+    }
+    std::fprintf(stderr, "chaos: database unusable for: %s\n", sql.c_str());
+    std::exit(3);
+  }
+  PGconn* raw() { return c_; }
+
+ private:
+  std::string url_;
+  PGconn* c_ = nullptr;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  a.seed = std::random_device{}();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--events") a.events = std::atol(argv[i + 1]);
+    else if (k == "--seconds") a.seconds = std::atol(argv[i + 1]);
+    else if (k == "--minutes") a.seconds = std::atol(argv[i + 1]) * 60;
+    else if (k == "--seed") a.seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else {
+      std::fprintf(stderr, "usage: chaos [--events N] [--seconds S | --minutes M] [--seed N]\n");
+      return 2;
+    }
+  }
+  const std::string url = Env("OUTBOX_PG_URL"), data = Env("OUTBOX_PG_DATA"), bin = Env("OUTBOX_PG_BIN");
+  if (url.empty() || data.empty() || bin.empty()) {
+    std::fprintf(stderr, "chaos: OUTBOX_PG_URL, OUTBOX_PG_DATA and OUTBOX_PG_BIN are required (scripts/testenv)\n");
+    return 2;
+  }
+  std::printf("chaos: seed %llu, %ld events, %ld s\n", static_cast<unsigned long long>(a.seed), a.events, a.seconds);
+  std::fflush(stdout);
+  std::mt19937_64 rng(a.seed);
+  const std::string tag = std::to_string(a.seed % 1000000);
+  const std::string schema = "chaos_" + tag, cschema = "chaosc_" + tag;
+  const fs::path dir = fs::temp_directory_path() / ("outbox-chaos-" + tag);
+  fs::create_directories(dir);
+
+  Db db(url);
+  db.Q("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
+  db.Q("DROP SCHEMA IF EXISTS " + cschema + " CASCADE");
+  {
+    PostgresStoreOptions o;
+    o.conninfo = url;
+    o.schema = schema;
+    auto s = OpenPostgresStore(o);
+    if (!s.ok() || !(*s)->Migrate().ok()) return 3;
+  }
+  db.Q("CREATE SCHEMA " + cschema);
+  db.Q("CREATE TABLE " + cschema + ".effects (k text, payload text, applied_at timestamptz DEFAULT clock_timestamp(), id bigserial)");
+  db.Q("CREATE TABLE " + cschema + ".attempts (k text PRIMARY KEY, n int)");
+  db.Q("CREATE TABLE " + cschema + ".blocklist (k text PRIMARY KEY)");
+
+  const char* topic = "outbox.event.order";
+  MockKafka kafka(3, {std::string(topic) + ":16"});
+  if (kafka.bootstrap().empty()) return 3;
+
+  auto relay_argv = [&](int i) {
+    return std::vector<std::string>{
+        OUTBOX_RELAY_BIN, "--db", url, "--bootstrap", kafka.bootstrap(), "--set",
+        "database.schema=" + schema, "--set", "relay.id=chaos-relay-" + std::to_string(i), "--set",
+        "http.listen=127.0.0.1:0", "--set", "kafka.properties.message.timeout.ms=1000", "--set",
+        "relay.lease_ms=6500", "--set", "relay.batch_size=200", "--set", "relay.backoff_base_ms=100",
+        "--set", "relay.backoff_max_ms=1000", "--set", "relay.max_attempts=1000", "--set",
+        "relay.db_retry_max_ms=500"};
+  };
+  auto consumer_argv = [&] {
+    return std::vector<std::string>{OUTBOX_INBOX_CONSUMER_BIN, "--db", url, "--bootstrap",
+                                    kafka.bootstrap(), "--schema", cschema, "--topic", topic,
+                                    "--group", "chaos-" + tag};
+  };
+  std::vector<std::unique_ptr<Subprocess>> relays(3), consumers(2);
+  int starts = 0;
+  auto start_relay = [&](int i) {
+    relays[static_cast<std::size_t>(i)] = std::make_unique<Subprocess>(
+        relay_argv(i), std::map<std::string, std::string>{},
+        (dir / ("relay-" + std::to_string(i) + "-" + std::to_string(starts++) + ".log")).string());
+  };
+  auto start_consumer = [&](int i) {
+    consumers[static_cast<std::size_t>(i)] = std::make_unique<Subprocess>(
+        consumer_argv(), std::map<std::string, std::string>{},
+        (dir / ("consumer-" + std::to_string(i) + "-" + std::to_string(starts++) + ".log")).string());
+  };
+  for (int i = 0; i < 3; ++i) start_relay(i);
+  for (int i = 0; i < 2; ++i) start_consumer(i);
+
+  // Producers: several connections, many aggregates, spread over ~60% of the run.
+  constexpr int kProducers = 4, kAggsPerProducer = 100;
+  std::atomic<long> enqueued{0};
+  std::atomic<bool> producers_done{false};
+  std::vector<std::thread> producers;
+  const long per_producer = a.events / kProducers;
+  const auto produce_for = std::chrono::milliseconds(a.seconds * 600);
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      Db pdb(url);
+      EnqueueOptions eo;
+      eo.schema = schema;
+      std::vector<int> next(kAggsPerProducer, 0);
+      const auto start = std::chrono::steady_clock::now();
+      long done = 0;
+      while (done < per_producer) {
+        std::vector<Event> batch;
+        for (int j = 0; j < 50 && done + static_cast<long>(batch.size()) < per_producer; ++j) {
+          const int agg = static_cast<int>((done + j) % kAggsPerProducer);
+          Event e;
+          e.aggregate_type = "order";
+          e.aggregate_id = "p" + std::to_string(p) + "-a" + std::to_string(agg);
+          e.event_type = "OrderChanged";
+          e.payload = e.aggregate_id + "#" + std::to_string(next[static_cast<std::size_t>(agg)]++);
+          batch.push_back(std::move(e));
+        }
+        // Retry the whole transaction if the server goes away (the PG restart).
+        for (;;) {
+          pdb.Q("SELECT 1");
+          PQclear(PQexec(pdb.raw(), "BEGIN"));
+          auto r = EnqueueBatch(pdb.raw(), batch, eo);
+          PGresult* c = PQexec(pdb.raw(), r.ok() ? "COMMIT" : "ROLLBACK");
+          bool committed = r.ok() && PQresultStatus(c) == PGRES_COMMAND_OK;
+          PQclear(c);
+          if (committed) break;
+          std::this_thread::sleep_for(100ms);
+        }
+        done += static_cast<long>(batch.size());
+        enqueued += static_cast<long>(batch.size());
+        // Pace: finish within produce_for.
+        const auto target = start + produce_for * done / per_producer;
+        std::this_thread::sleep_until(target);
+      }
+    });
+  }
+
+  // Chaos.
+  int relay_kills = 0, consumer_kills = 0, broker_outages = 0, pg_restarts = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto end = t0 + std::chrono::seconds(a.seconds);
+  bool pg_restarted = false;
+  std::uniform_int_distribution<int> pause_ms(1000, 4000), action(0, 9);
+  while (std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
+    const int act = action(rng);
+    if (!pg_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 2)) {
+      const std::string as_pg = geteuid() == 0 ? "runuser -u postgres -- " : "";
+      std::string cmd = as_pg + bin + "/pg_ctl -D " + data + " -m fast -w -t 60 restart >/dev/null";
+      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: pg restart failed\n");
+      pg_restarted = true;
+      ++pg_restarts;
+    } else if (act < 4) {
+      const int i = act % 3;
+      relays[static_cast<std::size_t>(i)]->Signal(SIGKILL);
+      relays[static_cast<std::size_t>(i)]->Wait(5s);
+      ++relay_kills;
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng) / 4));
+      start_relay(i);
+    } else if (act < 7) {
+      const int i = act % 2;
+      consumers[static_cast<std::size_t>(i)]->Signal(SIGKILL);
+      consumers[static_cast<std::size_t>(i)]->Wait(5s);
+      ++consumer_kills;
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng) / 4));
+      start_consumer(i);
+    } else {
+      const std::string b = std::to_string(1 + act % 3);
+      kafka.Control("broker-down " + b);
+      ++broker_outages;
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
+      kafka.Control("broker-up " + b);
+    }
+  }
+  for (auto& t : producers) t.join();
+  const long total = enqueued.load();
+
+  // Drain.
+  const auto drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  long effects = 0;
+  while (std::chrono::steady_clock::now() < drain_deadline) {
+    long unsent = std::atol(db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status IN ('PENDING','PROCESSING')").c_str());
+    effects = std::atol(db.Q("SELECT count(DISTINCT payload) FROM " + cschema + ".effects").c_str());
+    if (unsent == 0 && effects >= total) break;
+    std::this_thread::sleep_for(500ms);
+  }
+  std::this_thread::sleep_for(2s);  // let in-flight duplicates arrive before counting
+  long dup_absorbed = 0;
+  for (auto& c : consumers) {
+    c->Signal(SIGTERM);
+    c->Wait(30s);
+    std::string log = c->Log();
+    auto pos = log.find("duplicates=", log.find("counters "));
+    if (pos != std::string::npos) dup_absorbed += std::atol(log.c_str() + pos + 11);
+  }
+  for (auto& r : relays) {
+    r->Signal(SIGTERM);
+    r->Wait(40s);
+  }
+
+  // Books.
+  const long sent = std::atol(db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status = 'SENT'").c_str());
+  const long processing = std::atol(db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status = 'PROCESSING'").c_str());
+  const long failed = std::atol(db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status = 'FAILED'").c_str());
+  effects = std::atol(db.Q("SELECT count(DISTINCT payload) FROM " + cschema + ".effects").c_str());
+  const long effect_rows = std::atol(db.Q("SELECT count(*) FROM " + cschema + ".effects").c_str());
+  const long doubles = std::atol(db.Q("SELECT count(*) FROM (SELECT payload FROM " + cschema +
+                                      ".effects GROUP BY payload HAVING count(*) > 1) d").c_str());
+  // Order: within each aggregate, effect n must follow effect n-1 (by insertion id).
+  const long out_of_order = std::atol(db.Q(
+      "SELECT count(*) FROM (SELECT split_part(payload, '#', 2)::int AS n, lag(split_part(payload, '#', 2)::int) "
+      "OVER (PARTITION BY k ORDER BY id) AS prev FROM " + cschema + ".effects) s WHERE prev IS NOT NULL AND n <> prev + 1").c_str());
+  const long lost = total - effects;
+  const auto on_broker = static_cast<std::int64_t>(
+      ReadTopic(kafka.bootstrap(), topic, 16, static_cast<std::size_t>(total), 60s, 1s).size());
+  std::printf("\n== chaos report (seed %llu)\n", static_cast<unsigned long long>(a.seed));
+  std::printf("events enqueued (committed)      %ld\n", total);
+  std::printf("run time                         %ld s\n", a.seconds);
+  std::printf("relay kills (SIGKILL)            %d\n", relay_kills);
+  std::printf("consumer kills (SIGKILL)         %d\n", consumer_kills);
+  std::printf("broker outages                   %d\n", broker_outages);
+  std::printf("PostgreSQL restarts              %d\n", pg_restarts);
+  std::printf("messages on the broker           %lld (%lld re-published copies)\n",
+              static_cast<long long>(on_broker), static_cast<long long>(on_broker - total));
+  std::printf("duplicates absorbed (final consumers' counters) %ld\n", dup_absorbed);
+  std::printf("outbox SENT / PROCESSING / FAILED %ld / %ld / %ld\n", sent, processing, failed);
+  std::printf("effects (distinct events)        %ld (%ld rows)\n", effects, effect_rows);
+  std::printf("lost                             %ld\n", lost);
+  std::printf("double effects                   %ld\n", doubles);
+  std::printf("per-aggregate order violations   %ld\n", out_of_order);
+  const bool ok = lost == 0 && doubles == 0 && out_of_order == 0 && processing == 0 && failed == 0 &&
+                  sent == total;
+  std::printf("%s\n", ok ? "RESULT: OK" : "RESULT: FAILED — replay with --seed");
+  if (!ok) std::printf("seed to replay: %llu\n", static_cast<unsigned long long>(a.seed));
+  db.Q("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
+  db.Q("DROP SCHEMA IF EXISTS " + cschema + " CASCADE");
+  if (ok) fs::remove_all(dir);
+  return ok ? 0 : 1;
+}
