@@ -1,53 +1,227 @@
-// outboxctl: operator commands against an outbox database.
+// outboxctl: operator commands against an outbox database (and a consumer's inbox).
 //
-//   outboxctl [--db URL] [--schema NAME] [--json] migrate
-//   outboxctl [--db URL] [--schema NAME] [--json] status
+//   outboxctl [--db URL] [--schema S] [--json] migrate
+//   outboxctl [--db URL] [--schema S] [--json] status
+//   outboxctl [--db URL] [--schema S] [--json] list [--state ST] [--aggregate ID]
+//             [--type T] [--older-than SECONDS] [--limit N]
+//   outboxctl [--db URL] [--schema S] [--json] replay (--event-id ID | --failed)
+//             [--aggregate ID] [--type T] [--dry-run]
+//   outboxctl [--db URL] [--schema S] [--json] purge [--retention-s N] [--batch N]
+//   outboxctl [--db URL] [--schema S] [--json] trace KEY [--inbox-db URL]
+//             [--inbox-schema S]
 //   outboxctl [--bootstrap SERVERS] [--json] dlt replay --topic DLT [--key K]
-//             [--since TIME] [--until TIME] [--dry-run]
+//             [--since MS] [--until MS] [--dry-run]
 //
-// --db defaults to $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP. TIME
-// is milliseconds since the epoch. Exit codes: 0 success, 1 the operation failed
-// (database or broker unreachable, SQL error), 2 bad usage.
+// --db defaults to $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP. Exit
+// codes: 0 success (trace: found), 1 the operation failed (database or broker
+// unreachable, SQL error), 2 bad usage, 3 trace: no such event.
+//
+// The operator queries (list, replay, trace) are in the namespace `sql` below:
+// all of this tool's SQL in one place.
+#include <libpq-fe.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "outbox/consumer.h"
 #include "outbox/postgres.h"
 
 namespace {
 
-constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2;
+constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNotFound = 3;
 
 int Usage(const std::string& error) {
   std::cerr << "outboxctl: " << error << "\n"
-            << "usage: outboxctl [--db URL] [--schema NAME] [--json] migrate|status\n"
-            << "       outboxctl [--bootstrap SERVERS] [--json] dlt replay --topic DLT [--key K]\n"
-            << "                 [--since MS] [--until MS] [--dry-run]\n"
-            << "  --db      PostgreSQL URL (default: $OUTBOX_PG_URL)\n"
-            << "  --schema  outbox schema (default: outbox)\n"
-            << "  --json    machine-readable output\n";
+            << "usage: outboxctl [--db URL] [--schema S] [--json] COMMAND ...\n"
+            << "  migrate                       create/upgrade the outbox schema\n"
+            << "  status                        rows per state, oldest unsent age\n"
+            << "  list [--state ST] [--aggregate ID] [--type T] [--older-than SECONDS] [--limit N]\n"
+            << "  replay (--event-id ID | --failed) [--aggregate ID] [--type T] [--dry-run]\n"
+            << "                                FAILED rows back to PENDING\n"
+            << "  purge [--retention-s N] [--batch N]   delete old SENT rows\n"
+            << "  trace KEY [--inbox-db URL] [--inbox-schema S]   one event by id or dedup key\n"
+            << "  dlt replay --topic DLT [--key K] [--since MS] [--until MS] [--dry-run]\n"
+            << "                                (uses --bootstrap SERVERS)\n";
   return kExitUsage;
 }
 
-int Fail(const outbox::Status& st, bool json) {
-  if (json) {
-    std::cout << nlohmann::json{{"ok", false}, {"error", st.ToString()}}.dump() << "\n";
-  }
-  std::cerr << "outboxctl: " << st.ToString() << "\n";
+int Fail(const std::string& msg, bool json) {
+  if (json) std::cout << nlohmann::json{{"ok", false}, {"error", msg}}.dump() << "\n";
+  std::cerr << "outboxctl: " << msg << "\n";
   return kExitFailed;
 }
+int Fail(const outbox::Status& st, bool json) { return Fail(st.ToString(), json); }
 
-}  // namespace
+struct Args {
+  std::map<std::string, std::string> flags;  // --name value
+  std::set<std::string> switches;            // --json, --dry-run, --failed
+  std::vector<std::string> positional;
+  std::string Flag(const std::string& k, const std::string& def = "") const {
+    auto it = flags.find(k);
+    return it == flags.end() ? def : it->second;
+  }
+  bool Has(const std::string& s) const { return switches.count(s) > 0; }
+};
 
-int DltReplay(const std::string& bootstrap, const std::string& topic, const std::string& key,
-              const std::string& since, const std::string& until, bool dry_run, bool json) {
+// A query result as rows of named text columns (NULL -> absent key).
+using Row = std::map<std::string, std::string>;
+
+struct Pg {
+  PGconn* c = nullptr;
+  ~Pg() { if (c) PQfinish(c); }
+  std::string error;
+  bool Connect(const std::string& url) {
+    c = PQconnectdb(url.c_str());
+    if (PQstatus(c) != CONNECTION_OK) {
+      error = PQerrorMessage(c);
+      return false;
+    }
+    PQsetNoticeProcessor(c, [](void*, const char*) {}, nullptr);
+    return true;
+  }
+  // Runs a parameterised statement; false (and error) on failure.
+  bool Query(const std::string& sql, const std::vector<std::string>& params, std::vector<Row>* rows) {
+    std::vector<const char*> v;
+    for (const auto& p : params) v.push_back(p.c_str());
+    PGresult* r = PQexecParams(c, sql.c_str(), static_cast<int>(v.size()), nullptr, v.data(), nullptr,
+                               nullptr, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+      error = PQresultErrorMessage(r);
+      PQclear(r);
+      return false;
+    }
+    if (rows) {
+      for (int i = 0; i < PQntuples(r); ++i) {
+        Row row;
+        for (int j = 0; j < PQnfields(r); ++j) {
+          if (!PQgetisnull(r, i, j)) row[PQfname(r, j)] = PQgetvalue(r, i, j);
+        }
+        rows->push_back(std::move(row));
+      }
+    }
+    PQclear(r);
+    return true;
+  }
+};
+
+namespace sql {
+
+std::string With(std::string t, const std::string& s) {
+  for (auto p = t.find("{S}"); p != std::string::npos; p = t.find("{S}", p + s.size())) t.replace(p, 3, s);
+  return t;
+}
+
+// $1 state, $2 aggregate id, $3 event type, $4 older than (s), $5 limit; '' = any
+std::string List(const std::string& s) {
+  return With(R"SQL(
+SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
+       round(extract(epoch FROM now() - created_at)::numeric, 1) AS age_s,
+       coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error
+FROM {S}.outbox
+WHERE ($1 = '' OR status = upper($1)) AND ($2 = '' OR aggregate_id = $2)
+  AND ($3 = '' OR event_type = $3)
+  AND ($4 = '' OR created_at < now() - $4::numeric * interval '1 second')
+ORDER BY seq
+LIMIT $5::int
+)SQL", s);
+}
+
+// FAILED rows back to PENDING, due now, attempts reset (the error is kept, prefixed).
+// $1 event id ('' = any), $2 aggregate id, $3 event type, $4 dry run
+std::string Replay(const std::string& s) {
+  return With(R"SQL(
+WITH target AS (
+  SELECT seq FROM {S}.outbox
+  WHERE status = 'FAILED' AND ($1 = '' OR event_id::text = $1)
+    AND ($2 = '' OR aggregate_id = $2) AND ($3 = '' OR event_type = $3)
+  ORDER BY seq
+  FOR UPDATE
+), done AS (
+  UPDATE {S}.outbox o SET status = 'PENDING', attempts = 0, available_at = now(),
+                          lease_owner = NULL, failed_at = NULL,
+                          last_error = 'replayed by outboxctl; before: ' || coalesce(o.last_error, '')
+  FROM target t WHERE o.seq = t.seq AND NOT $4::boolean
+  RETURNING o.seq
+)
+SELECT (SELECT count(*) FROM target) AS matched, (SELECT count(*) FROM done) AS replayed
+)SQL", s);
+}
+
+// $1 key: an event id or a dedup key
+std::string Trace(const std::string& s) {
+  return With(R"SQL(
+SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
+       coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error,
+       coalesce(lease_owner, '') AS lease_owner, created_at::text AS created_at,
+       coalesce(claimed_at::text, '') AS claimed_at, coalesce(sent_at::text, '') AS sent_at,
+       coalesce(failed_at::text, '') AS failed_at
+FROM {S}.outbox WHERE event_id::text = $1 OR dedup_key = $1
+ORDER BY seq
+)SQL", s);
+}
+
+// $1 event id, $2 dedup key
+std::string TraceInbox(const std::string& s) {
+  return With(R"SQL(
+SELECT consumer, dedup_key, applied_at::text AS applied_at, coalesce(topic, '') AS topic,
+       coalesce(partition::text, '') AS partition, coalesce("offset"::text, '') AS "offset"
+FROM {S}.inbox_stamps WHERE dedup_key IN ($1, $2)
+)SQL", s);
+}
+
+}  // namespace sql
+
+void PrintRows(const std::vector<Row>& rows, const std::vector<std::string>& cols) {
+  std::vector<std::size_t> w(cols.size());
+  for (std::size_t j = 0; j < cols.size(); ++j) {
+    w[j] = cols[j].size();
+    for (const auto& r : rows) {
+      auto it = r.find(cols[j]);
+      w[j] = std::max(w[j], std::min<std::size_t>(60, it == r.end() ? 0 : it->second.size()));
+    }
+  }
+  auto line = [&](auto get) {
+    std::string out;
+    for (std::size_t j = 0; j < cols.size(); ++j) {
+      std::string v = get(j).substr(0, 60);
+      out += v + std::string(w[j] - std::min(w[j], v.size()) + 2, ' ');
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    std::cout << out << "\n";
+  };
+  line([&](std::size_t j) {
+    std::string h = cols[j];
+    for (auto& ch : h) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return h;
+  });
+  for (const auto& r : rows) {
+    line([&](std::size_t j) {
+      auto it = r.find(cols[j]);
+      return it == r.end() ? std::string() : it->second;
+    });
+  }
+}
+
+nlohmann::json ToJson(const std::vector<Row>& rows) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& r : rows) a.push_back(r);
+  return a;
+}
+
+int DltReplay(const Args& a, bool json) {
+  const std::string bootstrap = a.Flag("bootstrap");
+  const std::string topic = a.Flag("topic");
   if (bootstrap.empty()) return Usage("dlt replay: no broker: pass --bootstrap or set OUTBOX_KAFKA_BOOTSTRAP");
   if (topic.empty()) return Usage("dlt replay: --topic DLT_TOPIC is required");
   outbox::ReplayFilter f;
-  f.key = key;
+  f.key = a.Flag("key");
   auto parse_time = [](const std::string& v, std::chrono::system_clock::time_point& out) {
     char* end = nullptr;
     long long ms = std::strtoll(v.c_str(), &end, 10);
@@ -55,102 +229,217 @@ int DltReplay(const std::string& bootstrap, const std::string& topic, const std:
     out = std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
     return true;
   };
-  if (!since.empty() && !parse_time(since, f.since)) return Usage("--since must be ms since the epoch");
-  if (!until.empty() && !parse_time(until, f.until)) return Usage("--until must be ms since the epoch");
-  auto r = outbox::ReplayDeadLetters({{"bootstrap.servers", bootstrap}}, topic, f, dry_run);
+  if (a.flags.count("since") && !parse_time(a.Flag("since"), f.since)) return Usage("--since must be ms since the epoch");
+  if (a.flags.count("until") && !parse_time(a.Flag("until"), f.until)) return Usage("--until must be ms since the epoch");
+  const bool dry = a.Has("dry-run");
+  auto r = outbox::ReplayDeadLetters({{"bootstrap.servers", bootstrap}}, topic, f, dry);
   if (!r.ok()) return Fail(r.status(), json);
   if (json) {
     std::cout << nlohmann::json{{"ok", true}, {"topic", topic}, {"scanned", r->scanned},
-                                {"replayed", r->replayed}, {"dry_run", dry_run}}.dump()
+                                {"replayed", r->replayed}, {"dry_run", dry}}.dump()
               << "\n";
   } else {
-    std::cout << (dry_run ? "would replay " : "replayed ") << r->replayed << " of " << r->scanned
+    std::cout << (dry ? "would replay " : "replayed ") << r->replayed << " of " << r->scanned
               << " dead-lettered messages from " << topic << "\n";
   }
   return kExitOk;
 }
 
+}  // namespace
+
 int main(int argc, char** argv) {
-  std::string db = std::getenv("OUTBOX_PG_URL") ? std::getenv("OUTBOX_PG_URL") : "";
-  std::string bootstrap =
-      std::getenv("OUTBOX_KAFKA_BOOTSTRAP") ? std::getenv("OUTBOX_KAFKA_BOOTSTRAP") : "";
-  std::string schema = "outbox", command, sub, topic, key, since, until;
-  bool json = false, dry_run = false;
+  Args a;
+  const std::set<std::string> kValueFlags = {"db", "schema", "bootstrap", "topic", "key", "since", "until",
+                                             "state", "aggregate", "type", "older-than", "limit",
+                                             "event-id", "retention-s", "batch", "inbox-db",
+                                             "inbox-schema"};
+  const std::set<std::string> kSwitches = {"json", "dry-run", "failed"};
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--db" || a == "--schema" || a == "--bootstrap" || a == "--topic" || a == "--key" ||
-        a == "--since" || a == "--until") {
-      if (i + 1 >= argc) return Usage(a + " needs a value");
-      std::string& target = a == "--db" ? db : a == "--schema" ? schema : a == "--bootstrap" ? bootstrap
-                          : a == "--topic" ? topic : a == "--key" ? key : a == "--since" ? since : until;
-      target = argv[++i];
-    } else if (a == "--dry-run") {
-      dry_run = true;
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "-h" || a == "--help") {
+    std::string s = argv[i];
+    if (s == "-h" || s == "--help") {
       Usage("help");
       return kExitOk;
-    } else if (a.rfind("--", 0) == 0) {
-      return Usage("unknown flag " + a);
-    } else if (command.empty()) {
-      command = a;
-    } else if (command == "dlt" && sub.empty()) {
-      sub = a;
+    }
+    if (s.rfind("--", 0) == 0) {
+      std::string name = s.substr(2);
+      if (kSwitches.count(name)) {
+        a.switches.insert(name);
+      } else if (kValueFlags.count(name)) {
+        if (i + 1 >= argc) return Usage(s + " needs a value");
+        a.flags[name] = argv[++i];
+      } else {
+        return Usage("unknown flag " + s);
+      }
     } else {
-      return Usage("unexpected argument " + a);
+      a.positional.push_back(s);
     }
   }
+  if (!a.flags.count("db") && std::getenv("OUTBOX_PG_URL")) a.flags["db"] = std::getenv("OUTBOX_PG_URL");
+  if (!a.flags.count("bootstrap") && std::getenv("OUTBOX_KAFKA_BOOTSTRAP")) {
+    a.flags["bootstrap"] = std::getenv("OUTBOX_KAFKA_BOOTSTRAP");
+  }
+  const bool json = a.Has("json");
+  if (a.positional.empty()) return Usage("no command given");
+  const std::string command = a.positional[0];
   if (command == "dlt") {
-    if (sub != "replay") return Usage("dlt: the subcommand is replay");
-    return DltReplay(bootstrap, topic, key, since, until, dry_run, json);
+    if (a.positional.size() != 2 || a.positional[1] != "replay") return Usage("dlt: the subcommand is replay");
+    return DltReplay(a, json);
   }
-  if (command != "migrate" && command != "status") {
-    return Usage(command.empty() ? "no command given" : "unknown command " + command);
-  }
+  const std::set<std::string> kCommands = {"migrate", "status", "list", "replay", "purge", "trace"};
+  if (!kCommands.count(command)) return Usage("unknown command " + command);
+  if (command != "trace" && a.positional.size() != 1) return Usage("unexpected argument " + a.positional[1]);
+  const std::string db = a.Flag("db"), schema = a.Flag("schema", "outbox");
   if (db.empty()) return Usage("no database: pass --db URL or set OUTBOX_PG_URL");
+  if (auto st = outbox::ValidateSchemaName(schema); !st.ok()) return Usage(st.message());
 
   outbox::PostgresStoreOptions o;
   o.conninfo = db;
   o.schema = schema;
-  auto store = outbox::OpenPostgresStore(o);
-  if (!store.ok()) {
-    return store.status().code() == outbox::Code::kInvalidArgument
-               ? Usage(store.status().message())
-               : Fail(store.status(), json);
-  }
 
-  if (command == "migrate") {
-    outbox::Status st = (*store)->Migrate();
-    if (!st.ok()) return Fail(st, json);
+  if (command == "migrate" || command == "status" || command == "purge") {
+    auto store = outbox::OpenPostgresStore(o);
+    if (!store.ok()) return Fail(store.status(), json);
+    if (command == "migrate") {
+      outbox::Status st = (*store)->Migrate();
+      if (!st.ok()) return Fail(st, json);
+      if (json) {
+        std::cout << nlohmann::json{{"ok", true}, {"schema", schema}}.dump() << "\n";
+      } else {
+        std::cout << "schema " << schema << " is up to date\n";
+      }
+      return kExitOk;
+    }
+    if (command == "purge") {
+      const long retention = std::atol(a.Flag("retention-s", "604800").c_str());
+      const int batch = std::atoi(a.Flag("batch", "1000").c_str());
+      if (retention < 0 || batch <= 0) return Usage("--retention-s must be >= 0 and --batch > 0");
+      std::int64_t total = 0;
+      for (;;) {
+        auto n = (*store)->PurgeSent(std::chrono::seconds(retention), batch);
+        if (!n.ok()) return Fail(n.status(), json);
+        total += *n;
+        if (*n < batch) break;
+      }
+      if (json) {
+        std::cout << nlohmann::json{{"ok", true}, {"purged", total}}.dump() << "\n";
+      } else {
+        std::cout << "purged " << total << " SENT rows older than " << retention << " s\n";
+      }
+      return kExitOk;
+    }
+    auto s = (*store)->Stats();
+    if (!s.ok()) return Fail(s.status(), json);
+    const double age_s = static_cast<double>(s->oldest_unsent_age.count()) / 1000.0;
     if (json) {
-      std::cout << nlohmann::json{{"ok", true}, {"schema", schema}}.dump() << "\n";
+      std::cout << nlohmann::json{{"ok", true},       {"schema", schema},
+                                  {"pending", s->pending}, {"processing", s->processing},
+                                  {"sent", s->sent},   {"failed", s->failed},
+                                  {"held_aggregates", s->held_aggregates},
+                                  {"oldest_unsent_age_seconds", age_s}}
+                       .dump()
+                << "\n";
     } else {
-      std::cout << "schema " << schema << " is up to date\n";
+      std::printf("%-28s %12s\n", "STATE", "ROWS");
+      std::printf("%-28s %12lld\n", "PENDING", static_cast<long long>(s->pending));
+      std::printf("%-28s %12lld\n", "PROCESSING", static_cast<long long>(s->processing));
+      std::printf("%-28s %12lld\n", "SENT", static_cast<long long>(s->sent));
+      std::printf("%-28s %12lld\n", "FAILED", static_cast<long long>(s->failed));
+      std::printf("%-28s %12lld\n", "held aggregates", static_cast<long long>(s->held_aggregates));
+      std::printf("%-28s %12.3f\n", "oldest unsent age (s)", age_s);
     }
     return kExitOk;
   }
 
-  auto s = (*store)->Stats();
-  if (!s.ok()) return Fail(s.status(), json);
-  const double age_s = static_cast<double>(s->oldest_unsent_age.count()) / 1000.0;
-  if (json) {
-    std::cout << nlohmann::json{{"ok", true},
-                                {"schema", schema},
-                                {"pending", s->pending},
-                                {"processing", s->processing},
-                                {"sent", s->sent},
-                                {"failed", s->failed},
-                                {"oldest_unsent_age_seconds", age_s}}
-                     .dump()
-              << "\n";
-  } else {
-    std::printf("%-28s %12s\n", "STATE", "ROWS");
-    std::printf("%-28s %12lld\n", "PENDING", static_cast<long long>(s->pending));
-    std::printf("%-28s %12lld\n", "PROCESSING", static_cast<long long>(s->processing));
-    std::printf("%-28s %12lld\n", "SENT", static_cast<long long>(s->sent));
-    std::printf("%-28s %12lld\n", "FAILED", static_cast<long long>(s->failed));
-    std::printf("%-28s %12.3f\n", "oldest unsent age (s)", age_s);
+  Pg pg;
+  if (!pg.Connect(db)) return Fail("connect: " + pg.error, json);
+  if (command == "list") {
+    std::vector<Row> rows;
+    if (!pg.Query(sql::List(schema),
+                  {a.Flag("state"), a.Flag("aggregate"), a.Flag("type"), a.Flag("older-than"),
+                   a.Flag("limit", "100")},
+                  &rows)) {
+      return Fail(pg.error, json);
+    }
+    if (json) {
+      std::cout << nlohmann::json{{"ok", true}, {"rows", ToJson(rows)}}.dump() << "\n";
+    } else {
+      PrintRows(rows, {"seq", "event_id", "aggregate_type", "aggregate_id", "event_type", "status",
+                       "attempts", "age_s", "last_error"});
+    }
+    return kExitOk;
   }
-  return kExitOk;
+  if (command == "replay") {
+    const std::string id = a.Flag("event-id");
+    if (id.empty() && !a.Has("failed")) {
+      return Usage("replay: pass --event-id ID, or --failed (with optional --aggregate/--type filters)");
+    }
+    std::vector<Row> rows;
+    if (!pg.Query(sql::Replay(schema),
+                  {id, a.Flag("aggregate"), a.Flag("type"), a.Has("dry-run") ? "true" : "false"}, &rows)) {
+      return Fail(pg.error, json);
+    }
+    const std::string matched = rows.empty() ? "0" : rows[0]["matched"];
+    const std::string replayed = rows.empty() ? "0" : rows[0]["replayed"];
+    if (json) {
+      std::cout << nlohmann::json{{"ok", true}, {"matched", std::stol(matched)},
+                                  {"replayed", std::stol(replayed)}}.dump()
+                << "\n";
+    } else {
+      std::cout << (a.Has("dry-run") ? "would replay " + matched : "replayed " + replayed)
+                << " FAILED row(s): back to PENDING, due now\n";
+    }
+    return kExitOk;
+  }
+  // trace
+  if (a.positional.size() != 2) return Usage("trace KEY: an event id or a dedup key");
+  const std::string key = a.positional[1];
+  std::vector<Row> rows;
+  if (!pg.Query(sql::Trace(schema), {key}, &rows)) return Fail(pg.error, json);
+  nlohmann::json out = {{"ok", true}, {"key", key}, {"outbox", ToJson(rows)}};
+  const std::string inbox_db = a.Flag("inbox-db");
+  std::vector<Row> stamps;
+  if (!inbox_db.empty() && !rows.empty()) {
+    const std::string is = a.Flag("inbox-schema", "inbox");
+    if (auto st = outbox::ValidateSchemaName(is); !st.ok()) return Usage(st.message());
+    Pg ipg;
+    if (!ipg.Connect(inbox_db)) return Fail("connect to the inbox database: " + ipg.error, json);
+    for (const auto& r : rows) {
+      auto dk = r.count("dedup_key") ? r.at("dedup_key") : "";
+      if (!ipg.Query(sql::TraceInbox(is), {r.at("event_id"), dk}, &stamps)) return Fail(ipg.error, json);
+    }
+    out["inbox"] = ToJson(stamps);
+  }
+  if (json) {
+    std::cout << out.dump() << "\n";
+  } else if (rows.empty()) {
+    std::cout << "no event with id or dedup key \"" << key << "\" in " << schema
+              << ".outbox (never enqueued, rolled back, or already purged)\n";
+  } else {
+    for (const auto& r : rows) {
+      std::cout << "event " << r.at("event_id") << " (seq " << r.at("seq") << ")\n";
+      for (const char* k : {"aggregate_type", "aggregate_id", "event_type", "dedup_key", "status",
+                            "attempts", "lease_owner", "last_error", "created_at", "claimed_at",
+                            "sent_at", "failed_at"}) {
+        auto it = r.find(k);
+        if (it != r.end() && !it->second.empty()) std::printf("  %-15s %s\n", k, it->second.c_str());
+      }
+      const std::string& st = r.at("status");
+      std::cout << "  => " << (st == "SENT"         ? "published to the broker (acked)"
+                               : st == "FAILED"     ? "set aside: see last_error; `outboxctl replay --event-id` after fixing the cause"
+                               : st == "PROCESSING" ? "claimed by a relay, being published"
+                                                    : "waiting for a relay (check `outboxctl status` and the relay)")
+                << "\n";
+    }
+    if (!inbox_db.empty()) {
+      if (stamps.empty()) {
+        std::cout << "inbox: not applied by any consumer of that database (no stamp)\n";
+      } else {
+        for (const auto& s : stamps) {
+          std::cout << "inbox: applied by consumer \"" << s.at("consumer") << "\" at " << s.at("applied_at")
+                    << " (from " << s.at("topic") << "/" << s.at("partition") << "@" << s.at("offset") << ")\n";
+        }
+      }
+    }
+  }
+  return rows.empty() ? kExitNotFound : kExitOk;
 }

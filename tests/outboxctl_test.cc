@@ -1,0 +1,151 @@
+// outboxctl as a real process against the real PostgreSQL.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "outbox/inbox.h"
+#include "outbox/postgres.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+struct CtlRun {
+  int code = -1;
+  std::string out;
+};
+
+CtlRun Ctl(const std::string& args) {
+  CtlRun r;
+  const std::string cmd = std::string(OUTBOX_OUTBOXCTL_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class OutboxctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+    schema_ = "t_" + RandomSuffix();
+    conn_ = Connect(url_);
+    base_ = "--db '" + url_ + "' --schema " + schema_;
+    CtlRun m = Ctl(base_ + " migrate");
+    ASSERT_EQ(m.code, 0) << m.out;
+    PostgresStoreOptions o;
+    o.conninfo = url_;
+    o.schema = schema_;
+    store_ = std::move(OpenPostgresStore(o)).value();
+  }
+  void TearDown() override {
+    if (conn_) {
+      Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+      Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + "_inbox CASCADE");
+    }
+  }
+  std::string EnqueueOne(const std::string& agg, const std::string& dedup) {
+    Event e;
+    e.aggregate_type = "lesson";
+    e.aggregate_id = agg;
+    e.event_type = "LessonCompleted";
+    e.payload = "{}";
+    e.dedup_key = dedup;
+    EnqueueOptions eo;
+    eo.schema = schema_;
+    Exec(conn_.get(), "BEGIN");
+    auto r = Enqueue(conn_.get(), e, eo);
+    Exec(conn_.get(), "COMMIT");
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->event_id : "";
+  }
+  std::string url_, schema_, base_;
+  PgConn conn_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(OutboxctlTest, StatusListTraceReplayPurge) {
+  const std::string id1 = EnqueueOne("u1/l1", "LessonCompleted:u1:l1");
+  const std::string id2 = EnqueueOne("u2/l2", "LessonCompleted:u2:l2");
+  auto status = nlohmann::json::parse(Ctl(base_ + " --json status").out);
+  EXPECT_EQ(status["pending"], 2);
+
+  // One event sent, one failed.
+  ClaimOptions co;
+  auto c = store_->Claim(co);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 2u);
+  std::vector<Ticket> sent = {c->events[0].ticket};
+  ASSERT_TRUE(store_->MarkSent(sent).ok());
+  FailItem fi{c->events[1].ticket, "MSG_SIZE_TOO_LARGE: too large"};
+  ASSERT_TRUE(store_->MarkFailed(std::span(&fi, 1)).ok());
+
+  CtlRun list = Ctl(base_ + " list --state failed");
+  EXPECT_EQ(list.code, 0);
+  EXPECT_NE(list.out.find(id2), std::string::npos) << list.out;
+  EXPECT_EQ(list.out.find(id1), std::string::npos) << list.out;
+  auto lj = nlohmann::json::parse(Ctl(base_ + " --json list").out);
+  EXPECT_EQ(lj["rows"].size(), 2u);
+
+  // Trace by dedup key: where did it stop?
+  CtlRun t = Ctl(base_ + " trace LessonCompleted:u2:l2");
+  EXPECT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("FAILED"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("MSG_SIZE_TOO_LARGE"), std::string::npos) << t.out;
+  EXPECT_EQ(Ctl(base_ + " trace no-such-key").code, 3);
+
+  // Replay the FAILED one.
+  CtlRun dry = Ctl(base_ + " replay --failed --dry-run");
+  EXPECT_NE(dry.out.find("would replay 1"), std::string::npos) << dry.out;
+  CtlRun rep = Ctl(base_ + " replay --event-id " + id2);
+  EXPECT_EQ(rep.code, 0) << rep.out;
+  EXPECT_NE(rep.out.find("replayed 1"), std::string::npos) << rep.out;
+  auto again = store_->Claim(co);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->events.size(), 1u);
+  EXPECT_EQ(again->events[0].event_id, id2);
+  EXPECT_EQ(again->events[0].attempts, 1) << "attempts start over";
+
+  // Purge the SENT one.
+  CtlRun p = Ctl(base_ + " purge --retention-s 0");
+  EXPECT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("purged 1"), std::string::npos) << p.out;
+}
+
+TEST_F(OutboxctlTest, TraceFollowsTheEventIntoTheConsumersInbox) {
+  const std::string id = EnqueueOne("u3/l3", "LessonCompleted:u3:l3");
+  InboxOptions io;
+  io.conninfo = url_;
+  io.schema = schema_ + "_inbox";
+  io.consumer = "quest-service";
+  auto inbox = Inbox::Open(io);
+  ASSERT_TRUE(inbox.ok());
+  ASSERT_TRUE((*inbox)->Migrate().ok());
+  const std::string inbox_args = " --inbox-db '" + url_ + "' --inbox-schema " + schema_ + "_inbox";
+  CtlRun before = Ctl(base_ + " trace " + id + inbox_args);
+  EXPECT_NE(before.out.find("no stamp"), std::string::npos) << before.out;
+  InboundMessage m;
+  m.topic = "outbox.event.lesson";
+  m.headers["outbox-event-id"] = id;
+  auto r = (*inbox)->Process(std::span(&m, 1), DedupByEventId(),
+                             [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
+  ASSERT_TRUE(r.ok());
+  CtlRun after = Ctl(base_ + " trace LessonCompleted:u3:l3" + inbox_args);
+  EXPECT_EQ(after.code, 0);
+  EXPECT_NE(after.out.find("applied by consumer \"quest-service\""), std::string::npos) << after.out;
+}
+
+TEST_F(OutboxctlTest, BadUsageExitsTwo) {
+  EXPECT_EQ(Ctl(base_ + " frobnicate").code, 2);
+  EXPECT_EQ(Ctl(base_ + " list --bogus 1").code, 2);
+  EXPECT_EQ(Ctl(base_ + " replay").code, 2);
+  EXPECT_EQ(Ctl("--db x --schema Bad-Name status").code, 2);
+}
+
+}  // namespace
+}  // namespace outbox::testing
