@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "outbox/postgres.h"
+#include "headers_json.h"
 #include "session.h"
 #include "sql.h"
 
@@ -16,13 +17,11 @@ namespace outbox {
 namespace {
 
 std::vector<pg::Param> EnqueueParams(const Event& e) {
-  nlohmann::json headers = nlohmann::json::object();
-  for (const Header& h : e.headers) headers[h.name] = h.value;
   return {pg::Param::Text(e.aggregate_type),
           pg::Param::Text(e.aggregate_id),
           pg::Param::Text(e.event_type),
           pg::Param::Binary(e.payload),
-          pg::Param::Text(headers.dump()),
+          pg::Param::Text(pg::HeadersToJson(e.headers)),
           e.dedup_key ? pg::Param::Text(*e.dedup_key) : pg::Param::Null()};
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "outbox/postgres.h"
+#include "headers_json.h"
 #include "session.h"
 #include "sql.h"
 
@@ -14,21 +15,6 @@ namespace outbox {
 namespace {
 
 using pg::Param;
-
-Result<std::vector<Header>> ParseHeaders(const std::string& json_text) {
-  std::vector<Header> out;
-  auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Status::Internal("headers column is not a JSON object: " + json_text);
-  }
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!it.value().is_string()) {
-      return Status::Internal("header \"" + it.key() + "\" is not a string");
-    }
-    out.push_back(Header{it.key(), it.value().get<std::string>()});
-  }
-  return out;
-}
 
 std::string SeqArray(const std::vector<Ticket>& tickets) {
   std::vector<std::int64_t> seqs;
@@ -102,7 +88,7 @@ class PostgresStore final : public Store {
       ce.event.aggregate_id = pg::GetText(r, i, 3);
       ce.event.event_type = pg::GetText(r, i, 4);
       ce.event.payload = pg::GetBytea(r, i, 5);
-      auto headers = ParseHeaders(pg::GetText(r, i, 6));
+      auto headers = pg::ParseHeadersJson(pg::GetText(r, i, 6));
       if (!headers.ok()) return headers.status();
       ce.event.headers = std::move(headers).value();
       ce.event.dedup_key = pg::GetOptionalText(r, i, 7);
