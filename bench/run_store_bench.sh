@@ -21,6 +21,7 @@ machine="$(machine_line)"  # before running: the commit that was built
 
 race="$("$B/claim_race" --rows 300 --threads 10 --batch 10)"
 drain="$("$B/store_drain" --rows "$ROWS" --runs "$RUNS" --batch "$BATCH")"
+enqueue="$("$B/enqueue_bench" --producers 4 --events 20000 --per-txn 10 --runs "$RUNS")"
 
 update_section claim_race <<MD
 ### Claim race (seed's measurement, on PostgreSQL)
@@ -49,5 +50,19 @@ the same 2 cores. Methods run interleaved, run by run, in one process; medians o
 $RUNS runs. The ceiling is a bare batched \`DELETE … RETURNING\` of the same rows
 from one connection (no lease, no order, no fencing): what the database can do at
 best with one write per row.
+MD
+update_section enqueue <<MD
+### Enqueue cost, and the opt-in NOTIFY
+
+Command: \`bench/run_store_bench.sh\` (runs \`build/release/bench/enqueue_bench --producers 4 --events 20000 --per-txn 10 --runs $RUNS\`).
+$machine
+
+$enqueue
+
+Four connections commit transactions of 10 events each through \`EnqueueBatch\` (the SQL
+function, per-aggregate advisory lock, 200-byte payloads), with the setting
+\`outbox.notify\` off and on, alternating run by run; medians of $RUNS runs. With it on,
+every committing transaction sends one notification (PostgreSQL collapses the
+duplicates within a transaction) and takes the notification queue's lock at commit.
 MD
 echo "updated $DOC" >&2

@@ -370,6 +370,26 @@ TEST_F(PostgresTest, StoreReconnectsAfterItsSessionIsKilled) {
   EXPECT_TRUE(last.ok()) << last.ToString();
 }
 
+TEST_F(PostgresTest, WaitForWorkWakesOnEnqueueOnlyWhenProducersOptIn) {
+  auto woken = store_->WaitForWork(std::chrono::milliseconds(50));  // starts listening
+  ASSERT_TRUE(woken.ok()) << woken.status().ToString();
+  // Without the setting, enqueue does not notify.
+  Exec(conn_.get(), "BEGIN");
+  ASSERT_TRUE(Enqueue(conn_.get(), Valid("quiet"), opts_).ok());
+  Exec(conn_.get(), "COMMIT");
+  woken = store_->WaitForWork(std::chrono::milliseconds(300));
+  ASSERT_TRUE(woken.ok());
+  EXPECT_FALSE(*woken);
+  // With it, the commit wakes the listener.
+  Exec(conn_.get(), "SET outbox.notify = on");
+  Exec(conn_.get(), "BEGIN");
+  ASSERT_TRUE(Enqueue(conn_.get(), Valid("loud"), opts_).ok());
+  Exec(conn_.get(), "COMMIT");
+  woken = store_->WaitForWork(Scaled(std::chrono::milliseconds(5000)));
+  ASSERT_TRUE(woken.ok());
+  EXPECT_TRUE(*woken);
+}
+
 TEST_F(PostgresTest, MissingSchemaSaysToMigrate) {
   PostgresStoreOptions o;
   o.conninfo = url_;

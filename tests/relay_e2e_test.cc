@@ -128,6 +128,30 @@ TEST_F(RelayE2ETest, SigtermDuringABusyRunExitsZeroAndLeavesNoLiveLease) {
   EXPECT_EQ(second.Wait(Scaled(30s)), 0);
 }
 
+TEST_F(RelayE2ETest, NotifyWakesAnIdleRelayLongBeforeItsNextPoll) {
+  // Idle polling every 5-10 s; the producer opts in to NOTIFY.
+  Subprocess& relay = StartRelay({"relay.poll_min_ms=5000", "relay.poll_max_ms=10000"});
+  HttpPort(relay);
+  std::this_thread::sleep_for(1s);  // the relay is idle now, sleeping its poll interval
+  Exec(admin_.get(), "SET outbox.notify = on");
+  Exec(admin_.get(), "BEGIN");
+  Event e;
+  e.aggregate_type = "order";
+  e.aggregate_id = "wake";
+  e.event_type = "OrderChanged";
+  e.payload = "wake#0";
+  EnqueueOptions eo;
+  eo.schema = schema_;
+  ASSERT_TRUE(Enqueue(admin_.get(), e, eo).ok());
+  Exec(admin_.get(), "COMMIT");
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, 10s)) << relay.Log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, Scaled(3000ms))
+      << "woken by the notification, not by the 5 s poll";
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0);
+}
+
 TEST_F(RelayE2ETest, BadConfigurationExitsTwoNamingTheKey) {
   Subprocess& relay = StartRelay({"relay.batch_size=0"});
   EXPECT_EQ(relay.Wait(Scaled(10s)), 2);

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +29,9 @@ class Subprocess {
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
+      // If the test process dies (a crash, a timeout kill), so do its children:
+      // no orphaned relays or brokers left running on the machine.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) {
         dup2(fd, 1);

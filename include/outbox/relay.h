@@ -58,6 +58,9 @@ struct RelayOptions {
   double backoff_jitter = 0.2;        // delay drawn from [d*(1-j), d]
   bool ordered = true;                // per-aggregate order (false: publish as claimed)
   FailedPolicy on_failed = FailedPolicy::kHold;
+  // Wake idle workers on PostgreSQL notifications (see Store::WaitForWork); the
+  // producers opt in with the setting outbox.notify = on. Polling stays the fallback.
+  bool listen = true;
   milliseconds poll_min{2};           // idle poll starts here after work ...
   milliseconds poll_max{250};         // ... and doubles up to this
   milliseconds db_retry_max{5'000};   // cap of the backoff on database errors
@@ -114,6 +117,7 @@ class Relay {
   Relay(RelayOptions o, StoreFactory f, Transport& t, RelayMetrics& m, Logger& l);
   void WorkerLoop(int index);
   void HousekeepingLoop();
+  void ListenLoop();
   // Sleeps up to `d` or until stop is requested; returns false if stopping.
   bool SleepFor(milliseconds d);
 
@@ -127,6 +131,7 @@ class Relay {
   std::atomic<bool> db_ok_housekeeping_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::uint64_t wake_seq_ = 0;  // GUARDED_BY(mu_): bumped by ListenLoop to end idle sleeps
 };
 
 }  // namespace outbox

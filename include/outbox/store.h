@@ -128,6 +128,12 @@ class Store {
   // Deletes at most `batch` SENT rows older than `retention`; returns how many.
   virtual Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) = 0;
   virtual Result<StoreStats> Stats() = 0;
+
+  // Blocks up to `timeout` for a sign of new work from enqueue; true if woken,
+  // false on timeout. PostgreSQL: LISTEN on channel outbox_<schema>, which
+  // enqueue() notifies when the setting outbox.notify is on (docs/relay.md).
+  // Relays use it to wake idle workers; polling stays the fallback.
+  virtual Result<bool> WaitForWork(std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace outbox

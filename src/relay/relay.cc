@@ -118,8 +118,38 @@ bool Relay::Ready() const { return db_ok_housekeeping_ && db_ok_workers_ > 0 && 
 
 bool Relay::SleepFor(milliseconds d) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, d, [this] { return stopping_.load(); });
+  const std::uint64_t seen = wake_seq_;
+  cv_.wait_for(lock, d, [&] { return stopping_.load() || wake_seq_ != seen; });
   return !stopping_;
+}
+
+void Relay::ListenLoop() {
+  std::unique_ptr<Store> store;
+  milliseconds backoff{200};
+  while (!stopping_) {
+    if (!store) {
+      auto s = store_factory_();
+      if (!s.ok()) {
+        SleepFor(backoff);
+        backoff = std::min(backoff * 2, options_.db_retry_max);
+        continue;
+      }
+      store = std::move(s).value();
+    }
+    auto woken = store->WaitForWork(milliseconds(500));
+    if (!woken.ok()) {
+      store.reset();  // reconnect (and LISTEN again) after a pause
+      SleepFor(backoff);
+      backoff = std::min(backoff * 2, options_.db_retry_max);
+      continue;
+    }
+    backoff = milliseconds(200);
+    if (*woken) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++wake_seq_;
+      cv_.notify_all();
+    }
+  }
 }
 
 Status Relay::Run() {
@@ -140,6 +170,7 @@ Status Relay::Run() {
   };
   for (int i = 0; i < options_.workers; ++i) spawn([this, i] { WorkerLoop(i); });
   spawn([this] { HousekeepingLoop(); });
+  if (options_.listen) spawn([this] { ListenLoop(); });
 
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -170,6 +170,8 @@ const std::vector<Key>& Keys() {
                     false});
     k.push_back(Bool("relay.ordered", "OUTBOX_RELAY_ORDERED",
                      [](Config& c) -> bool& { return c.relay.ordered; }));
+    k.push_back(Bool("relay.listen", "OUTBOX_RELAY_LISTEN",
+                     [](Config& c) -> bool& { return c.relay.listen; }));
     k.push_back(Key{"relay.on_failed", "OUTBOX_RELAY_ON_FAILED",
                     [](Config& c, const std::string& v) -> Status {
                       if (v == "hold") {

@@ -1,6 +1,7 @@
 // PostgreSQL implementation of outbox::Store: lease-based claim (the seed's
 // design; see docs/design.md for why over lock-holding transactions).
 #include <libpq-fe.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -161,6 +162,30 @@ class PostgresStore final : public Store {
     return static_cast<std::int64_t>(std::strtoll(PQcmdTuples(res->get()), nullptr, 10));
   }
 
+  Result<bool> WaitForWork(std::chrono::milliseconds timeout) override {
+    OUTBOX_RETURN_IF_ERROR(session_->EnsureConnected());
+    PGconn* c = session_->raw();
+    if (c != listening_on_) {  // first call, or a new connection after a loss
+      OUTBOX_RETURN_IF_ERROR(session_->ExecScript("listen", "LISTEN outbox_" + options_.schema));
+      listening_on_ = c;
+    }
+    auto drain = [&] {
+      bool any = false;
+      while (PGnotify* n = PQnotifies(c)) {
+        any = true;
+        PQfreemem(n);
+      }
+      return any;
+    };
+    if (!PQconsumeInput(c)) return pg::StatusFromResult(c, nullptr, "listen");
+    if (drain()) return true;
+    pollfd p{PQsocket(c), POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+    if (r <= 0) return false;
+    if (!PQconsumeInput(c)) return pg::StatusFromResult(c, nullptr, "listen");
+    return drain();
+  }
+
   Result<StoreStats> Stats() override {
     auto res = session_->Exec("stats", stats_);
     if (!res.ok()) return res.status();
@@ -208,6 +233,7 @@ class PostgresStore final : public Store {
 
   PostgresStoreOptions options_;
   std::unique_ptr<pg::Session> session_;
+  PGconn* listening_on_ = nullptr;  // the connection that has run LISTEN
   const std::string claim_ordered_, claim_unordered_, mark_sent_, reschedule_, mark_failed_,
       purge_, stats_;
 };

@@ -63,12 +63,17 @@ CREATE FUNCTION {S}.uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS $fn$
       52, 1), 53, 1), 'hex')::uuid
 $fn$;
 
+)SQL";
+
+// The enqueue function: created by migration 1, replaced by migration 3 (which
+// adds the opt-in NOTIFY). {CREATE} and {NOTIFY} are filled in by EnqueueFunction().
+constexpr const char* kEnqueueFunction = R"SQL(
 -- The enqueue contract, for callers in any language. Call it inside the
 -- transaction that writes the business data:
 --   SELECT * FROM {S}.enqueue('order', '42', 'OrderCreated', '{"id":42}'::bytea,
 --                             '{"traceparent":"00-..."}'::jsonb, 'order-42-created');
 -- Returns (event_id, enqueued); enqueued = false when dedup_key already exists.
-CREATE FUNCTION {S}.enqueue(
+{CREATE} {S}.enqueue(
     aggregate_type text, aggregate_id text, event_type text, payload bytea,
     headers jsonb DEFAULT '{}'::jsonb, dedup_key text DEFAULT NULL)
   RETURNS TABLE (event_id uuid, enqueued boolean)
@@ -137,7 +142,7 @@ BEGIN
           enqueue.payload, enqueue.headers, enqueue.dedup_key)
   ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
   RETURNING o.event_id INTO v_id;
-  IF v_id IS NOT NULL THEN
+  IF v_id IS NOT NULL THEN{NOTIFY}
     RETURN QUERY SELECT v_id, true;
     RETURN;
   END IF;
@@ -146,6 +151,7 @@ BEGIN
 END
 $fn$;
 )SQL";
+
 
 // Version 2: the ordered claim as a function (replaces the one-statement claim
 // of the first drafts, which re-scanned every held-back row on each claim).
@@ -284,12 +290,31 @@ std::string ClaimUpdateForFunction() {
 
 }  // namespace
 
+std::string EnqueueFunction(bool replace, bool notify) {
+  std::string t = kEnqueueFunction;
+  auto put = [&](const std::string& k, const std::string& v) {
+    auto p = t.find(k);
+    t.replace(p, k.size(), v);
+  };
+  put("{CREATE}", replace ? "CREATE OR REPLACE FUNCTION" : "CREATE FUNCTION");
+  // Opt-in wake-up for idle relays (they LISTEN on outbox_<schema>). Off by
+  // default: NOTIFY serialises committing transactions on PostgreSQL's
+  // notification queue lock. Turn on with ALTER DATABASE ... SET outbox.notify = on.
+  put("{NOTIFY}", notify ? "\n    IF current_setting('outbox.notify', true) = 'on' THEN\n"
+                           "      PERFORM pg_notify('outbox_{S}', '');\n    END IF;"
+                         : "");
+  return t;
+}
+
 std::vector<Migration> Migrations(const std::string& schema) {
   return {
-      {1, "outbox table, indexes, enqueue()", WithSchema(kMigration1, schema)},
+      {1, "outbox table, indexes, enqueue()",
+       WithSchema(std::string(kMigration1) + EnqueueFunction(false, false), schema)},
       {2, "claim_ordered()",
        WithSchema(std::string(kMigration2Head) + ClaimUpdateForFunction() + kMigration2Tail,
                   schema)},
+      {3, "enqueue(): opt-in NOTIFY (setting outbox.notify)",
+       WithSchema(EnqueueFunction(true, true), schema)},
   };
 }
 
