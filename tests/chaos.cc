@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -254,13 +255,22 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(500ms);
   }
   std::this_thread::sleep_for(2s);  // let in-flight duplicates arrive before counting
-  long dup_absorbed = 0;
   for (auto& c : consumers) {
     c->Signal(SIGTERM);
     c->Wait(30s);
-    std::string log = c->Log();
-    auto pos = log.find("duplicates=", log.find("counters "));
-    if (pos != std::string::npos) dup_absorbed += std::atol(log.c_str() + pos + 11);
+  }
+  // Duplicates absorbed by the inbox, over every consumer process of the run
+  // (killed ones included): each logs its running total after every batch.
+  long dup_absorbed = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("consumer-", 0) != 0) continue;
+    std::ifstream f(entry.path());
+    std::string line, last;
+    while (std::getline(f, line)) {
+      auto pos = line.find("total_duplicates=");
+      if (pos != std::string::npos) last = line.substr(pos + 17);
+    }
+    dup_absorbed += std::atol(last.c_str());
   }
   for (auto& r : relays) {
     r->Signal(SIGTERM);
@@ -291,7 +301,7 @@ int main(int argc, char** argv) {
   std::printf("PostgreSQL restarts              %d\n", pg_restarts);
   std::printf("messages on the broker           %lld (%lld re-published copies)\n",
               static_cast<long long>(on_broker), static_cast<long long>(on_broker - total));
-  std::printf("duplicates absorbed (final consumers' counters) %ld\n", dup_absorbed);
+  std::printf("duplicates delivered and absorbed %ld (by the inbox, all consumer processes)\n", dup_absorbed);
   std::printf("outbox SENT / PROCESSING / FAILED %ld / %ld / %ld\n", sent, processing, failed);
   std::printf("effects (distinct events)        %ld (%ld rows)\n", effects, effect_rows);
   std::printf("lost                             %ld\n", lost);
