@@ -46,7 +46,10 @@ int main(int argc, char** argv) {
           for (int j = 0; j < per_txn; ++j) {
             Event e;
             e.aggregate_type = "bench";
-            e.aggregate_id = "p" + std::to_string(p) + "-" + std::to_string((i + j) % 100);
+            e.aggregate_id = std::string("p");  // appends: GCC 12 -Wrestrict false positive
+            e.aggregate_id += std::to_string(p);
+            e.aggregate_id += '-';
+            e.aggregate_id += std::to_string((i + j) % 100);
             e.event_type = "BenchEvent";
             e.payload = std::string(200, 'x');
             batch.push_back(std::move(e));
