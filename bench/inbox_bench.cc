@@ -14,13 +14,12 @@
 #include "bench_util.h"
 #include "outbox/consumer.h"
 #include "outbox/inbox.h"
-#include "subprocess.h"
+#include "mock_broker.h"
 
 namespace {
 
 using namespace outbox;
 using namespace outbox::bench;
-namespace fs = std::filesystem;
 
 const std::string kSchema = "bench_inbox";
 const std::string kTopic = "bench.events";
@@ -65,17 +64,8 @@ int main(int argc, char** argv) {
   }
   const std::string url = f.Str("db");
   const int events = f.Int("events"), runs = f.Int("runs");
-  const fs::path dir = fs::temp_directory_path() / "inbox_bench_mock";
-  fs::create_directories(dir);
-  fs::remove(dir / "bootstrap");
-  outbox::testing::Subprocess mock({f.Str("mock"), "--brokers", "1", "--topic", kTopic + ":64",
-                                    "--bootstrap-file", (dir / "bootstrap").string()},
-                                   {}, (dir / "log").string());
-  for (int i = 0; i < 500 && !fs::exists(dir / "bootstrap"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::string bootstrap;
-  std::ifstream(dir / "bootstrap") >> bootstrap;
+  MockBroker mock = StartMockBroker(f.Str("mock"), 1, kTopic + ":64", "inbox_bench_mock");
+  const std::string& bootstrap = mock.bootstrap;
   ProduceAll(bootstrap, events);
 
   PGconn* admin = MustConnect(url);

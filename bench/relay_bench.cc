@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "drain_common.h"
-#include "subprocess.h"
+#include "mock_broker.h"
 
 namespace {
 
@@ -125,21 +125,8 @@ int main(int argc, char** argv) {
 
   // A private broker; enough partitions that nothing hits the mock's ~5 MiB
   // per-partition cap during the bench (we do not read back here).
-  const fs::path dir = fs::temp_directory_path() / "relay_bench_mock";
-  fs::create_directories(dir);
-  fs::remove(dir / "bootstrap");
-  Subprocess mock({f.Str("mock"), "--brokers", "3", "--topic", "outbox.event.bench:32",
-                   "--bootstrap-file", (dir / "bootstrap").string()},
-                  {}, (dir / "log").string());
-  for (int i = 0; i < 500 && !fs::exists(dir / "bootstrap"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::string bootstrap;
-  std::ifstream(dir / "bootstrap") >> bootstrap;
-  if (bootstrap.empty()) {
-    std::fprintf(stderr, "mock broker did not start: %s\n", mock.Log().c_str());
-    return 1;
-  }
+  MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "relay_bench_mock");
+  const std::string& bootstrap = mock.bootstrap;
 
   struct Method {
     std::string name;

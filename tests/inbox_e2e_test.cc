@@ -74,15 +74,6 @@ class InboxE2ETest : public ::testing::Test {
     return Count("SELECT count(*) FROM " + schema_ + ".inbox_stamps");
   }
 
-  bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (pred()) return true;
-      std::this_thread::sleep_for(50ms);
-    }
-    return pred();
-  }
-
   // Stops the consumer and returns its counters line's value for `name`.
   static std::map<std::string, long> StopAndCount(Subprocess& c) {
     c.Signal(SIGTERM);

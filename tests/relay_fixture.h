@@ -149,15 +149,6 @@ class RelayE2ETest : public ::testing::Test {
                                              ".outbox WHERE status = '" + status + "'"));
   }
 
-  bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (pred()) return true;
-      std::this_thread::sleep_for(50ms);
-    }
-    return pred();
-  }
-
   // Every expected payload is on the topic, keys and headers right, and per
   // aggregate the first copies arrive in enqueue order (later copies are
   // duplicates, which the inbox absorbs). Returns the number of duplicates.

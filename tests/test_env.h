@@ -12,9 +12,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 
 namespace outbox::testing {
 
@@ -31,6 +33,17 @@ inline std::chrono::milliseconds Scaled(std::chrono::milliseconds base) {
   double f = std::atof(EnvOr("OUTBOX_TEST_TIMEOUT_FACTOR", "1").c_str());
   if (f < 1) f = 1;
   return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(base.count()) * f));
+}
+
+// Polls `pred` every 50 ms until it holds or the (scaled) timeout passes; returns
+// its last value. For waiting on real processes and databases, never for timing.
+inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
 }
 
 // Use as: `std::string url; OUTBOX_REQUIRE_ENV(url, "OUTBOX_PG_URL");`
