@@ -357,8 +357,11 @@ TEST_F(PostgresTest, StoreReconnectsAfterItsSessionIsKilled) {
   auto st = store_->Stats();
   ASSERT_TRUE(st.ok());
   Exec(conn_.get(),
+       // Only this test's store session (its last query names this schema): tests
+       // run in parallel against one server.
        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-       "WHERE application_name = 'outbox-store' AND pid <> pg_backend_pid()");
+       "WHERE application_name = 'outbox-store' AND pid <> pg_backend_pid() "
+       "AND query LIKE '%" + schema_ + ".%'");
   // The first call may see the dead connection; within a few calls it is back.
   Status last;
   for (int i = 0; i < 3; ++i) {
