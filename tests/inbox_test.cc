@@ -91,6 +91,10 @@ TEST_F(InboxTest, NewMessagesApplyOnceAndDuplicatesAreAbsorbed) {
   EXPECT_EQ((*r2)[1].outcome, Outcome::kDuplicate);
   EXPECT_EQ(Effects(), "2");
   EXPECT_EQ(Stamps(), "2");
+  // Each absorbed copy is counted on its stamp (what `outboxctl trace` shows).
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(dedup_key || '=' || duplicates, ',' ORDER BY dedup_key) FROM " +
+                                  schema_ + ".inbox_stamps"),
+            "e1=2,e2=1");
 }
 
 TEST_F(InboxTest, AFailingHandlerUndoesOnlyItsOwnMessage) {
@@ -118,6 +122,12 @@ TEST_F(InboxTest, AFailingHandlerUndoesOnlyItsOwnMessage) {
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ((*r2)[0].outcome, Outcome::kApplied);
   EXPECT_EQ(Effects("k = 'd'"), "1");
+  // A duplicate met on the careful (savepoint) path is counted too, once.
+  std::vector<InboundMessage> mixed = {Msg("a", "ok"), Msg("h", "permanent")};
+  auto r3 = inbox_->Process(mixed, DedupByEventId(), EffectHandler());
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ((*r3)[0].outcome, Outcome::kDuplicate);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT duplicates FROM " + schema_ + ".inbox_stamps WHERE dedup_key = 'a'"), "1");
 }
 
 TEST_F(InboxTest, MissingIdentityIsPermanent) {

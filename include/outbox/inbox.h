@@ -4,7 +4,8 @@
 // database, insert a stamp (consumer, dedup key) with ON CONFLICT DO NOTHING; if
 // it is new, run the handler with that same open transaction, so the handler's
 // writes and the stamp commit or roll back together. A duplicate (stamp already
-// there) is counted and nothing else happens. Only after the commit may the
+// there) is counted on the existing stamp (column `duplicates`) and nothing else
+// happens. Only after the commit may the
 // Kafka offset be committed (the consumer runner does that).
 //
 // Several messages share one transaction, each inside its own savepoint, so one

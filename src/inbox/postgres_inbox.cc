@@ -43,6 +43,13 @@ CREATE TABLE {S}.inbox_stamps (
 CREATE INDEX inbox_stamps_age_idx ON {S}.inbox_stamps (consumer, applied_at);
 )SQL";
 
+// Duplicates absorbed, per stamp: operators see how often an event came again
+// (outboxctl trace), and reports can count absorbed copies from the database.
+constexpr const char* kMigration2 = R"SQL(
+ALTER TABLE {S}.inbox_stamps ADD COLUMN duplicates integer NOT NULL DEFAULT 0,
+                             ADD COLUMN last_duplicate_at timestamptz;
+)SQL";
+
 class PostgresInbox final : public Inbox {
  public:
   PostgresInbox(InboxOptions o, std::unique_ptr<pg::Session> s)
@@ -62,6 +69,12 @@ class PostgresInbox final : public Inbox {
         "FROM {S}.inbox_stamps WHERE consumer = $1 AND applied_at < now() - $2 * interval '1 second' "
         "ORDER BY applied_at LIMIT $3)",
         S);
+    // Only run when a batch holds duplicates, so the common path costs nothing.
+    count_duplicates_ = WithSchema(
+        "UPDATE {S}.inbox_stamps s SET duplicates = s.duplicates + d.n, last_duplicate_at = now() "
+        "FROM (SELECT k, count(*)::int AS n FROM jsonb_array_elements_text($2::jsonb) AS k GROUP BY k) d "
+        "WHERE s.consumer = $1 AND s.dedup_key = d.k",
+        S);
   }
 
   Status Migrate() override {
@@ -80,12 +93,16 @@ class PostgresInbox final : public Inbox {
                      "NOT NULL DEFAULT now());",
                      S)));
       auto v = session_->Exec("inbox migrate: versions",
-                              WithSchema("SELECT count(*) FROM {S}.inbox_migrations WHERE version = 1", S));
+                              WithSchema("SELECT coalesce(max(version), 0) FROM {S}.inbox_migrations", S));
       if (!v.ok()) return v.status();
-      if (pg::GetInt64(v->get(), 0, 0) == 0) {
-        OUTBOX_RETURN_IF_ERROR(session_->ExecScript("inbox migrate: v1", WithSchema(kMigration1, S)));
+      const std::int64_t have = pg::GetInt64(v->get(), 0, 0);
+      const char* migrations[] = {kMigration1, kMigration2};
+      for (std::int64_t n = have + 1; n <= 2; ++n) {
+        OUTBOX_RETURN_IF_ERROR(session_->ExecScript("inbox migrate: v" + std::to_string(n),
+                                                    WithSchema(migrations[n - 1], S)));
         OUTBOX_RETURN_IF_ERROR(session_->ExecScript(
-            "inbox migrate: record", WithSchema("INSERT INTO {S}.inbox_migrations VALUES (1)", S)));
+            "inbox migrate: record",
+            WithSchema("INSERT INTO {S}.inbox_migrations VALUES (" + std::to_string(n) + ")", S)));
       }
       return Status::Ok();
     }();
@@ -151,6 +168,14 @@ class PostgresInbox final : public Inbox {
 
   void Rollback() { (void)session_->ExecScript("inbox rollback", "ROLLBACK"); }
 
+  // Inside the open transaction: one more absorbed copy per entry of `keys`.
+  Status CountDuplicates(const nlohmann::json& keys) {
+    return session_
+        ->Exec("inbox count duplicates", count_duplicates_,
+               {Param::Text(options_.consumer), Param::Text(keys.dump())})
+        .status();
+  }
+
   Status Commit() {
     if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
       Rollback();
@@ -183,10 +208,12 @@ class PostgresInbox final : public Inbox {
     }
     std::set<std::string> used;  // a key twice in one batch: the first applies
     std::vector<const InboundMessage*> new_msgs;
+    nlohmann::json dups = nlohmann::json::array();
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!has_key[i]) continue;
       if (!fresh.count(keys[i]) || !used.insert(keys[i]).second) {
         out[i] = {Outcome::kDuplicate, ""};
+        dups.push_back(keys[i]);
         continue;
       }
       if (batch) {
@@ -204,6 +231,12 @@ class PostgresInbox final : public Inbox {
         return false;
       }
       out[i] = {Outcome::kApplied, ""};
+    }
+    if (!dups.empty()) {
+      if (auto st = CountDuplicates(dups); !st.ok()) {
+        Rollback();
+        return st;
+      }
     }
     if (batch && !new_msgs.empty()) {
       HandlerResult hr;
@@ -252,6 +285,10 @@ class PostgresInbox final : public Inbox {
       }
       if (std::string(PQcmdTuples(ins->get())) == "0") {
         out[i] = {Outcome::kDuplicate, ""};
+        if (auto cd = CountDuplicates(nlohmann::json::array({keys[i]})); !cd.ok()) {
+          Rollback();
+          return cd;
+        }
         (void)session_->ExecScript("inbox release", "RELEASE SAVEPOINT m");
         continue;
       }
@@ -287,7 +324,7 @@ class PostgresInbox final : public Inbox {
 
   InboxOptions options_;
   std::unique_ptr<pg::Session> session_;
-  std::string insert_many_, insert_one_, purge_;
+  std::string insert_many_, insert_one_, purge_, count_duplicates_;
 };
 
 }  // namespace

@@ -171,8 +171,9 @@ ORDER BY seq
 std::string TraceInbox(const std::string& s) {
   return With(R"SQL(
 SELECT consumer, dedup_key, applied_at::text AS applied_at, coalesce(topic, '') AS topic,
-       coalesce(partition::text, '') AS partition, coalesce("offset"::text, '') AS "offset"
-FROM {S}.inbox_stamps WHERE dedup_key IN ($1, $2)
+       coalesce(partition::text, '') AS partition, coalesce("offset"::text, '') AS "offset",
+       coalesce(to_jsonb(s)->>'duplicates', '0') AS duplicates
+FROM {S}.inbox_stamps s WHERE dedup_key IN ($1, $2)
 )SQL", s);
 }
 
@@ -436,7 +437,8 @@ int main(int argc, char** argv) {
       } else {
         for (const auto& s : stamps) {
           std::cout << "inbox: applied by consumer \"" << s.at("consumer") << "\" at " << s.at("applied_at")
-                    << " (from " << s.at("topic") << "/" << s.at("partition") << "@" << s.at("offset") << ")\n";
+                    << " (from " << s.at("topic") << "/" << s.at("partition") << "@" << s.at("offset")
+                    << "); later copies absorbed: " << s.at("duplicates") << "\n";
         }
       }
     }
