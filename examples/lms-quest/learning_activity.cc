@@ -1,0 +1,219 @@
+// learning-activity: the consumer side of the seed. Consumes LessonCompleted
+// events through the outbox inbox, so each completion takes effect once however
+// often it is delivered. Effects, all in the inbox's transaction:
+//   1. an experience-history entry (the event carries the fact, value 0, so the
+//      points added are 0 — the seed's `addedPoint = value * point`);
+//   2. the daily quest "complete N lessons today": progress +1 for the user and
+//      the day of the completion; the reward is granted when progress reaches N;
+//   3. the group mission (the seed's branch A): when a member completes the
+//      mission lesson, the group's count +1; the mission completes when every
+//      member has.
+// Stamp key: event kind + user id + object id ("LessonCompleted:<user>:<lesson>"),
+// a stable business identity, read from the payload. An event without userId or
+// objectId breaks the LMS's contract: permanent error, dead-letter topic.
+// The reward and mission tables have no unique key on purpose: a double effect
+// would show up as two rows, which is what the demo's report checks.
+//
+//   learning-activity --db URL --bootstrap HOST:PORT[,...] [--topic outbox.event.lesson]
+//                     [--group learning-activity] [--quest-lessons 5] [--users 1000]
+//                     [--group-size 4] [--mission-lesson 1] [--reward-points 100]
+// --users/--group-size seed the groups (user u is in group (u-1)/group-size + 1)
+// the first time the schema is created.
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "outbox/consumer.h"
+#include "outbox/inbox.h"
+#include "outbox/log.h"
+
+namespace {
+
+constexpr const char* kSchema = R"SQL(
+CREATE SCHEMA IF NOT EXISTS activity;
+CREATE TABLE IF NOT EXISTS activity.exp_history (
+  id          bigserial   PRIMARY KEY,
+  user_id     integer     NOT NULL,
+  event_kind  text        NOT NULL,
+  object_id   integer     NOT NULL,
+  event_id    text,
+  value       integer     NOT NULL,
+  added_point integer     NOT NULL,
+  occurred_at timestamptz NOT NULL,              -- the LMS's completion time
+  applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS exp_history_user_idx ON activity.exp_history (user_id, object_id);
+CREATE TABLE IF NOT EXISTS activity.daily_quest_progress (
+  user_id integer NOT NULL,
+  day     date    NOT NULL,
+  quest   text    NOT NULL,
+  done    integer NOT NULL,
+  PRIMARY KEY (user_id, day, quest)
+);
+CREATE TABLE IF NOT EXISTS activity.quest_reward (
+  id         bigserial   PRIMARY KEY,
+  user_id    integer     NOT NULL,
+  day        date        NOT NULL,
+  quest      text        NOT NULL,
+  points     integer     NOT NULL,
+  granted_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS activity.group_member (
+  user_id  integer PRIMARY KEY,
+  group_id integer NOT NULL
+);
+CREATE TABLE IF NOT EXISTS activity.group_mission_progress (
+  group_id integer PRIMARY KEY,
+  done     integer NOT NULL
+);
+CREATE TABLE IF NOT EXISTS activity.group_mission_completion (
+  id           bigserial   PRIMARY KEY,
+  group_id     integer     NOT NULL,
+  completed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+)SQL";
+
+struct Completion {
+  long user = 0;
+  long lesson = 0;
+  long value = 0;
+  std::string completed_at;
+};
+
+// The LMS's contract: eventKind, userId, objectId, value, completedAt.
+outbox::Result<Completion> Decode(const outbox::InboundMessage& m) {
+  try {
+    auto j = nlohmann::json::parse(m.payload);
+    Completion c;
+    if (j.at("eventKind").get<std::string>() != "LessonCompleted") {
+      return outbox::Status::InvalidArgument("eventKind is not LessonCompleted");
+    }
+    c.user = j.at("userId").get<long>();
+    c.lesson = j.at("objectId").get<long>();
+    c.value = j.at("value").get<long>();
+    c.completed_at = j.at("completedAt").get<std::string>();
+    return c;
+  } catch (const std::exception& e) {
+    return outbox::Status::InvalidArgument(std::string("payload breaks the LessonCompleted contract: ") + e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const lms::StopSignals signals;
+  lms::Flags f(argc, argv, "learning-activity",
+               {{"db", ""}, {"bootstrap", ""}, {"topic", "outbox.event.lesson"},
+                {"group", "learning-activity"}, {"quest-lessons", "5"}, {"users", "1000"},
+                {"group-size", "4"}, {"mission-lesson", "1"}, {"reward-points", "100"}});
+  const std::string db = f.Required("db");
+  const std::string quest_lessons = std::to_string(f.Int("quest-lessons", 1));
+  const std::string group_size = std::to_string(f.Int("group-size", 1));
+  const long mission_lesson = f.Int("mission-lesson", 1);
+  const std::string reward_points = std::to_string(f.Int("reward-points", 0));
+  const std::string quest = "complete-" + quest_lessons + "-lessons-today";
+  outbox::StreamLogger logger(false, outbox::LogLevel::kInfo);
+
+  {
+    lms::Conn c = lms::Connect(db);
+    if (PQstatus(c.get()) != CONNECTION_OK) {
+      std::cerr << "learning-activity: cannot connect to --db: " << PQerrorMessage(c.get());
+      return 1;
+    }
+    if (!lms::Script(c.get(), kSchema, "learning-activity: schema")) return 1;
+    if (!lms::Query(c.get(),
+                    "INSERT INTO activity.group_member SELECT u, (u - 1) / $2::int + 1 "
+                    "FROM generate_series(1, $1::int) u ON CONFLICT DO NOTHING",
+                    {std::to_string(f.Int("users", 1)), group_size})) {
+      return 1;
+    }
+  }
+  outbox::InboxOptions io;
+  io.conninfo = db;
+  io.consumer = f.Str("group");
+  auto inbox = outbox::Inbox::Open(io);
+  if (!inbox.ok()) {
+    std::cerr << "learning-activity: inbox: " << inbox.status().ToString() << "\n";
+    return 1;
+  }
+  if (auto st = (*inbox)->Migrate(); !st.ok()) {
+    std::cerr << "learning-activity: inbox migrate: " << st.ToString() << "\n";
+    return 1;
+  }
+
+  outbox::DedupKeyFn dedup = [](const outbox::InboundMessage& m) -> outbox::Result<std::string> {
+    auto c = Decode(m);
+    if (!c.ok()) return c.status();
+    return lms::CompletionKey(c->user, c->lesson);
+  };
+
+  outbox::Handler handler = [&](const outbox::InboundMessage& m, pg_conn* txn) -> outbox::HandlerResult {
+    auto c = Decode(m);
+    if (!c.ok()) return outbox::HandlerResult::Permanent(c.status().message());
+    const std::string user = std::to_string(c->user), lesson = std::to_string(c->lesson);
+    const std::string* id = m.Header("outbox-event-id");
+    std::string err;
+    const long point = 10;  // what one unit of this activity would be worth
+    if (!lms::Query(txn,
+                    "INSERT INTO activity.exp_history (user_id, event_kind, object_id, event_id, value, "
+                    "added_point, occurred_at) VALUES ($1, 'LessonCompleted', $2, $3, $4, $5, $6)",
+                    {user, lesson, id ? *id : "", std::to_string(c->value),
+                     std::to_string(c->value * point), c->completed_at},
+                    &err)) {
+      return outbox::HandlerResult::Transient("exp_history: " + err);
+    }
+    // Daily quest: the row lock of the upsert orders concurrent completions of
+    // one user, so exactly one transaction sees `done` reach N.
+    lms::Res q = lms::Query(txn,
+                            "INSERT INTO activity.daily_quest_progress VALUES ($1, ($2::timestamptz "
+                            "AT TIME ZONE 'UTC')::date, $3, 1) ON CONFLICT (user_id, day, quest) DO UPDATE "
+                            "SET done = daily_quest_progress.done + 1 RETURNING done, day",
+                            {user, c->completed_at, quest}, &err);
+    if (!q) return outbox::HandlerResult::Transient("quest progress: " + err);
+    if (std::string(PQgetvalue(q.get(), 0, 0)) == quest_lessons &&
+        !lms::Query(txn, "INSERT INTO activity.quest_reward (user_id, day, quest, points) VALUES ($1, $2, $3, $4)",
+                    {user, PQgetvalue(q.get(), 0, 1), quest, reward_points}, &err)) {
+      return outbox::HandlerResult::Transient("quest reward: " + err);
+    }
+    if (c->lesson == mission_lesson) {
+      lms::Res g = lms::Query(txn,
+                              "INSERT INTO activity.group_mission_progress SELECT group_id, 1 FROM "
+                              "activity.group_member WHERE user_id = $1 ON CONFLICT (group_id) DO UPDATE "
+                              "SET done = group_mission_progress.done + 1 RETURNING group_id, done, "
+                              "(SELECT count(*) FROM activity.group_member m WHERE m.group_id = "
+                              "group_mission_progress.group_id)",
+                              {user}, &err);
+      if (!g) return outbox::HandlerResult::Transient("group mission: " + err);
+      if (PQntuples(g.get()) == 1 &&
+          std::string(PQgetvalue(g.get(), 0, 1)) == PQgetvalue(g.get(), 0, 2) &&
+          !lms::Query(txn, "INSERT INTO activity.group_mission_completion (group_id) VALUES ($1)",
+                      {PQgetvalue(g.get(), 0, 0)}, &err)) {
+        return outbox::HandlerResult::Transient("group mission completion: " + err);
+      }
+    }
+    return outbox::HandlerResult::Ok();
+  };
+
+  outbox::ConsumerOptions co;
+  co.properties = {{"bootstrap.servers", f.Required("bootstrap")}, {"group.id", f.Str("group")},
+                   {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"}};
+  co.topics = {f.Str("topic")};
+  co.batch_wait = std::chrono::milliseconds(5);
+  auto consumer = outbox::Consumer::Create(co, **inbox, dedup, handler, logger);
+  if (!consumer.ok()) {
+    std::cerr << "learning-activity: " << consumer.status().ToString() << "\n";
+    return 1;
+  }
+  outbox::Consumer* raw = consumer->get();
+  signals.OnStop([raw] { raw->Stop(); });
+  logger.Info("learning-activity: consuming", {{"topic", f.Str("topic")}, {"quest", quest}});
+  outbox::Status st = raw->Run();
+  auto n = raw->counters();
+  logger.Info("learning-activity: stopped", {{"applied", std::to_string(n.applied)},
+                                            {"duplicates", std::to_string(n.duplicates)},
+                                            {"dead_lettered", std::to_string(n.dead_lettered)}});
+  if (!st.ok()) {
+    std::cerr << "learning-activity: " << st.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
