@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   lms::Flags f(argc, argv, "learning-activity",
                {{"db", ""}, {"bootstrap", ""}, {"topic", "outbox.event.lesson"},
                 {"group", "learning-activity"}, {"quest-lessons", "5"}, {"users", "1000"},
-                {"group-size", "4"}, {"mission-lesson", "1"}, {"reward-points", "100"}});
+                {"group-size", "4"}, {"mission-lesson", "1"}, {"reward-points", "100"},
+                {"fetch-wait-ms", "20"}});
   const std::string db = f.Required("db");
   const std::string quest_lessons = std::to_string(f.Int("quest-lessons", 1));
   const std::string group_size = std::to_string(f.Int("group-size", 1));
@@ -195,7 +196,8 @@ int main(int argc, char** argv) {
 
   outbox::ConsumerOptions co;
   co.properties = {{"bootstrap.servers", f.Required("bootstrap")}, {"group.id", f.Str("group")},
-                   {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"}};
+                   {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"},
+                   {"fetch.wait.max.ms", std::to_string(f.Int("fetch-wait-ms", 0))}};
   co.topics = {f.Str("topic")};
   co.batch_wait = std::chrono::milliseconds(5);
   auto consumer = outbox::Consumer::Create(co, **inbox, dedup, handler, logger);

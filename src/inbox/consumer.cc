@@ -193,6 +193,8 @@ class KafkaConsumer final : public Consumer {
       rd_kafka_conf_destroy(conf);
       return st;
     }
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_rebalance_cb(conf, &KafkaConsumer::OnRebalance);
     char err[512];
     rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
     if (!rk_) return Status::InvalidArgument(std::string("consumer: ") + err);
@@ -212,6 +214,27 @@ class KafkaConsumer final : public Consumer {
   }
 
   void Stop() override { stop_ = true; }
+
+  // What librdkafka does without a callback (take or give up the partitions),
+  // plus a log line: operators want to see when a member owns what.
+  static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                          rd_kafka_topic_partition_list_t* parts, void* opaque) {
+    auto* self = static_cast<KafkaConsumer*>(opaque);
+    const bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
+    const bool assign = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+    self->log_.Info(assign ? "partitions assigned" : "partitions revoked",
+                    {{"count", std::to_string(parts->cnt)}});
+    if (cooperative) {
+      rd_kafka_error_t* e = assign ? rd_kafka_incremental_assign(rk, parts)
+                                   : rd_kafka_incremental_unassign(rk, parts);
+      if (e) {
+        self->log_.Warn("incremental rebalance failed", {{"error", rd_kafka_error_string(e)}});
+        rd_kafka_error_destroy(e);
+      }
+    } else {
+      rd_kafka_assign(rk, assign ? parts : nullptr);
+    }
+  }
 
   ConsumerCounters counters() const override {
     return {applied_.load(), duplicates_.load(), retried_.load(), dead_lettered_.load()};
