@@ -176,10 +176,13 @@ int main(int argc, char** argv) {
       }
     }
     std::sort(lat.begin(), lat.end());
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // let the last marks commit
+    const long left = MustExec(admin, "SELECT 1 FROM " + kSchema + ".outbox WHERE status <> 'SENT'");
     std::snprintf(buf, sizeof buf,
-                  "{\"side\":\"ours\",\"mode\":\"latency\",\"notify\":\"%s\",\"rate_target\":%d,"
-                  "\"offered_rate\":%.1f,\"sent\":%ld,\"handled\":%zu,\"p50_ms\":%.3f,\"p99_ms\":%.3f}",
-                  f.Str("notify").c_str(), rate, static_cast<double>(total) / produce_secs, total,
+                  "{\"side\":\"ours\",\"mode\":\"latency\",\"notify\":\"%s\",\"left_unprocessed\":%ld,"
+                  "\"rate_target\":%d,\"offered_rate\":%.1f,\"sent\":%ld,\"handled\":%zu,\"p50_ms\":%.3f,"
+                  "\"p99_ms\":%.3f}",
+                  f.Str("notify").c_str(), left, rate, static_cast<double>(total) / produce_secs, total,
                   lat.size(), Percentile(lat, 0.5), Percentile(lat, 0.99));
   }
   (*relay)->RequestStop();

@@ -91,7 +91,8 @@ async function main() {
     enableMaxAttemptsProtection: false, enablePoisonousMessageProtection: false,
     messageCleanupIntervalInMs: 0,
   };
-  const logger = lib.getDisabledLogger();
+  // PEER_LOG=1 shows the library's own warnings (e.g. why a message was skipped).
+  const logger = process.env.PEER_LOG ? lib.getDefaultLogger('peer') : lib.getDisabledLogger();
   let shutdown;
   const t0 = performance.now();
   if (f.listener === 'replication') {
@@ -166,7 +167,9 @@ async function main() {
       if (h !== undefined) lat.push(Math.max(0, h - c));
     }
     lat.sort((a, b) => a - b);
-    Object.assign(out, { rate_target: rate, offered_rate: total / produceSecs, sent: total, handled,
+    await sleep(1000);  // let the last "processed" marks commit
+    const left = await admin.query(`SELECT count(*)::int AS n FROM ${schema}.${table} WHERE processed_at IS NULL`);
+    Object.assign(out, { left_unprocessed: left.rows[0].n, rate_target: rate, offered_rate: total / produceSecs, sent: total, handled,
                          p50_ms: percentile(lat, 0.5), p99_ms: percentile(lat, 0.99) });
     await producers.end();
   }

@@ -13,37 +13,50 @@ const pick = (mode, side, listener) =>
   rows.filter((r) => r.mode === mode && r.side === side && (side === 'ours' || r.listener === listener));
 const sides = [['ours'], ['theirs', 'replication'], ['theirs', 'polling']];
 const fmt = (x, digits) => (Number.isFinite(x) ? x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-');
-const ratio = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${fmt(a / b, 2)}×` : '-');
+const ratio = (a, b) => {
+  if (!(Number.isFinite(a) && Number.isFinite(b) && b > 0)) return '-';
+  const r = a / b;
+  return `${r >= 10 ? fmt(r, 1) : Number(r.toPrecision(2)).toString()}×`;
+};
 
 const drain = sides.map(([s, l]) => pick('drain', s, l));
-const lat = sides.map(([s, l]) => pick('latency', s, l));
 const rate = drain.map((rs) => median(rs.map((r) => r.rate)));
-const p50 = lat.map((rs) => median(rs.map((r) => r.p50_ms)));
-const p99 = lat.map((rs) => median(rs.map((r) => r.p99_ms)));
 const runs = Math.max(...drain.map((d) => d.length));
+const targets = [...new Set(rows.filter((r) => r.mode === 'latency').map((r) => r.rate_target))].sort((a, b) => b - a);
 
 const out = [];
 out.push(`| figure (median of ${runs}) | ours | theirs: logical replication | ours / theirs | theirs: polling | ours / theirs |`);
 out.push('|---|---|---|---|---|---|');
-const complete = drain.map((rs) => rs.every((r) => r.complete));
 const drainCell = (i) => {
   const rs = drain[i];
-  if (complete[i]) return fmt(rate[i], 0);
+  if (rs.every((r) => r.complete)) return fmt(rate[i], 0);
   const h = median(rs.map((r) => r.handled));
   const w = median(rs.map((r) => r.window_s));
-  return `${fmt(rate[i], 0)} (only ${fmt(h, 0)} of ${fmt(rs[0].rows, 0)} in the ${fmt(w, 0)} s window)`;
+  return `${fmt(rate[i], 0)} (${fmt(h, 0)} of ${fmt(rs[0].rows, 0)} in the ${fmt(w, 0)} s window)`;
 };
 out.push(`| drain of ${fmt(drain[0][0] ? drain[0][0].rows : NaN, 0)} pre-filled events, events/s | ${drainCell(0)} | ${drainCell(1)} | ${ratio(rate[0], rate[1])} | ${drainCell(2)} | ${ratio(rate[0], rate[2])} |`);
-const target = lat[0][0] ? lat[0][0].rate_target : NaN;
-out.push(`| commit → handler p50 at ${fmt(target, 0)}/s, ms | ${fmt(p50[0], 2)} | ${fmt(p50[1], 2)} | ${ratio(p50[0], p50[1])} | ${fmt(p50[2], 2)} | ${ratio(p50[0], p50[2])} |`);
-out.push(`| commit → handler p99 at ${fmt(target, 0)}/s, ms | ${fmt(p99[0], 2)} | ${fmt(p99[1], 2)} | ${ratio(p99[0], p99[1])} | ${fmt(p99[2], 2)} | ${ratio(p99[0], p99[2])} |`);
-const handled = lat.map((rs) => rs.map((r) => `${r.handled}/${r.sent}`).join(', '));
-out.push(`| latency runs: handled / sent | ${handled[0]} | ${handled[1]} | | ${handled[2]} | |`);
+const latBy = {};
+for (const t of targets) {
+  const lat = sides.map(([s, l]) => pick('latency', s, l).filter((r) => r.rate_target === t));
+  latBy[t] = lat;
+  for (const [name, key] of [['p50', 'p50_ms'], ['p99', 'p99_ms']]) {
+    const v = lat.map((rs) => median(rs.map((r) => r[key])));
+    out.push(`| commit → handler ${name} at ${fmt(t, 0)}/s, ms | ${fmt(v[0], 2)} | ${fmt(v[1], 2)} | ${ratio(v[0], v[1])} | ${fmt(v[2], 2)} | ${ratio(v[0], v[2])} |`);
+  }
+  const seen = lat.map((rs) => rs.map((r) => `${r.handled}/${r.sent}`).join(', '));
+  out.push(`| at ${fmt(t, 0)}/s: handled / sent, per round | ${seen[0]} | ${seen[1]} | | ${seen[2]} | |`);
+  const left = lat.map((rs) => rs.map((r) => r.left_unprocessed).join(', '));
+  out.push(`| at ${fmt(t, 0)}/s: rows never marked done, per round | ${left[0]} | ${left[1]} | | ${left[2]} | |`);
+}
 out.push('');
 out.push('Every round (drain events/s; latency p50 / p99 ms):');
 out.push('');
 for (let i = 0; i < sides.length; i++) {
   const name = sides[i].join(' ');
-  out.push(`- ${name}: drain ${drain[i].map((r) => fmt(r.rate, 0)).join(', ')}; latency ${lat[i].map((r) => `${fmt(r.p50_ms, 2)} / ${fmt(r.p99_ms, 2)}`).join(', ')}`);
+  const parts = [`drain ${drain[i].map((r) => fmt(r.rate, 0)).join(', ')}`];
+  for (const t of targets) {
+    parts.push(`latency at ${fmt(t, 0)}/s ${latBy[t][i].map((r) => `${fmt(r.p50_ms, 2)} / ${fmt(r.p99_ms, 2)}`).join(', ')}`);
+  }
+  out.push(`- ${name}: ${parts.join('; ')}`);
 }
 console.log(out.join('\n'));

@@ -166,11 +166,12 @@ int main(int argc, char** argv) {
                       "WHERE event_kind = 'LessonCompleted' GROUP BY 1, 2");
     for (int i = 0; i < PQntuples(r.get()); ++i) effects[{Long(r.get(), i, 0), Long(r.get(), i, 1)}] = Long(r.get(), i, 2);
   }
-  long lost = 0, doubled = 0, phantom = 0, applied = 0;
+  long lost = 0, doubled = 0, extra_effects = 0, phantom = 0, applied = 0;
   for (const auto& p : completed) lost += effects.count(p) ? 0 : 1;
   for (const auto& [p, n] : effects) {
     applied += n;
     doubled += n > 1 ? 1 : 0;
+    extra_effects += n - 1;
     phantom += completed.count(p) ? 0 : 1;
   }
   std::set<std::pair<long, std::string>> expected_rewards;
@@ -250,7 +251,10 @@ int main(int argc, char** argv) {
   Line("events published (distinct ids on the topic)", distinct);
   Line("messages on the topic", topic.messages, topic.error.empty() ? "" : "(read failed: " + topic.error + ")");
   Line("  duplicate copies published by relays", topic.messages - distinct);
-  Line("duplicates delivered and absorbed (inbox)", Long(stamps.get(), 0, 1),
+  const long delivered_again = Long(stamps.get(), 0, 1);
+  Line("duplicates delivered to the consumer", delivered_again,
+       "copies whose stamp was already there (inbox_stamps.duplicates)");
+  Line("duplicates absorbed (not applied again)", delivered_again - extra_effects,
        "stamps: " + std::to_string(Long(stamps.get(), 0, 0)));
   Line("effects applied (experience-history rows)", applied, "value 0 each: points from quests only");
   Line("daily quests completed (expected from LMS)", static_cast<long>(expected_rewards.size()),
