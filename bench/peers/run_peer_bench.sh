@@ -56,8 +56,9 @@ for run in $(seq "$RUNS"); do
     "$OURS" --db "$OUTBOX_PG_URL" --mode latency --rate "$r" --seconds "$SECS" >>"$RESULTS"
     "${THEIRS[@]}" --listener replication --mode latency --rate "$r" --seconds "$SECS" >>"$RESULTS"
     "${THEIRS[@]}" --listener polling --mode latency --rate "$r" --seconds "$SECS" >>"$RESULTS"
+    "$OURS" --db "$OUTBOX_PG_URL" --mode latency --rate "$r" --seconds "$SECS" --notify on >>"$RESULTS"
   done
-  tail -n 9 "$RESULTS" >&2
+  tail -n 11 "$RESULTS" >&2
 done
 table="$(node "$PEER/summarize.js" "$RESULTS")"
 
@@ -86,15 +87,18 @@ COMMIT's reply to the producer) → handler call in the same process; "handled" 
 events seen by the handler within 30 s after the last commit, "never marked done" the
 rows still not SENT / \`processed_at IS NULL\` 1 s after that. At ${RATE}/s the polling
 listener falls behind (its figures are queueing time); ${LOW_RATE}/s shows it keeping up.
-Ratios are ours / theirs: above 1 is better for us in the drain, below 1 is better for
-us in latency. Node.js runs theirs in one thread, our relay uses several; both share the
+Ratios are ours / theirs with our defaults: above 1 is better for us in the drain,
+below 1 is better for us in latency. The last column is ours with the producers setting
+\`outbox.notify = on\` (commits wake the relay; off by default because it costs producers
+throughput, see the enqueue section) — the closer match to a push-based listener. Node.js runs theirs in one thread, our relay uses several; both share the
 same 2 cores with PostgreSQL.
 
-Reading it: the replication listener hands a commit to its handler sooner than our
-relay (no claim query: the WAL stream pushes it), ~0.3 ms against ~0.7 ms at p50, while
-our p99 is similar or lower. It drains a backlog ~20× slower, because it marks every
-message in its own transaction. And under load some messages never reach its handler:
-with \`PEER_LOG=1\` the library logs \`The received outbox message cannot be processed:
+Reading it: the replication listener hands a commit to its handler sooner at p50 — the
+WAL stream pushes it, while our relay has to find it with a claim query, and at low
+rates its idle poll (2 → 250 ms, adaptive) adds milliseconds unless \`outbox.notify\` is
+on. It drains a backlog an order of magnitude slower, because it marks every message in
+its own transaction. And under load some messages never reach its handler: with
+\`PEER_LOG=1\` the library logs \`The received outbox message cannot be processed:
 MESSAGE_NOT_FOUND\` for them — its handler transaction looks the row up by id and does
 not find it, and the row stays unprocessed (nothing re-reads it; the slot has moved on).
 Our reading, not verified further: the WAL stream can deliver a commit before the
