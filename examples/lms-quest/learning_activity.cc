@@ -17,6 +17,9 @@
 //   learning-activity --db URL --bootstrap HOST:PORT[,...] [--topic outbox.event.lesson]
 //                     [--group learning-activity] [--quest-lessons 5] [--users 1000]
 //                     [--group-size 4] [--mission-lesson 1] [--reward-points 100]
+//                     [--batch on|off] [--fetch-wait-ms 20]
+// --batch on (default) applies a whole batch's effects in one statement (a
+// BatchHandler); off runs the per-message handler for every message.
 // --users/--group-size seed the groups (user u is in group (u-1)/group-size + 1)
 // the first time the schema is created.
 #include <nlohmann/json.hpp>
@@ -72,6 +75,8 @@ CREATE TABLE IF NOT EXISTS activity.group_mission_completion (
 );
 )SQL";
 
+constexpr long kPoint = 10;  // what one unit of this activity would be worth
+
 struct Completion {
   long user = 0;
   long lesson = 0;
@@ -105,7 +110,8 @@ int main(int argc, char** argv) {
                {{"db", ""}, {"bootstrap", ""}, {"topic", "outbox.event.lesson"},
                 {"group", "learning-activity"}, {"quest-lessons", "5"}, {"users", "1000"},
                 {"group-size", "4"}, {"mission-lesson", "1"}, {"reward-points", "100"},
-                {"fetch-wait-ms", "20"}});
+                {"fetch-wait-ms", "20"}, {"batch", "on"}});
+  if (f.Str("batch") != "on" && f.Str("batch") != "off") f.Usage("--batch must be on or off");
   const std::string db = f.Required("db");
   const std::string quest_lessons = std::to_string(f.Int("quest-lessons", 1));
   const std::string group_size = std::to_string(f.Int("group-size", 1));
@@ -153,7 +159,7 @@ int main(int argc, char** argv) {
     const std::string user = std::to_string(c->user), lesson = std::to_string(c->lesson);
     const std::string* id = m.Header("outbox-event-id");
     std::string err;
-    const long point = 10;  // what one unit of this activity would be worth
+    const long point = kPoint;
     if (!lms::Query(txn,
                     "INSERT INTO activity.exp_history (user_id, event_kind, object_id, event_id, value, "
                     "added_point, occurred_at) VALUES ($1, 'LessonCompleted', $2, $3, $4, $5, $6)",
@@ -194,13 +200,65 @@ int main(int argc, char** argv) {
     return outbox::HandlerResult::Ok();
   };
 
+  // The same effects for a whole batch in one statement (the inbox's fast path);
+  // if it fails, the inbox redoes the batch message by message with `handler`.
+  // Rewards and missions go to the rows whose count crosses the target in this
+  // batch (before < target <= after), which is what `handler` does one at a time.
+  const std::string batch_sql = R"SQL(
+WITH b AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(u int, l int, id text, v int, p int, at timestamptz)
+), eh AS (
+  INSERT INTO activity.exp_history (user_id, event_kind, object_id, event_id, value, added_point, occurred_at)
+  SELECT u, 'LessonCompleted', l, id, v, p, at FROM b
+), c AS (
+  SELECT u, (at AT TIME ZONE 'UTC')::date AS day, count(*)::int AS k FROM b GROUP BY 1, 2
+), q AS (
+  INSERT INTO activity.daily_quest_progress AS dq SELECT u, day, $2, k FROM c
+  ON CONFLICT (user_id, day, quest) DO UPDATE SET done = dq.done + excluded.done
+  RETURNING dq.user_id, dq.day, dq.done
+), r AS (
+  INSERT INTO activity.quest_reward (user_id, day, quest, points)
+  SELECT q.user_id, q.day, $2, $4::int FROM q JOIN c ON c.u = q.user_id AND c.day = q.day
+  WHERE q.done - c.k < $3::int AND q.done >= $3::int
+), m AS (
+  SELECT g.group_id, count(*)::int AS k FROM b JOIN activity.group_member g ON g.user_id = b.u
+  WHERE b.l = $5::int GROUP BY 1
+), mp AS (
+  INSERT INTO activity.group_mission_progress AS gp SELECT group_id, k FROM m
+  ON CONFLICT (group_id) DO UPDATE SET done = gp.done + excluded.done
+  RETURNING gp.group_id, gp.done
+)
+INSERT INTO activity.group_mission_completion (group_id)
+SELECT mp.group_id FROM mp JOIN m USING (group_id)
+  JOIN (SELECT group_id, count(*) AS size FROM activity.group_member GROUP BY 1) s USING (group_id)
+WHERE mp.done - m.k < s.size AND mp.done >= s.size
+)SQL";
+  outbox::BatchHandler batch_handler =
+      [&](std::span<const outbox::InboundMessage* const> msgs, pg_conn* txn) -> outbox::HandlerResult {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const outbox::InboundMessage* m : msgs) {
+      auto c = Decode(*m);
+      if (!c.ok()) return outbox::HandlerResult::Permanent(c.status().message());  // per message decides
+      const std::string* id = m->Header("outbox-event-id");
+      rows.push_back({{"u", c->user}, {"l", c->lesson}, {"id", id ? *id : ""}, {"v", c->value},
+                      {"p", c->value * kPoint}, {"at", c->completed_at}});
+    }
+    std::string err;
+    if (!lms::Query(txn, batch_sql,
+                    {rows.dump(), quest, quest_lessons, reward_points, std::to_string(mission_lesson)}, &err)) {
+      return outbox::HandlerResult::Transient("batch effects: " + err);
+    }
+    return outbox::HandlerResult::Ok();
+  };
+
   outbox::ConsumerOptions co;
   co.properties = {{"bootstrap.servers", f.Required("bootstrap")}, {"group.id", f.Str("group")},
                    {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"},
                    {"fetch.wait.max.ms", std::to_string(f.Int("fetch-wait-ms", 0))}};
   co.topics = {f.Str("topic")};
   co.batch_wait = std::chrono::milliseconds(5);
-  auto consumer = outbox::Consumer::Create(co, **inbox, dedup, handler, logger);
+  auto consumer = outbox::Consumer::Create(co, **inbox, dedup, handler, logger,
+                                           f.Str("batch") == "on" ? batch_handler : nullptr);
   if (!consumer.ok()) {
     std::cerr << "learning-activity: " << consumer.status().ToString() << "\n";
     return 1;
