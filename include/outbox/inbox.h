@@ -5,8 +5,8 @@
 // it is new, run the handler with that same open transaction, so the handler's
 // writes and the stamp commit or roll back together. A duplicate (stamp already
 // there) is counted on the existing stamp (column `duplicates`) and nothing else
-// happens. Only after the commit may the
-// Kafka offset be committed (the consumer runner does that).
+// happens. Only after the commit may the Kafka offset be committed (the consumer
+// runner does that).
 //
 // Several messages share one transaction, each inside its own savepoint, so one
 // failing handler does not undo the others.
