@@ -1,7 +1,9 @@
 // inbox_bench: effects applied per second through the inbox (stamp + one
 // inserted row per event, one transaction per batch) by one consumer, from a
 // pre-filled topic on outbox-mock-kafka. Medians of --runs runs; each run uses a
-// fresh consumer group and empty stamp and effect tables.
+// fresh consumer group and empty stamp and effect tables. After each batch-handler
+// run the topic is replayed twice by fresh groups (every message a duplicate):
+// once counting the absorbed copies on the stamps (default), once not.
 //
 //   inbox_bench --mock BIN [--db URL] [--events 200000] [--runs 3] [--batch 500]
 #include <librdkafka/rdkafka.h>
@@ -78,6 +80,10 @@ int main(int argc, char** argv) {
   io.consumer = "bench";
   auto inbox = Inbox::Open(io);
   if (!inbox.ok() || !(*inbox)->Migrate().ok()) return 1;
+  InboxOptions uncounted_io = io;
+  uncounted_io.count_duplicates = false;
+  auto uncounted = Inbox::Open(uncounted_io);
+  if (!uncounted.ok()) return 1;
 
   const std::string insert = "INSERT INTO " + kSchema + ".effects VALUES ($1, 1)";
   Handler handler = [&](const InboundMessage& m, pg_conn* txn) {
@@ -104,7 +110,37 @@ int main(int argc, char** argv) {
     return ok ? HandlerResult::Ok() : HandlerResult::Transient("insert failed");
   };
   NullLogger quiet;
-  std::vector<double> rates, batch_rates;
+  // A replay of the whole topic after it was applied: every message is a
+  // duplicate. Timed from the first absorbed copy; returns copies/s.
+  int group_seq = 0;
+  auto replay = [&](Inbox& into) -> double {
+    ConsumerOptions co;
+    co.properties = {{"bootstrap.servers", bootstrap}, {"group.id", "replay-" + std::to_string(group_seq++)}};
+    co.topics = {kTopic};
+    co.batch_size = f.Int("batch");
+    auto consumer = Consumer::Create(co, into, DedupByEventId(), handler, quiet, batch_handler);
+    if (!consumer.ok()) {
+      std::fprintf(stderr, "%s\n", consumer.status().ToString().c_str());
+      std::exit(1);
+    }
+    std::thread runner([&] { (void)(*consumer)->Run(); });
+    while ((*consumer)->counters().duplicates == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t first = (*consumer)->counters().duplicates;
+    while ((*consumer)->counters().duplicates < static_cast<std::uint64_t>(events)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const double secs = SecondsSince(t0);
+    const std::uint64_t applied = (*consumer)->counters().applied;
+    (*consumer)->Stop();
+    runner.join();
+    if (applied != 0) {
+      std::fprintf(stderr, "replay applied %llu effects\n", static_cast<unsigned long long>(applied));
+      std::exit(1);
+    }
+    return static_cast<double>(static_cast<std::uint64_t>(events) - first) / secs;
+  };
+  std::vector<double> rates, batch_rates, replay_counted, replay_uncounted;
   for (int r = 0; r < 2 * runs; ++r) {
     const bool use_batch = r % 2 == 1;  // the two handlers alternate, run by run
     MustExec(admin, "TRUNCATE " + kSchema + ".effects, " + kSchema + ".inbox_stamps");
@@ -134,6 +170,16 @@ int main(int argc, char** argv) {
     const std::string n = std::to_string(MustExec(admin, "SELECT 1 FROM " + kSchema + ".effects"));
     std::fprintf(stderr, "run %d (%s): %.0f effects/s (%s effect rows)\n", r / 2 + 1,
                  use_batch ? "batch handler" : "per-message handler", into.back(), n.c_str());
+    if (use_batch) {  // then replay the topic twice, counting on the stamps or not, alternating order
+      const bool counted_first = (r / 2) % 2 == 0;
+      for (int k = 0; k < 2; ++k) {
+        const bool counted = (k == 0) == counted_first;
+        (counted ? replay_counted : replay_uncounted).push_back(replay(counted ? **inbox : **uncounted));
+        std::fprintf(stderr, "run %d replay (%s): %.0f copies/s absorbed\n", r / 2 + 1,
+                     counted ? "counted" : "not counted",
+                     (counted ? replay_counted : replay_uncounted).back());
+      }
+    }
   }
   auto list = [](const std::vector<double>& v) {
     std::string all;
@@ -148,6 +194,12 @@ int main(int argc, char** argv) {
               events, f.Int("batch"), Median(rates), list(rates).c_str());
   std::printf("| 1 consumer, batch handler: one multi-row `INSERT` per batch | %d | %d | %.0f | %s |\n",
               events, f.Int("batch"), Median(batch_rates), list(batch_rates).c_str());
+  std::printf("\n| replay of the applied topic (every message a duplicate) | events | batch | median copies absorbed/s | runs |\n|---|---|---|---|---|\n");
+  std::printf("| duplicates counted on the stamps (default) | %d | %d | %.0f | %s |\n", events,
+              f.Int("batch"), Median(replay_counted), list(replay_counted).c_str());
+  std::printf("| not counted (`InboxOptions::count_duplicates = false`) | %d | %d | %.0f | %s |\n", events,
+              f.Int("batch"), Median(replay_uncounted), list(replay_uncounted).c_str());
+  std::printf("\nCounted / not counted: %.2f.\n", Median(replay_counted) / Median(replay_uncounted));
   MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
   PQfinish(admin);
   return 0;

@@ -37,5 +37,10 @@ Timed from the first applied effect to the last (the mock's consumer-group join,
 is left out); a fresh consumer group and empty tables per run; median of $RUNS runs.
 What limits the per-message handler: its own round trip per event (one synchronous
 \`INSERT\` each, as a typical handler does); stamps cost one statement per batch.
+The replay rows: after each batch-handler run, fresh consumer groups read the whole
+topic again (every message already stamped, as after an offset reset or a full
+re-publish); one counts each absorbed copy on its stamp (one \`UPDATE\` per batch, the
+default, what \`outboxctl trace\` shows), the other has \`count_duplicates = false\`; the
+two alternate in order, run by run.
 MD
 echo "updated $DOC" >&2

@@ -97,6 +97,26 @@ TEST_F(InboxTest, NewMessagesApplyOnceAndDuplicatesAreAbsorbed) {
             "e1=2,e2=1");
 }
 
+TEST_F(InboxTest, DuplicateCountingCanBeTurnedOff) {
+  InboxOptions o;
+  o.conninfo = url_;
+  o.schema = schema_;
+  o.consumer = "quiet-consumer";
+  o.count_duplicates = false;
+  auto quiet = Inbox::Open(o);
+  ASSERT_TRUE(quiet.ok());
+  std::vector<InboundMessage> batch = {Msg("q1", "ok"), Msg("q1", "ok")};
+  auto r = (*quiet)->Process(batch, DedupByEventId(), EffectHandler());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[1].outcome, Outcome::kDuplicate);
+  std::vector<InboundMessage> mixed = {Msg("q1", "ok"), Msg("q2", "permanent")};  // careful path
+  auto r2 = (*quiet)->Process(mixed, DedupByEventId(), EffectHandler());
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ((*r2)[0].outcome, Outcome::kDuplicate);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT duplicates FROM " + schema_ + ".inbox_stamps WHERE dedup_key = 'q1'"), "0");
+  EXPECT_EQ(Effects("k = 'q1'"), "1");
+}
+
 TEST_F(InboxTest, AFailingHandlerUndoesOnlyItsOwnMessage) {
   std::vector<InboundMessage> batch = {Msg("a", "ok"), Msg("b", "permanent"), Msg("c", "ok"),
                                        Msg("d", "transient"), Msg("e", "throw"), Msg("f", "bad-sql"),

@@ -94,6 +94,10 @@ struct InboxOptions {
   std::string schema = "inbox";  // validated like the outbox schema
   std::string consumer;          // consumer name, part of the stamp key; required
   std::chrono::milliseconds statement_timeout{30'000};
+  // Count each absorbed copy on its stamp (`duplicates`, `last_duplicate_at`;
+  // shown by `outboxctl trace`). One UPDATE per batch that holds duplicates;
+  // off saves that write when whole topics are replayed (docs/benchmarks.md).
+  bool count_duplicates = true;
 };
 
 class Inbox {

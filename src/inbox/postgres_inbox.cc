@@ -232,7 +232,7 @@ class PostgresInbox final : public Inbox {
       }
       out[i] = {Outcome::kApplied, ""};
     }
-    if (!dups.empty()) {
+    if (!dups.empty() && options_.count_duplicates) {
       if (auto st = CountDuplicates(dups); !st.ok()) {
         Rollback();
         return st;
@@ -285,9 +285,11 @@ class PostgresInbox final : public Inbox {
       }
       if (std::string(PQcmdTuples(ins->get())) == "0") {
         out[i] = {Outcome::kDuplicate, ""};
-        if (auto cd = CountDuplicates(nlohmann::json::array({keys[i]})); !cd.ok()) {
-          Rollback();
-          return cd;
+        if (options_.count_duplicates) {
+          if (auto cd = CountDuplicates(nlohmann::json::array({keys[i]})); !cd.ok()) {
+            Rollback();
+            return cd;
+          }
         }
         (void)session_->ExecScript("inbox release", "RELEASE SAVEPOINT m");
         continue;
