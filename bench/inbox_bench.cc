@@ -110,31 +110,35 @@ int main(int argc, char** argv) {
     return ok ? HandlerResult::Ok() : HandlerResult::Transient("insert failed");
   };
   NullLogger quiet;
-  // A replay of the whole topic after it was applied: every message is a
-  // duplicate. Timed from the first absorbed copy; returns copies/s.
+  // Consumes the whole topic with a fresh consumer group until every message was
+  // applied (`replay` false) or absorbed as a duplicate (`replay` true: the topic
+  // was applied before). Timed from the first message with that outcome (the
+  // mock's group join, ~3 s, is left out); returns messages/s.
   int group_seq = 0;
-  auto replay = [&](Inbox& into) -> double {
+  auto timed_consume = [&](Inbox& into, const BatchHandler& bh, bool replay) -> double {
     ConsumerOptions co;
-    co.properties = {{"bootstrap.servers", bootstrap}, {"group.id", "replay-" + std::to_string(group_seq++)}};
+    co.properties = {{"bootstrap.servers", bootstrap}, {"group.id", "bench-" + std::to_string(group_seq++)}};
     co.topics = {kTopic};
     co.batch_size = f.Int("batch");
-    auto consumer = Consumer::Create(co, into, DedupByEventId(), handler, quiet, batch_handler);
+    auto consumer = Consumer::Create(co, into, DedupByEventId(), handler, quiet, bh);
     if (!consumer.ok()) {
       std::fprintf(stderr, "%s\n", consumer.status().ToString().c_str());
       std::exit(1);
     }
+    auto done = [&] {
+      const ConsumerCounters c = (*consumer)->counters();
+      return replay ? c.duplicates : c.applied;
+    };
     std::thread runner([&] { (void)(*consumer)->Run(); });
-    while ((*consumer)->counters().duplicates == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (done() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const auto t0 = std::chrono::steady_clock::now();
-    const std::uint64_t first = (*consumer)->counters().duplicates;
-    while ((*consumer)->counters().duplicates < static_cast<std::uint64_t>(events)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    const std::uint64_t first = done();
+    while (done() < static_cast<std::uint64_t>(events)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const double secs = SecondsSince(t0);
     const std::uint64_t applied = (*consumer)->counters().applied;
     (*consumer)->Stop();
     runner.join();
-    if (applied != 0) {
+    if (replay && applied != 0) {
       std::fprintf(stderr, "replay applied %llu effects\n", static_cast<unsigned long long>(applied));
       std::exit(1);
     }
@@ -144,29 +148,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < 2 * runs; ++r) {
     const bool use_batch = r % 2 == 1;  // the two handlers alternate, run by run
     MustExec(admin, "TRUNCATE " + kSchema + ".effects, " + kSchema + ".inbox_stamps");
-    ConsumerOptions co;
-    co.properties = {{"bootstrap.servers", bootstrap}, {"group.id", "bench-" + std::to_string(r)}};
-    co.topics = {kTopic};
-    co.batch_size = f.Int("batch");
-    auto consumer = Consumer::Create(co, **inbox, DedupByEventId(), handler, quiet,
-                                     use_batch ? batch_handler : BatchHandler());
-    if (!consumer.ok()) {
-      std::fprintf(stderr, "%s\n", consumer.status().ToString().c_str());
-      return 1;
-    }
-    std::thread runner([&] { (void)(*consumer)->Run(); });
-    // Timed from the first applied effect (the mock's group join takes ~3 s).
-    while ((*consumer)->counters().applied == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::uint64_t first = (*consumer)->counters().applied;
-    while ((*consumer)->counters().applied < static_cast<std::uint64_t>(events)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    const double secs = SecondsSince(t0);
-    (*consumer)->Stop();
-    runner.join();
     auto& into = use_batch ? batch_rates : rates;
-    into.push_back(static_cast<double>(static_cast<std::uint64_t>(events) - first) / secs);
+    into.push_back(timed_consume(**inbox, use_batch ? batch_handler : BatchHandler(), false));
     const std::string n = std::to_string(MustExec(admin, "SELECT 1 FROM " + kSchema + ".effects"));
     std::fprintf(stderr, "run %d (%s): %.0f effects/s (%s effect rows)\n", r / 2 + 1,
                  use_batch ? "batch handler" : "per-message handler", into.back(), n.c_str());
@@ -174,7 +157,8 @@ int main(int argc, char** argv) {
       const bool counted_first = (r / 2) % 2 == 0;
       for (int k = 0; k < 2; ++k) {
         const bool counted = (k == 0) == counted_first;
-        (counted ? replay_counted : replay_uncounted).push_back(replay(counted ? **inbox : **uncounted));
+        (counted ? replay_counted : replay_uncounted)
+            .push_back(timed_consume(counted ? **inbox : **uncounted, batch_handler, true));
         std::fprintf(stderr, "run %d replay (%s): %.0f copies/s absorbed\n", r / 2 + 1,
                      counted ? "counted" : "not counted",
                      (counted ? replay_counted : replay_uncounted).back());

@@ -216,8 +216,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
     const int act = action(rng);
     if (!pg_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 2)) {
-      const std::string as_pg = geteuid() == 0 ? "runuser -u postgres -- " : "";
-      std::string cmd = as_pg + bin + "/pg_ctl -D " + data + " -m fast -w -t 60 restart >/dev/null";
+      const std::string cmd = outbox::testing::PostgresRestartCommand(bin, data);
       if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: pg restart failed\n");
       pg_restarted = true;
       ++pg_restarts;

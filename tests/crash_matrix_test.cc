@@ -150,16 +150,7 @@ TEST_F(CrashMatrixTest, MarkFailedFails_RowEndsFailedAfterMaxAttemptsNotInALoop)
   // One event can never be published (too large); marking it FAILED fails every
   // time, so it stays PROCESSING until its lease lapses and is claimed again —
   // attempts were counted at each claim, so the third claim ends it FAILED.
-  Exec(admin_.get(), "BEGIN");
-  EnqueueOptions eo;
-  eo.schema = schema_;
-  Event big;
-  big.aggregate_type = "order";
-  big.aggregate_id = "big";
-  big.event_type = "OrderChanged";
-  big.payload = std::string(20000, 'x');
-  ASSERT_TRUE(Enqueue(admin_.get(), big, eo).ok());
-  Exec(admin_.get(), "COMMIT");
+  ASSERT_TRUE(EnqueueOne("big", std::string(20000, 'x')));
   EnqueueMany(1, 5, 2);  // 10 deliverable events
   StartConsumer();
   Subprocess& a = StartRelay(Fast({"kafka.properties.message.max.bytes=10000", "relay.max_attempts=3"}),

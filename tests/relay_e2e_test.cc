@@ -134,16 +134,7 @@ TEST_F(RelayE2ETest, NotifyWakesAnIdleRelayLongBeforeItsNextPoll) {
   HttpPort(relay);
   std::this_thread::sleep_for(1s);  // the relay is idle now, sleeping its poll interval
   Exec(admin_.get(), "SET outbox.notify = on");
-  Exec(admin_.get(), "BEGIN");
-  Event e;
-  e.aggregate_type = "order";
-  e.aggregate_id = "wake";
-  e.event_type = "OrderChanged";
-  e.payload = "wake#0";
-  EnqueueOptions eo;
-  eo.schema = schema_;
-  ASSERT_TRUE(Enqueue(admin_.get(), e, eo).ok());
-  Exec(admin_.get(), "COMMIT");
+  ASSERT_TRUE(EnqueueOne("wake", "wake#0"));
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, 10s)) << relay.Log();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, Scaled(3000ms))

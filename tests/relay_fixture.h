@@ -104,6 +104,23 @@ class RelayE2ETest : public ::testing::Test {
     return -1;
   }
 
+  // One OrderChanged event of aggregate `aggregate_id`, in its own transaction on
+  // the admin session (which keeps its settings, e.g. outbox.notify). False if
+  // the enqueue failed (the transaction is then rolled back).
+  bool EnqueueOne(const std::string& aggregate_id, std::string payload) {
+    Event e;
+    e.aggregate_type = "order";
+    e.aggregate_id = aggregate_id;
+    e.event_type = "OrderChanged";
+    e.payload = std::move(payload);
+    EnqueueOptions eo;
+    eo.schema = schema_;
+    Exec(admin_.get(), "BEGIN");
+    const bool ok = Enqueue(admin_.get(), e, eo).ok();
+    Exec(admin_.get(), ok ? "COMMIT" : "ROLLBACK");
+    return ok;
+  }
+
   // `producers` threads, each on its own connection, enqueue `per_aggregate`
   // events for each of its `aggregates_each` aggregates, 50 per transaction.
   void EnqueueMany(int producers, int aggregates_each, int per_aggregate) {

@@ -16,22 +16,12 @@ TEST_F(RelayE2ETest, PostgresRestartUnderTheRelayRecoversWithoutHelp) {
   Subprocess& relay = StartRelay({"relay.batch_size=50", "relay.db_retry_max_ms=500"});
   ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") > 200; }, 60s)) << relay.Log();
 
-  const std::string as_pg = geteuid() == 0 ? "runuser -u postgres -- " : "";
-  const std::string cmd = as_pg + bin + "/pg_ctl -D " + data + " -m fast -w -t 60 restart >/dev/null";
+  const std::string cmd = PostgresRestartCommand(bin, data);
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   admin_ = Connect(url_);  // our own session died with the server
 
   // Work enqueued after the restart flows too: the relay reconnected by itself.
-  Exec(admin_.get(), "BEGIN");
-  Event late;
-  late.aggregate_type = "order";
-  late.aggregate_id = "after-restart";
-  late.event_type = "OrderChanged";
-  late.payload = "after-restart#0";
-  EnqueueOptions eo;
-  eo.schema = schema_;
-  ASSERT_TRUE(Enqueue(admin_.get(), late, eo).ok());
-  Exec(admin_.get(), "COMMIT");
+  ASSERT_TRUE(EnqueueOne("after-restart", "after-restart#0"));
 
   ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer + 1; }, 120s))
       << relay.Log();

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -56,6 +57,14 @@ inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds
                 "scripts/testenv), or source DIR/env of a running testenv";             \
     }                                                                                   \
   } while (0)
+
+// The shell command that restarts the test environment's PostgreSQL (fast
+// shutdown, waits up to 60 s), as the `postgres` user when we run as root.
+// `bin` and `data` come from OUTBOX_PG_BIN and OUTBOX_PG_DATA (scripts/testenv).
+inline std::string PostgresRestartCommand(const std::string& bin, const std::string& data) {
+  const std::string as_pg = geteuid() == 0 ? "runuser -u postgres -- " : "";
+  return as_pg + bin + "/pg_ctl -D " + data + " -m fast -w -t 60 restart >/dev/null";
+}
 
 inline std::string RandomSuffix() {
   static thread_local std::mt19937_64 rng(std::random_device{}());

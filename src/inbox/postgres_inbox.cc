@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include <exception>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -97,7 +98,7 @@ class PostgresInbox final : public Inbox {
       if (!v.ok()) return v.status();
       const std::int64_t have = pg::GetInt64(v->get(), 0, 0);
       const char* migrations[] = {kMigration1, kMigration2};
-      for (std::int64_t n = have + 1; n <= 2; ++n) {
+      for (std::int64_t n = have + 1; n <= static_cast<std::int64_t>(std::size(migrations)); ++n) {
         OUTBOX_RETURN_IF_ERROR(session_->ExecScript("inbox migrate: v" + std::to_string(n),
                                                     WithSchema(migrations[n - 1], S)));
         OUTBOX_RETURN_IF_ERROR(session_->ExecScript(
@@ -169,10 +170,10 @@ class PostgresInbox final : public Inbox {
   void Rollback() { (void)session_->ExecScript("inbox rollback", "ROLLBACK"); }
 
   // Inside the open transaction: one more absorbed copy per entry of `keys`.
-  Status CountDuplicates(const nlohmann::json& keys) {
+  Status CountDuplicates(const std::vector<std::string>& keys) {
     return session_
         ->Exec("inbox count duplicates", count_duplicates_,
-               {Param::Text(options_.consumer), Param::Text(keys.dump())})
+               {Param::Text(options_.consumer), Param::Text(nlohmann::json(keys).dump())})
         .status();
   }
 
@@ -208,7 +209,7 @@ class PostgresInbox final : public Inbox {
     }
     std::set<std::string> used;  // a key twice in one batch: the first applies
     std::vector<const InboundMessage*> new_msgs;
-    nlohmann::json dups = nlohmann::json::array();
+    std::vector<std::string> dups;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!has_key[i]) continue;
       if (!fresh.count(keys[i]) || !used.insert(keys[i]).second) {
@@ -286,7 +287,7 @@ class PostgresInbox final : public Inbox {
       if (std::string(PQcmdTuples(ins->get())) == "0") {
         out[i] = {Outcome::kDuplicate, ""};
         if (options_.count_duplicates) {
-          if (auto cd = CountDuplicates(nlohmann::json::array({keys[i]})); !cd.ok()) {
+          if (auto cd = CountDuplicates({keys[i]}); !cd.ok()) {
             Rollback();
             return cd;
           }
