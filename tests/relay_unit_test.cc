@@ -26,6 +26,9 @@ ClaimedEvent Ce(std::int64_t seq, const std::string& agg, int attempts = 1) {
 PublishResult Acked() { return {PublishOutcome::kAcked, ""}; }
 PublishResult Retry() { return {PublishOutcome::kRetriable, "REQUEST_TIMED_OUT"}; }
 PublishResult Fatal() { return {PublishOutcome::kFatal, "MSG_SIZE_TOO_LARGE"}; }
+PublishResult NotSent() { return {PublishOutcome::kNotSent, "not sent"}; }
+PublishResult Down() { return {PublishOutcome::kRetriable, "_MSG_TIMED_OUT", true}; }
+constexpr milliseconds kOutage{1234};
 
 std::vector<std::int64_t> Seqs(const std::vector<Ticket>& t) {
   std::vector<std::int64_t> v;
@@ -44,7 +47,7 @@ TEST(PlanTransitions, AckedGoSentRetriableRescheduledFatalFailed) {
   std::mt19937_64 rng(1);
   std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "b"), Ce(3, "c")};
   std::vector<PublishResult> r = {Acked(), Retry(), Fatal()};
-  auto p = PlanTransitions(ev, r, o, rng);
+  auto p = PlanTransitions(ev, r, o, kOutage, rng);
   EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{1});
   EXPECT_EQ(Seqs(p.reschedule), std::vector<std::int64_t>{2});
   EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{3});
@@ -58,13 +61,13 @@ TEST(PlanTransitions, LaterEventsOfABrokenAggregateGoAgainEvenIfAcked) {
   std::mt19937_64 rng(1);
   std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "a"), Ce(3, "b"), Ce(4, "a")};
   std::vector<PublishResult> r = {Retry(), Acked(), Acked(), Acked()};
-  auto p = PlanTransitions(ev, r, o, rng);
+  auto p = PlanTransitions(ev, r, o, kOutage, rng);
   EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{3});
   EXPECT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{1, 2, 4}));
   EXPECT_EQ(p.held_back, 2u);
   // Unordered: each on its own.
   o.ordered = false;
-  p = PlanTransitions(ev, r, o, rng);
+  p = PlanTransitions(ev, r, o, kOutage, rng);
   EXPECT_EQ(Seqs(p.sent), (std::vector<std::int64_t>{2, 3, 4}));
 }
 
@@ -74,7 +77,7 @@ TEST(PlanTransitions, MaxAttemptsTurnsARetriableIntoFailed) {
   std::mt19937_64 rng(1);
   std::vector<ClaimedEvent> ev = {Ce(1, "a", 3), Ce(2, "a", 3), Ce(3, "b", 2)};
   std::vector<PublishResult> r = {Retry(), Acked(), Retry()};
-  auto p = PlanTransitions(ev, r, o, rng);
+  auto p = PlanTransitions(ev, r, o, kOutage, rng);
   EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{1});
   EXPECT_EQ(p.max_attempts, 1u);
   EXPECT_NE(p.failed[0].error.find("gave up after 3 attempts"), std::string::npos);
@@ -87,9 +90,63 @@ TEST(PlanTransitions, PassPolicyLetsLaterEventsThroughAfterAFatalOne) {
   std::mt19937_64 rng(1);
   std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "a")};
   std::vector<PublishResult> r = {Fatal(), Acked()};
-  auto p = PlanTransitions(ev, r, o, rng);
+  auto p = PlanTransitions(ev, r, o, kOutage, rng);
   EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{1});
   EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{2});
+}
+
+TEST(PlanTransitions, EventsKeptFromTheBrokerGetTheirAttemptBack) {
+  RelayOptions o;
+  std::mt19937_64 rng(1);
+  // a/1 refused locally (too large), so the transport never produced a/2, a/3.
+  std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "a"), Ce(3, "b"), Ce(4, "a")};
+  std::vector<PublishResult> r = {Fatal(), NotSent(), Acked(), NotSent()};
+  auto p = PlanTransitions(ev, r, o, kOutage, rng);
+  EXPECT_FALSE(p.outage);
+  EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{1});
+  EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{3});
+  ASSERT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{2, 4}));
+  for (const auto& it : p.reschedule) EXPECT_FALSE(it.attempt_counts) << it.ticket.seq;
+  EXPECT_EQ(p.not_sent, 2u);
+  // Produced behind a failed one (the broker refused a/1 after a/2 was sent):
+  // that attempt counts.
+  r = {Retry(), Acked(), Acked(), NotSent()};
+  p = PlanTransitions(ev, r, o, kOutage, rng);
+  ASSERT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{1, 2, 4}));
+  EXPECT_TRUE(p.reschedule[0].attempt_counts);
+  EXPECT_TRUE(p.reschedule[1].attempt_counts);
+  EXPECT_FALSE(p.reschedule[2].attempt_counts);
+  // Pass policy: the follower of a FAILED event goes again at once, uncounted.
+  o.on_failed = FailedPolicy::kPass;
+  r = {Fatal(), NotSent(), Acked(), NotSent()};
+  p = PlanTransitions(ev, r, o, kOutage, rng);
+  ASSERT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{2, 4}));
+  EXPECT_EQ(p.reschedule[0].delay, milliseconds(0));
+}
+
+TEST(PlanTransitions, AnOutageBatchCountsNoAttemptAndFailsNothing) {
+  RelayOptions o;
+  o.max_attempts = 3;
+  std::mt19937_64 rng(1);
+  // At max_attempts already: an ordinary retriable error would FAIL a/1.
+  std::vector<ClaimedEvent> ev = {Ce(1, "a", 3), Ce(2, "a", 3), Ce(3, "b", 1)};
+  std::vector<PublishResult> r = {Down(), NotSent(), Down()};
+  auto p = PlanTransitions(ev, r, o, kOutage, rng);
+  EXPECT_TRUE(p.outage);
+  EXPECT_TRUE(p.failed.empty());
+  ASSERT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{1, 2, 3}));
+  for (const auto& it : p.reschedule) {
+    EXPECT_FALSE(it.attempt_counts);
+    EXPECT_EQ(it.delay, kOutage);
+  }
+  // One event acked, or one failing for a reason of its own: not an outage.
+  r = {Down(), NotSent(), Acked()};
+  p = PlanTransitions(ev, r, o, kOutage, rng);
+  EXPECT_FALSE(p.outage);
+  EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{1});
+  r = {Down(), NotSent(), Retry()};
+  EXPECT_FALSE(PlanTransitions(ev, r, o, kOutage, rng).outage);
+  EXPECT_FALSE(relay_internal::IsOutage(std::vector<PublishResult>{}));
 }
 
 TEST(BackoffDelay, GrowsExponentiallyWithJitterAndACap) {

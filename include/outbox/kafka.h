@@ -29,10 +29,16 @@
 
 namespace outbox {
 
+// The producer's default message.max.bytes: enqueue's default limit
+// (outbox.max_event_bytes = 1,000,000 bytes of payload + key + headers) plus
+// room for the relay's own headers (at most ~1.4 KB) and their framing.
+inline constexpr long kDefaultMessageMaxBytes = 1'000'000 + 8'192;
+
 struct KafkaTransportOptions {
   // librdkafka properties, e.g. {"bootstrap.servers", "host:9092"}. Required:
   // bootstrap.servers. Ours, overridable: enable.idempotence=true, acks=all,
-  // message.timeout.ms=10000, linger.ms=5, queue.buffering.max.kbytes=65536 (the
+  // message.timeout.ms=10000, message.max.bytes=kDefaultMessageMaxBytes,
+  // linger.ms=5, queue.buffering.max.kbytes=65536 (the
   // librdkafka default is 1 GiB), queue.buffering.max.messages=100000.
   std::map<std::string, std::string> properties;
   // Placeholders: {aggregate_type}, {event_type}. Default like Debezium's router.

@@ -26,6 +26,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "outbox/log.h"
 #include "outbox/metrics.h"
@@ -34,6 +36,9 @@
 #include "outbox/transport.h"
 
 namespace outbox {
+namespace relay_internal {
+struct Plan;
+}
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -87,6 +92,8 @@ struct RelayMetrics {
   Counter& failed_expired;  // lease lapsed max_attempts times (e.g. crash loops)
   Counter& fenced;          // transitions refused: another claim holds the row
   Counter& claims;
+  Counter& not_sent;
+  Counter& outage_batches;
   Counter& db_errors;
   Counter& mark_retries;
   Gauge& pending;
@@ -104,10 +111,13 @@ class Relay {
   static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreFactory store_factory,
                                                Transport& transport, RelayMetrics& metrics,
                                                Logger& logger);
-  ~Relay();
+  ~Relay();  // stops and joins every thread Run() started
 
   // Runs until RequestStop(); then stops claiming, finishes in-flight batches
-  // (up to shutdown_timeout) and returns. OK, or why it gave up.
+  // (up to shutdown_timeout) and returns. OK, or DeadlineExceeded when batches
+  // were still in flight at the deadline: their threads still run, and the
+  // destructor waits for them (at most one publish, MaxPublishTime()), so
+  // either destroy the Relay or end the process (what outbox-relay does).
   Status Run();
 
   void RequestStop();
@@ -120,6 +130,13 @@ class Relay {
   void ListenLoop();
   // Sleeps up to `d` or until stop is requested; returns false if stopping.
   bool SleepFor(milliseconds d);
+  // Broker outage backoff, shared by all workers. BrokerTurn: true if this
+  // worker may claim now (*probing: it is the one worker that tests the broker
+  // after a backoff); false after waiting a while (call again).
+  bool BrokerTurn(bool* probing);
+  void EndBrokerProbe();
+  void EndBrokerRound(const relay_internal::Plan& plan, bool probing);
+  milliseconds NextOutageDelay() const;
 
   RelayOptions options_;
   StoreFactory store_factory_;
@@ -127,11 +144,17 @@ class Relay {
   RelayMetrics& metrics_;
   Logger& logger_;
   std::atomic<bool> stopping_{false};
+  std::vector<std::thread> threads_;  // started and joined by Run(); ~Relay joins leftovers
+  int running_ = 0;                   // GUARDED_BY(mu_): threads not yet finished
   std::atomic<int> db_ok_workers_{0};
   std::atomic<bool> db_ok_housekeeping_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::uint64_t wake_seq_ = 0;  // GUARDED_BY(mu_): bumped by ListenLoop to end idle sleeps
+  // GUARDED_BY(mu_): 0 while the broker answers; else the current outage backoff.
+  milliseconds outage_delay_{0};
+  std::chrono::steady_clock::time_point outage_until_;  // GUARDED_BY(mu_)
+  bool probe_in_flight_ = false;                         // GUARDED_BY(mu_)
 };
 
 }  // namespace outbox

@@ -3,7 +3,8 @@
 // Life cycle of a row (see docs/design.md):
 //   PENDING --Claim--> PROCESSING --MarkSent--> SENT (or deleted) --Purge--> gone
 //                          |  \--Reschedule--> PENDING (due later)
-//                          |   \-MarkFailed--> FAILED (kept; Replay -> PENDING)
+//                          |   \-MarkFailed--> FAILED (kept; Replay -> PENDING,
+//                          |                           or operator skip -> SKIPPED, kept)
 //                          \-- lease expires --> claimable again (attempts already counted)
 //
 // Every transition after Claim is fenced by the claim's ticket (row id + lease
@@ -31,7 +32,7 @@
 
 namespace outbox {
 
-enum class RowState { kPending, kProcessing, kSent, kFailed };
+enum class RowState { kPending, kProcessing, kSent, kFailed, kSkipped };
 std::string_view RowStateName(RowState s);  // "PENDING", ...
 
 // What an enqueue reports (every store's enqueue returns this).
@@ -51,7 +52,8 @@ struct ClaimedEvent {
   std::string event_id;  // UUID text, assigned at enqueue, stable across re-publish
   Event event;
   int attempts = 0;  // including this claim
-  std::chrono::system_clock::time_point created_at;
+  std::chrono::system_clock::time_point created_at;  // enqueue time, database clock
+  std::chrono::microseconds age_at_claim{0};  // now() - created_at at claim, database clock
 };
 
 struct ClaimOptions {
@@ -83,6 +85,10 @@ struct RescheduleItem {
   Ticket ticket;
   std::chrono::milliseconds delay{0};  // next attempt = database now() + delay
   std::string error;                   // why, kept in last_error
+  // False gives the claim's attempt back (attempts - 1): the event was not tried
+  // (held behind an earlier one of its aggregate) or the broker was unreachable
+  // for the whole batch. Attempts count only what implicates the event itself.
+  bool attempt_counts = true;
 };
 
 struct FailItem {
@@ -101,6 +107,7 @@ struct StoreStats {
   std::int64_t processing = 0;  // claimed, lease possibly expired
   std::int64_t sent = 0;        // kept for retention
   std::int64_t failed = 0;
+  std::int64_t skipped = 0;     // set aside by an operator (outboxctl skip), kept for audit
   // Age of the oldest PENDING/PROCESSING row (the one alert everyone needs); 0 if none.
   std::chrono::milliseconds oldest_unsent_age{0};
   // Aggregates whose later events wait behind a FAILED one (ordered, hold policy).

@@ -21,6 +21,10 @@ enum class PublishOutcome {
   kAcked,      // the broker has it (acks=all)
   kRetriable,  // try again later: timeout, broker down, leader change, ...
   kFatal,      // will never succeed as is: message too large, not authorised, bad topic
+  // Never handed to the broker: an earlier event of its aggregate in the same
+  // Publish call failed before it (see Transport::Publish). Not the event's own
+  // failure; the relay gives its attempt back.
+  kNotSent,
 };
 
 std::string_view PublishOutcomeName(PublishOutcome o);
@@ -28,6 +32,11 @@ std::string_view PublishOutcomeName(PublishOutcome o);
 struct PublishResult {
   PublishOutcome outcome = PublishOutcome::kRetriable;
   std::string error;  // broker's error name and text; empty when acked
+  // kRetriable only: the broker could not be reached (message timed out, all
+  // brokers down, local queue full, no delivery report in time) — nothing says
+  // the event itself is at fault. A batch whose every failure is of this kind is
+  // an outage: it does not count toward max_attempts (docs/relay.md).
+  bool broker_unavailable = false;
 };
 
 class Transport {
@@ -38,10 +47,18 @@ class Transport {
   // blocks until every one has an outcome. Returns one result per event, same
   // index. Never takes longer than MaxPublishTime(): an event without a delivery
   // report by then is kRetriable.
+  //
+  // Order under failure: once an event fails before it reached the broker
+  // (refused locally: over the size limit, local queue full past the deadline,
+  // producer unavailable), no later event of the same aggregate (aggregate_type,
+  // aggregate_id) in this call is handed to the broker; those come back
+  // kNotSent. Events of other aggregates are unaffected.
   virtual std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) = 0;
 
   // Upper bound of one Publish call; the relay's lease must be longer.
   virtual std::chrono::milliseconds MaxPublishTime() const = 0;
+  // How MaxPublishTime() is made up, naming the settings (for error messages).
+  virtual std::string DescribeMaxPublishTime() const { return "the transport's publish timeout"; }
 
   // False while the broker has been unreachable recently (for /readyz).
   virtual bool Healthy() const = 0;

@@ -15,35 +15,74 @@ milliseconds BackoffDelay(const RelayOptions& o, int attempts, std::mt19937_64& 
   return milliseconds(static_cast<long long>(d * u(rng)));
 }
 
+bool IsOutage(std::span<const PublishResult> results) {
+  if (results.empty()) return false;
+  return std::all_of(results.begin(), results.end(), [](const PublishResult& r) {
+    return r.outcome == PublishOutcome::kNotSent ||
+           (r.outcome == PublishOutcome::kRetriable && r.broker_unavailable);
+  });
+}
+
 Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
-                     const RelayOptions& options, std::mt19937_64& rng) {
+                     const RelayOptions& options, milliseconds outage_delay, std::mt19937_64& rng) {
   Plan plan;
+  for (const PublishResult& r : results) {
+    if (r.outcome == PublishOutcome::kRetriable) ++plan.retriable;
+    if (r.outcome == PublishOutcome::kFatal) ++plan.fatal;
+    if (r.outcome == PublishOutcome::kNotSent) ++plan.not_sent;
+  }
+  if (IsOutage(results)) {
+    // The broker was unreachable for the whole batch: not the events' fault.
+    // Every row goes back with its attempt given back, due when the relay's
+    // shared outage backoff ends.
+    plan.outage = true;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const std::string& why = results[i].outcome == PublishOutcome::kNotSent
+                                   ? std::string("broker unavailable")
+                                   : results[i].error;
+      plan.reschedule.push_back({events[i].ticket, outage_delay, "broker unavailable: " + why,
+                                 /*attempt_counts=*/false});
+    }
+    return plan;
+  }
   // Aggregate -> the delay and reason its earlier, unacked event got in this batch.
   std::map<std::pair<std::string, std::string>, std::pair<milliseconds, std::string>> broken;
+  auto hold = [&](const std::pair<std::string, std::string>& key, milliseconds d,
+                  std::string why) {
+    if (options.ordered) broken.emplace(key, std::make_pair(d, std::move(why)));
+  };
+  const bool hold_on_failed = options.on_failed == FailedPolicy::kHold;
   for (std::size_t i = 0; i < events.size(); ++i) {
     const ClaimedEvent& e = events[i];
     const PublishResult& r = results[i];
     const auto key = std::make_pair(e.event.aggregate_type, e.event.aggregate_id);
-    if (r.outcome == PublishOutcome::kRetriable) ++plan.retriable;
-    if (r.outcome == PublishOutcome::kFatal) ++plan.fatal;
 
     auto b = options.ordered ? broken.find(key) : broken.end();
     if (b != broken.end() && r.outcome != PublishOutcome::kFatal) {
       // Behind an earlier unacked event of the same aggregate: go again after it.
+      // Produced anyway (a broker-side failure of the earlier one came after this
+      // one was on its way): the attempt counts. Not produced: it does not.
       if (r.outcome == PublishOutcome::kAcked) ++plan.held_back;
       plan.reschedule.push_back({e.ticket, b->second.first,
-                                 "waiting for an earlier event of this aggregate: " + b->second.second});
+                                 "waiting for an earlier event of this aggregate: " + b->second.second,
+                                 /*attempt_counts=*/r.outcome != PublishOutcome::kNotSent});
       continue;
     }
     switch (r.outcome) {
       case PublishOutcome::kAcked:
         plan.sent.push_back(e.ticket);
         break;
+      case PublishOutcome::kNotSent:
+        // Its earlier event failed under FailedPolicy::kPass, or unordered mode:
+        // nothing to wait for; go again at once.
+        plan.reschedule.push_back({e.ticket, milliseconds(0),
+                                   "not sent: an earlier event of this aggregate failed first",
+                                   /*attempt_counts=*/false});
+        break;
       case PublishOutcome::kFatal:
         plan.failed.push_back({e.ticket, "fatal publish error: " + r.error});
-        if (options.ordered && options.on_failed == FailedPolicy::kHold) {
-          broken.emplace(key, std::make_pair(BackoffDelay(options, e.attempts, rng),
-                                             "it FAILED (" + r.error + ")"));
+        if (hold_on_failed) {
+          hold(key, BackoffDelay(options, e.attempts, rng), "it FAILED (" + r.error + ")");
         }
         break;
       case PublishOutcome::kRetriable:
@@ -51,14 +90,13 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
           ++plan.max_attempts;
           plan.failed.push_back({e.ticket, "gave up after " + std::to_string(e.attempts) +
                                                " attempts; last error: " + r.error});
-          if (options.ordered && options.on_failed == FailedPolicy::kHold) {
-            broken.emplace(key, std::make_pair(BackoffDelay(options, e.attempts, rng),
-                                               "it FAILED (" + r.error + ")"));
+          if (hold_on_failed) {
+            hold(key, BackoffDelay(options, e.attempts, rng), "it FAILED (" + r.error + ")");
           }
         } else {
           milliseconds d = BackoffDelay(options, e.attempts, rng);
           plan.reschedule.push_back({e.ticket, d, r.error});
-          if (options.ordered) broken.emplace(key, std::make_pair(d, r.error));
+          hold(key, d, r.error);
         }
         break;
     }

@@ -21,7 +21,13 @@ struct Plan {
   std::size_t fatal = 0;
   std::size_t max_attempts = 0;  // FAILED because attempts ran out
   std::size_t held_back = 0;     // acked, but behind an unacked earlier event of its aggregate
+  std::size_t not_sent = 0;      // kept from the broker behind an earlier failure (kNotSent)
+  bool outage = false;           // the whole batch failed for want of a broker (IsOutage)
 };
+
+// True when every result is kNotSent or a kRetriable with broker_unavailable:
+// the broker could not be reached for this batch at all.
+bool IsOutage(std::span<const PublishResult> results);
 
 // Backoff before attempt `attempts + 1`: min(max, base * 2^(attempts-1)),
 // scaled by a factor drawn from [1 - jitter, 1].
@@ -32,8 +38,12 @@ milliseconds BackoffDelay(const RelayOptions& o, int attempts, std::mt19937_64& 
 // that aggregate in this batch are rescheduled (even if acked: they must reach
 // the broker again after the earlier one; the inbox absorbs the extra copy) —
 // except past a FAILED one under FailedPolicy::kPass.
+// Attempts: events that were not produced (kNotSent) get their claim's attempt
+// back; so does every event of an outage batch, which is rescheduled after
+// `outage_delay` and never FAILED, however many attempts it has.
 Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
-                     const RelayOptions& options, std::mt19937_64& rng);
+                     const RelayOptions& options, milliseconds outage_delay,
+                     std::mt19937_64& rng);
 
 }  // namespace outbox::relay_internal
 

@@ -52,6 +52,12 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r)
       fenced(r.AddCounter("outbox_relay_transitions_fenced_total",
                           "Transitions refused because another claim holds the row (lease lost).")),
       claims(r.AddCounter("outbox_relay_claims_total", "Claims that returned at least one row.")),
+      not_sent(r.AddCounter("outbox_relay_events_not_sent_total",
+                            "Events kept from the broker because an earlier event of their "
+                            "aggregate failed first in the same batch (attempt not counted).")),
+      outage_batches(r.AddCounter("outbox_relay_broker_outage_batches_total",
+                                  "Batches that found no reachable broker: rescheduled without "
+                                  "counting attempts; workers back off together.")),
       db_errors(r.AddCounter("outbox_relay_db_errors_total", "Failed database calls.")),
       mark_retries(r.AddCounter("outbox_relay_mark_retries_total",
                                 "Retries of a transition after a database error.")),
@@ -66,7 +72,8 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r)
       batch_size(r.AddHistogram("outbox_relay_claim_batch_size", "Rows per non-empty claim.",
                                 kBatchBuckets)),
       commit_to_ack(r.AddHistogram("outbox_relay_commit_to_ack_seconds",
-                                   "Time from enqueue (database clock) to broker ack.",
+                                   "Time from enqueue to broker ack: the row's age at claim on the "
+                                   "database's clock plus claim-to-ack on the relay's clock.",
                                    kLatencyBuckets)) {}
 
 Status ValidateRelayOptions(const RelayOptions& o) {
@@ -96,8 +103,9 @@ Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory 
   if (options.lease <= transport.MaxPublishTime()) {
     return Status::InvalidArgument(
         "relay.lease_ms (" + std::to_string(options.lease.count()) +
-        ") must exceed the longest publish (" + std::to_string(transport.MaxPublishTime().count()) +
-        " ms = kafka message.timeout.ms + 5000), or a live relay would lose its rows mid-publish");
+        ") must exceed the longest publish, " + std::to_string(transport.MaxPublishTime().count()) +
+        " ms = " + transport.DescribeMaxPublishTime() +
+        ", or a message could outlive its lease and be published again by another relay");
   }
   return std::unique_ptr<Relay>(
       new Relay(std::move(options), std::move(store_factory), transport, metrics, logger));
@@ -106,7 +114,12 @@ Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory 
 Relay::Relay(RelayOptions o, StoreFactory f, Transport& t, RelayMetrics& m, Logger& l)
     : options_(std::move(o)), store_factory_(std::move(f)), transport_(t), metrics_(m), logger_(l) {}
 
-Relay::~Relay() = default;
+Relay::~Relay() {
+  RequestStop();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
 
 void Relay::RequestStop() {
   stopping_ = true;
@@ -121,6 +134,51 @@ bool Relay::SleepFor(milliseconds d) {
   const std::uint64_t seen = wake_seq_;
   cv_.wait_for(lock, d, [&] { return stopping_.load() || wake_seq_ != seen; });
   return !stopping_;
+}
+
+milliseconds Relay::NextOutageDelay() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (outage_delay_.count() == 0) return options_.backoff_base;
+  return std::min(outage_delay_ * 2, options_.backoff_max);
+}
+
+bool Relay::BrokerTurn(bool* probing) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (outage_delay_.count() == 0) return true;
+  const auto now = Clock::now();
+  if (now >= outage_until_ && !probe_in_flight_) {
+    probe_in_flight_ = true;
+    *probing = true;
+    return true;
+  }
+  const auto until = probe_in_flight_ ? now + options_.poll_max : outage_until_;
+  cv_.wait_until(lock, until, [&] { return stopping_.load() || outage_delay_.count() == 0; });
+  return false;
+}
+
+void Relay::EndBrokerProbe() {
+  std::lock_guard<std::mutex> lock(mu_);
+  probe_in_flight_ = false;
+  cv_.notify_all();
+}
+
+void Relay::EndBrokerRound(const relay_internal::Plan& plan, bool probing) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (probing) probe_in_flight_ = false;
+  if (plan.outage) {
+    const milliseconds next = outage_delay_.count() == 0
+                                  ? options_.backoff_base
+                                  : std::min(outage_delay_ * 2, options_.backoff_max);
+    const auto until = Clock::now() + next;
+    // Several workers may report the same outage; the first one sets the pace.
+    if (until > outage_until_) {
+      outage_delay_ = next;
+      outage_until_ = until;
+    }
+  } else if (!plan.sent.empty() || plan.held_back > 0) {
+    outage_delay_ = milliseconds(0);
+  }
+  cv_.notify_all();
 }
 
 void Relay::ListenLoop() {
@@ -157,14 +215,15 @@ Status Relay::Run() {
                                   {"workers", std::to_string(options_.workers)},
                                   {"batch_size", std::to_string(options_.batch_size)},
                                   {"ordered", options_.ordered ? "true" : "false"}});
-  std::atomic<int> running{0};
-  std::vector<std::thread> threads;
   auto spawn = [&](auto fn) {
-    ++running;
-    threads.emplace_back([&, fn] {
-      fn();
-      --running;
+    {
       std::lock_guard<std::mutex> lock(mu_);
+      ++running_;
+    }
+    threads_.emplace_back([this, fn] {
+      fn();
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
       cv_.notify_all();
     });
   };
@@ -178,15 +237,15 @@ Status Relay::Run() {
     logger_.Info("relay stopping: no new claims; finishing in-flight batches",
                  {{"timeout_ms", std::to_string(options_.shutdown_timeout.count())}});
     const auto deadline = Clock::now() + options_.shutdown_timeout;
-    if (!cv_.wait_until(lock, deadline, [&] { return running.load() == 0; })) {
-      lock.unlock();
-      for (auto& t : threads) t.detach();
-      // The caller must exit the process now (see the daemon): the rows still in
-      // flight are safe, their leases expire and another relay takes them.
+    if (!cv_.wait_until(lock, deadline, [&] { return running_ == 0; })) {
+      // The threads keep running (they only touch members; ~Relay joins them).
+      // The daemon exits the process now: the rows still in flight are safe,
+      // their leases expire and another relay takes them.
       return Status::DeadlineExceeded("in-flight batches did not finish within shutdown_timeout");
     }
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
   metrics_.ready.Set(0);
   logger_.Info("relay stopped cleanly");
   return Status::Ok();
@@ -206,6 +265,7 @@ void Relay::WorkerLoop(int index) {
   std::unique_ptr<Store> store;
   bool db_ok = false;
   bool logged_down = false;
+  bool logged_outage = false;
   milliseconds db_backoff{100};
   milliseconds idle = options_.poll_min;
   auto db_failed = [&](const Status& st) {
@@ -239,9 +299,12 @@ void Relay::WorkerLoop(int index) {
       }
       store = std::move(s).value();
     }
+    bool probing = false;
+    if (!BrokerTurn(&probing)) continue;
     const auto claimed_at = Clock::now();
     auto claim = store->Claim(co);
     if (!claim.ok()) {
+      if (probing) EndBrokerProbe();
       db_failed(claim.status());
       continue;
     }
@@ -254,6 +317,7 @@ void Relay::WorkerLoop(int index) {
     }
     std::vector<ClaimedEvent>& events = claim->events;
     if (events.empty()) {
+      if (probing) EndBrokerProbe();
       SleepFor(idle);
       idle = std::min(idle * 2, options_.poll_max);
       continue;
@@ -267,21 +331,34 @@ void Relay::WorkerLoop(int index) {
     std::vector<PublishResult> results = transport_.Publish(events);
     const auto acked_at = Clock::now();
     (void)OUTBOX_FAULT(fault::kRelayAfterPublishBeforeMarkSent);
-    const auto now = std::chrono::system_clock::now();
-    Plan plan = PlanTransitions(events, results, options_, rng);
+    Plan plan = PlanTransitions(events, results, options_, NextOutageDelay(), rng);
+    EndBrokerRound(plan, probing);
     for (std::size_t i = 0; i < events.size(); ++i) {
       if (results[i].outcome == PublishOutcome::kAcked) {
+        // Age at claim by the database's clock + claim-to-ack by ours: each
+        // difference is taken on one clock, so host clock skew does not enter.
         metrics_.commit_to_ack.Observe(
-            std::chrono::duration<double>(now - events[i].created_at).count());
+            std::chrono::duration<double>(events[i].age_at_claim + (acked_at - claimed_at))
+                .count());
       }
     }
     metrics_.published.Inc(plan.sent.size() + plan.held_back);
     metrics_.publish_retriable.Inc(plan.retriable);
     metrics_.publish_fatal.Inc(plan.fatal);
-    if (plan.fatal > 0 || plan.retriable > 0) {
+    metrics_.not_sent.Inc(plan.not_sent);
+    if (plan.outage) {
+      metrics_.outage_batches.Inc();
+      if (!logged_outage) {
+        logger_.Warn("broker unreachable for a whole batch; workers back off together, "
+                     "attempts are not counted",
+                     {{"worker", who}, {"batch", std::to_string(events.size())},
+                      {"error", results.empty() ? "" : results.front().error}});
+        logged_outage = true;
+      }
+    } else if (plan.fatal > 0 || plan.retriable > 0) {
       const PublishResult* first = nullptr;
       for (const auto& r : results) {
-        if (r.outcome != PublishOutcome::kAcked) {
+        if (r.outcome == PublishOutcome::kRetriable || r.outcome == PublishOutcome::kFatal) {
           first = &r;
           break;
         }
@@ -291,7 +368,12 @@ void Relay::WorkerLoop(int index) {
                     {"batch", std::to_string(events.size())},
                     {"retriable", std::to_string(plan.retriable)},
                     {"fatal", std::to_string(plan.fatal)},
+                    {"not_sent", std::to_string(plan.not_sent)},
                     {"first_error", first ? first->error : ""}});
+    }
+    if (!plan.outage && plan.sent.size() + plan.held_back > 0 && logged_outage) {
+      logger_.Info("broker reachable again", {{"worker", who}});
+      logged_outage = false;
     }
 
     // Transitions: retried on database errors until the lease is about to lapse

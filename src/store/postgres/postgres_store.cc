@@ -96,6 +96,7 @@ class PostgresStore final : public Store {
       ce.attempts = static_cast<int>(pg::GetInt64(r, i, 8));
       ce.created_at = std::chrono::system_clock::time_point(
           std::chrono::microseconds(pg::GetInt64(r, i, 11)));
+      ce.age_at_claim = std::chrono::microseconds(std::max<std::int64_t>(0, pg::GetInt64(r, i, 12)));
       out.events.push_back(std::move(ce));
     }
     std::sort(out.events.begin(), out.events.end(),
@@ -128,6 +129,7 @@ class PostgresStore final : public Store {
       arr.push_back({{"seq", it.ticket.seq},
                      {"token", it.ticket.token},
                      {"delay_ms", std::max<std::int64_t>(0, it.delay.count())},
+                     {"counts", it.attempt_counts},
                      {"error", SafeText(it.error)}});
       asked.push_back(it.ticket);
     }
@@ -246,6 +248,7 @@ std::string_view RowStateName(RowState s) {
     case RowState::kProcessing: return "PROCESSING";
     case RowState::kSent: return "SENT";
     case RowState::kFailed: return "FAILED";
+    case RowState::kSkipped: return "SKIPPED";
   }
   return "UNKNOWN";
 }

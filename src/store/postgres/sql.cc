@@ -153,6 +153,21 @@ $fn$;
 )SQL";
 
 
+// Version 4: SKIPPED, a terminal state set by an operator (outboxctl skip) that
+// releases the aggregate and keeps the row for audit (who, when, why); the claim
+// learns it and returns each row's age on the database's clock; a partial index
+// so that counting FAILED and SKIPPED rows never reads the retained SENT ones.
+constexpr const char* kMigration4 = R"SQL(
+ALTER TABLE {S}.outbox DROP CONSTRAINT outbox_status_check;
+ALTER TABLE {S}.outbox ADD CONSTRAINT outbox_status_check
+  CHECK (status IN ('PENDING', 'PROCESSING', 'SENT', 'FAILED', 'SKIPPED'));
+ALTER TABLE {S}.outbox ADD COLUMN skipped_at timestamptz, ADD COLUMN skipped_by text,
+                       ADD COLUMN skip_reason text;
+CREATE INDEX outbox_set_aside_idx ON {S}.outbox (status, seq)
+  WHERE status IN ('FAILED', 'SKIPPED');
+DROP FUNCTION {S}.claim_ordered(integer, text, bigint, integer, boolean);
+)SQL";
+
 // Version 2: the ordered claim as a function (replaces the one-statement claim
 // of the first drafts, which re-scanned every held-back row on each claim).
 //
@@ -169,7 +184,7 @@ CREATE FUNCTION {S}.claim_ordered(p_batch integer, p_owner text, p_lease_ms bigi
                                   p_max_attempts integer, p_failed_holds boolean)
   RETURNS TABLE (seq bigint, event_id text, aggregate_type text, aggregate_id text,
                  event_type text, payload bytea, headers text, dedup_key text, attempts integer,
-                 lease_token bigint, status text, created_us bigint)
+                 lease_token bigint, status text, created_us bigint, age_us bigint)
   LANGUAGE plpgsql VOLATILE
   -- A queue table's statistics are stale by nature (it fills and drains between
   -- ANALYZE runs); with stale stats the planner picks hash or nested-loop-over-
@@ -195,7 +210,8 @@ BEGIN
       -- it into a join, so it is always one index probe per candidate row.
       AND (SELECT e.seq FROM {S}.outbox e
            WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
-             AND e.seq < o.seq AND e.status <> 'SENT' AND (p_failed_holds OR e.status <> 'FAILED')
+             AND e.seq < o.seq AND e.status NOT IN ('SENT', 'SKIPPED')
+             AND (p_failed_holds OR e.status <> 'FAILED')
            LIMIT 1) IS NULL
     ORDER BY o.seq
     LIMIT p_batch  -- never more heads than rows; also makes the planner walk the index
@@ -213,7 +229,8 @@ BEGIN
                     AND x.attempts < p_max_attempts) AS ok
             FROM {S}.outbox x
             WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
-              AND x.seq > h.seq AND x.status <> 'SENT' AND (p_failed_holds OR x.status <> 'FAILED')
+              AND x.seq > h.seq AND x.status NOT IN ('SENT', 'SKIPPED')
+              AND (p_failed_holds OR x.status <> 'FAILED')
             ORDER BY x.seq
             LIMIT p_batch - cardinality(v_seqs)
           ) i
@@ -268,7 +285,8 @@ WHERE o.seq = picked.seq
   AND o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
 RETURNING o.seq, o.event_id::text, o.aggregate_type, o.aggregate_id, o.event_type, o.payload,
           o.headers::text, o.dedup_key, o.attempts, o.lease_token, o.status,
-          (extract(epoch FROM o.created_at) * 1000000)::bigint
+          (extract(epoch FROM o.created_at) * 1000000)::bigint,
+          (extract(epoch FROM now() - o.created_at) * 1000000)::bigint
 )SQL";
 
 // The claim's shared update, with the parameters named for use inside the
@@ -315,6 +333,10 @@ std::vector<Migration> Migrations(const std::string& schema) {
                   schema)},
       {3, "enqueue(): opt-in NOTIFY (setting outbox.notify)",
        WithSchema(EnqueueFunction(true, true), schema)},
+      {4, "SKIPPED state; claim_ordered() returns the age at claim",
+       WithSchema(std::string(kMigration4) + kMigration2Head + ClaimUpdateForFunction() +
+                      kMigration2Tail,
+                  schema)},
   };
 }
 
@@ -389,6 +411,9 @@ std::string Reschedule(const std::string& schema) {
   return WithSchema(R"SQL(
 UPDATE {S}.outbox o SET
   status = 'PENDING',
+  -- The claim counted an attempt; give it back when it did not implicate the event.
+  attempts = CASE WHEN (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'counts')::boolean
+                  THEN o.attempts ELSE greatest(o.attempts - 1, 0) END,
   available_at = now() + (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'delay_ms')::bigint
                          * interval '1 millisecond',
   lease_owner = NULL,

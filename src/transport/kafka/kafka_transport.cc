@@ -3,6 +3,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <atomic>
+#include <cstring>
 #include <condition_variable>
 #include <ctime>
 #include <mutex>
@@ -45,11 +46,45 @@ PublishOutcome Classify(rd_kafka_resp_err_t err) {
   }
 }
 
+// Errors that say the broker could not be reached, not that the event is wrong.
+bool IsUnavailable(rd_kafka_resp_err_t err) {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TRANSPORT:
+    case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+    case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
+    case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+    case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
+      return true;
+    default:
+      return false;
+  }
+}
+
 PublishResult MakeResult(rd_kafka_resp_err_t err) {
   PublishResult r;
   r.outcome = Classify(err);
+  r.broker_unavailable = r.outcome == PublishOutcome::kRetriable && IsUnavailable(err);
   if (err) r.error = std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
   return r;
+}
+
+PublishResult Unavailable(std::string why) {
+  return PublishResult{PublishOutcome::kRetriable, std::move(why), /*broker_unavailable=*/true};
+}
+
+// The effective value of a producer property (aliases resolved by librdkafka).
+std::string ConfValue(rd_kafka_conf_t* conf, const char* name) {
+  char buf[512];
+  std::size_t size = sizeof buf;
+  if (rd_kafka_conf_get(conf, name, buf, &size) != RD_KAFKA_CONF_OK) return "";
+  return buf;
 }
 
 std::string Rfc3339(std::chrono::system_clock::time_point tp) {
@@ -99,13 +134,6 @@ class KafkaTransport final : public Transport {
   }
 
   Status Init() {
-    auto it = options_.properties.find("message.timeout.ms");
-    long timeout = it == options_.properties.end() ? 10000 : std::atol(it->second.c_str());
-    if (timeout <= 0) {
-      return Status::InvalidArgument("kafka property message.timeout.ms must be > 0 (0 = infinite "
-                                     "is not allowed: a publish must end)");
-    }
-    message_timeout_ = std::chrono::milliseconds(timeout);
     if (!options_.properties.count("bootstrap.servers")) {
       return Status::InvalidArgument("kafka property bootstrap.servers is required");
     }
@@ -116,9 +144,17 @@ class KafkaTransport final : public Transport {
   }
 
   std::chrono::milliseconds MaxPublishTime() const override {
-    // librdkafka reports every queued message within message.timeout.ms; allow
-    // for queueing and callback delay on top.
-    return message_timeout_ + std::chrono::milliseconds(5000);
+    // librdkafka reports every queued message within message.timeout.ms of its
+    // produce() call. Before producing, Publish may wait for topic metadata (at
+    // most kMetadataBudget per call); the rest of the margin covers queueing and
+    // the delivery-report callback.
+    return message_timeout_ + kMetadataBudget + std::chrono::milliseconds(2500);
+  }
+
+  std::string DescribeMaxPublishTime() const override {
+    return timeout_source_ + "=" + std::to_string(message_timeout_.count()) + " + " +
+           std::to_string((kMetadataBudget + std::chrono::milliseconds(2500)).count()) +
+           " (topic metadata wait and delivery-report margin)";
   }
 
   bool Healthy() const override { return !all_brokers_down_ && !fatal_; }
@@ -129,12 +165,24 @@ class KafkaTransport final : public Transport {
     batch->results.resize(events.size());
     batch->done.assign(events.size(), false);
     batch->remaining = events.size();
-    const auto deadline = Clock::now() + MaxPublishTime();
+    const auto start = Clock::now();
+    const auto deadline = start + MaxPublishTime();
     {
       std::shared_lock<std::shared_mutex> l(rk_mu_);
-      LearnTopics(events);
+      LearnTopics(events, start + kMetadataBudget);
+      // Aggregates with an event that failed before reaching the broker: their
+      // later events in this batch must not overtake it (Transport::Publish).
+      std::set<std::pair<std::string_view, std::string_view>> stopped;
       for (std::size_t i = 0; i < events.size(); ++i) {
-        Produce(events[i], batch, i, deadline);
+        const Event& e = events[i].event;
+        const auto key = std::make_pair(std::string_view(e.aggregate_type),
+                                        std::string_view(e.aggregate_id));
+        if (stopped.count(key)) {
+          batch->Complete(i, {PublishOutcome::kNotSent,
+                              "not sent: an earlier event of this aggregate failed first"});
+          continue;
+        }
+        if (!Produce(events[i], batch, i, deadline)) stopped.insert(key);
       }
     }
     std::unique_lock<std::mutex> l(batch->mu);
@@ -142,8 +190,7 @@ class KafkaTransport final : public Transport {
     for (std::size_t i = 0; i < events.size(); ++i) {
       if (!batch->done[i]) {
         batch->done[i] = true;
-        batch->results[i] = PublishResult{PublishOutcome::kRetriable,
-                                          "no delivery report within the publish deadline"};
+        batch->results[i] = Unavailable("no delivery report within the publish deadline");
       }
     }
     batch->remaining = 0;
@@ -158,6 +205,10 @@ class KafkaTransport final : public Transport {
         {"enable.idempotence", "true"},
         {"acks", "all"},
         {"message.timeout.ms", "10000"},
+        // Admits every event enqueue() accepts (outbox.max_event_bytes, 1,000,000
+        // bytes of payload + key + headers) plus the relay's own headers; below
+        // the broker's default message.max.bytes (1,048,588).
+        {"message.max.bytes", std::to_string(kDefaultMessageMaxBytes)},
         {"linger.ms", "5"},
         {"queue.buffering.max.kbytes", "65536"},
         {"queue.buffering.max.messages", "100000"},
@@ -174,6 +225,28 @@ class KafkaTransport final : public Transport {
           return Status::InvalidArgument("kafka property " + k + "=\"" + v + "\": " + err);
         }
       }
+    }
+    // Every property that bounds a message's life, aliases included, resolves to
+    // message.timeout.ms in librdkafka; read the effective value from it. Read
+    // once, before any other thread starts (a recreated producer has the same
+    // properties); read-only after.
+    if (!configured_) {
+      const long timeout = std::atol(ConfValue(conf, "message.timeout.ms").c_str());
+      if (timeout <= 0) {
+        rd_kafka_conf_destroy(conf);
+        return Status::InvalidArgument(
+            "kafka property message.timeout.ms (or delivery.timeout.ms) must be > 0 (0 = "
+            "infinite is not allowed: a publish must end)");
+      }
+      message_timeout_ = std::chrono::milliseconds(timeout);
+      timeout_source_ = "kafka.properties.message.timeout.ms";
+      for (const char* alias : {"delivery.timeout.ms", "message.timeout.ms"}) {
+        if (options_.properties.count(alias)) {
+          timeout_source_ = std::string("kafka.properties.") + alias;
+        }
+      }
+      max_message_bytes_ = std::atol(ConfValue(conf, "message.max.bytes").c_str());
+      configured_ = true;
     }
     rd_kafka_conf_set_opaque(conf, this);
     rd_kafka_conf_set_dr_msg_cb(conf, &KafkaTransport::OnDelivery);
@@ -216,9 +289,12 @@ class KafkaTransport final : public Transport {
   // librdkafka learns a topic it has not seen on its next periodic metadata
   // scan, up to 1 s after the first message; ask for the metadata at once
   // instead (once per topic; failures just fall back to librdkafka's own way).
+  // Waits at most until `until` in all, so the wait stays inside MaxPublishTime().
   // REQUIRES: rk_mu_ held (shared).
-  void LearnTopics(std::span<const ClaimedEvent> events) {
+  void LearnTopics(std::span<const ClaimedEvent> events, Clock::time_point until) {
     for (const ClaimedEvent& ce : events) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) return;
       std::string topic = RenderTopic(options_.topic_template, ce.event);
       {
         std::lock_guard<std::mutex> l(topics_mu_);
@@ -228,7 +304,7 @@ class KafkaTransport final : public Transport {
       rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk_, topic.c_str(), nullptr);
       if (!rkt) continue;
       const rd_kafka_metadata_t* md = nullptr;
-      const int timeout_ms = static_cast<int>(std::min<long long>(message_timeout_.count(), 5000));
+      const int timeout_ms = static_cast<int>(left.count());
       if (rd_kafka_metadata(rk_, 0, rkt, &md, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_metadata_destroy(md);
       } else {
@@ -239,16 +315,20 @@ class KafkaTransport final : public Transport {
     }
   }
 
-  void Produce(const ClaimedEvent& ce, const std::shared_ptr<BatchState>& batch, std::size_t i,
+  // Hands one event to librdkafka. False if it was refused before reaching the
+  // broker (its outcome is then already recorded in `batch`).
+  bool Produce(const ClaimedEvent& ce, const std::shared_ptr<BatchState>& batch, std::size_t i,
                Clock::time_point deadline) {
     if (!rk_) {
-      batch->Complete(i, {PublishOutcome::kRetriable, "kafka producer unavailable"});
-      return;
+      batch->Complete(i, Unavailable("kafka producer unavailable"));
+      return false;
     }
     const Event& e = ce.event;
     const std::string topic = RenderTopic(options_.topic_template, e);
     rd_kafka_headers_t* hdrs = rd_kafka_headers_new(8 + e.headers.size());
+    std::size_t header_bytes = 0;
     auto add = [&](const char* name, const std::string& v) {
+      header_bytes += std::strlen(name) + v.size();
       rd_kafka_header_add(hdrs, name, -1, v.data(), static_cast<ssize_t>(v.size()));
     };
     add("outbox-event-id", ce.event_id);
@@ -271,7 +351,7 @@ class KafkaTransport final : public Transport {
           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hdrs),
           RD_KAFKA_V_OPAQUE(slot), RD_KAFKA_V_END);
 #pragma GCC diagnostic pop
-      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return;  // headers now owned by librdkafka
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return true;  // headers now owned by librdkafka
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && Clock::now() < deadline) {
         // The bounded local queue is full: wait for delivery reports to drain it.
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -279,8 +359,20 @@ class KafkaTransport final : public Transport {
       }
       rd_kafka_headers_destroy(hdrs);
       delete slot;
-      batch->Complete(i, MakeResult(err));
-      return;
+      PublishResult r = MakeResult(err);
+      if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        // librdkafka checks the size before sending: the local producer refused
+        // it, not the broker. Say which limit and which setting.
+        r.error = "MSG_SIZE_TOO_LARGE: refused by the local producer before sending: payload " +
+                  std::to_string(e.payload.size()) + " + key " +
+                  std::to_string(e.aggregate_id.size()) + " + headers ~" +
+                  std::to_string(header_bytes) + " bytes exceed message.max.bytes=" +
+                  std::to_string(max_message_bytes_) +
+                  " (kafka.properties.message.max.bytes; enqueue's limit is the setting "
+                  "outbox.max_event_bytes)";
+      }
+      batch->Complete(i, std::move(r));
+      return false;
     }
   }
 
@@ -306,8 +398,13 @@ class KafkaTransport final : public Transport {
     (void)reason;
   }
 
+  static constexpr std::chrono::milliseconds kMetadataBudget{2500};
+
   KafkaTransportOptions options_;
-  std::chrono::milliseconds message_timeout_{10000};
+  std::chrono::milliseconds message_timeout_{10000};  // effective message.timeout.ms
+  std::string timeout_source_;                        // the key that set it
+  long max_message_bytes_ = 0;                        // effective message.max.bytes
+  bool configured_ = false;                           // the three above are set
   std::shared_mutex rk_mu_;  // exclusive only to recreate the producer
   rd_kafka_t* rk_ = nullptr;
   std::thread poller_;
@@ -325,6 +422,7 @@ std::string_view PublishOutcomeName(PublishOutcome o) {
     case PublishOutcome::kAcked: return "acked";
     case PublishOutcome::kRetriable: return "retriable";
     case PublishOutcome::kFatal: return "fatal";
+    case PublishOutcome::kNotSent: return "not_sent";
   }
   return "unknown";
 }
