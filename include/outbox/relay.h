@@ -95,10 +95,12 @@ struct RelayMetrics {
   Counter& not_sent;
   Counter& outage_batches;
   Counter& db_errors;
+  Counter& purged;
   Counter& mark_retries;
   Gauge& pending;
   Gauge& processing;
   Gauge& failed_rows;
+  Gauge& skipped_rows;
   Gauge& oldest_unsent_age;
   Gauge& held_aggregates;
   Gauge& ready;

@@ -102,10 +102,11 @@ struct TransitionResult {
   std::vector<Ticket> refused;  // another claim holds these rows now (or they are gone)
 };
 
+// What the relay's gauges show. Its cost must not grow with the retained SENT
+// rows (it runs every few seconds on every relay), so it does not count them.
 struct StoreStats {
   std::int64_t pending = 0;     // includes rows waiting for a retry
   std::int64_t processing = 0;  // claimed, lease possibly expired
-  std::int64_t sent = 0;        // kept for retention
   std::int64_t failed = 0;
   std::int64_t skipped = 0;     // set aside by an operator (outboxctl skip), kept for audit
   // Age of the oldest PENDING/PROCESSING row (the one alert everyone needs); 0 if none.
@@ -135,6 +136,8 @@ class Store {
   // Deletes at most `batch` SENT rows older than `retention`; returns how many.
   virtual Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) = 0;
   virtual Result<StoreStats> Stats() = 0;
+  // SENT rows kept for retention: reads all of them (for operators, not gauges).
+  virtual Result<std::int64_t> CountSent() = 0;
 
   // Blocks up to `timeout` for a sign of new work from enqueue; true if woken,
   // false on timeout. PostgreSQL: LISTEN on channel outbox_<schema>, which

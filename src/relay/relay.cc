@@ -59,11 +59,15 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r)
                                   "Batches that found no reachable broker: rescheduled without "
                                   "counting attempts; workers back off together.")),
       db_errors(r.AddCounter("outbox_relay_db_errors_total", "Failed database calls.")),
+      purged(r.AddCounter("outbox_relay_rows_purged_total",
+                          "SENT rows deleted after the retention period.")),
       mark_retries(r.AddCounter("outbox_relay_mark_retries_total",
                                 "Retries of a transition after a database error.")),
       pending(r.AddGauge("outbox_pending_rows", "Rows PENDING (including those waiting to retry).")),
       processing(r.AddGauge("outbox_processing_rows", "Rows PROCESSING (claimed).")),
       failed_rows(r.AddGauge("outbox_failed_rows", "Rows FAILED (kept for an operator).")),
+      skipped_rows(r.AddGauge("outbox_skipped_rows",
+                              "Rows SKIPPED by an operator (kept for audit).")),
       oldest_unsent_age(r.AddGauge("outbox_oldest_unsent_age_seconds",
                                    "Age of the oldest PENDING or PROCESSING row.")),
       held_aggregates(r.AddGauge("outbox_held_aggregates",
@@ -86,7 +90,8 @@ Status ValidateRelayOptions(const RelayOptions& o) {
   if (o.max_attempts < 1) return bad("max_attempts", "must be >= 1");
   if (o.backoff_base.count() < 1) return bad("backoff_base_ms", "must be >= 1");
   if (o.backoff_max < o.backoff_base) return bad("backoff_max_ms", "must be >= backoff_base_ms");
-  if (o.backoff_jitter < 0 || o.backoff_jitter > 1) return bad("backoff_jitter", "must be 0..1");
+  // Written so that NaN fails too.
+  if (!(o.backoff_jitter >= 0 && o.backoff_jitter <= 1)) return bad("backoff_jitter", "must be 0..1");
   if (o.poll_min.count() < 1) return bad("poll_min_ms", "must be >= 1");
   if (o.poll_max < o.poll_min) return bad("poll_max_ms", "must be >= poll_min_ms");
   if (o.db_retry_max.count() < 1) return bad("db_retry_max_ms", "must be >= 1");
@@ -458,22 +463,38 @@ void Relay::HousekeepingLoop() {
       metrics_.pending.Set(static_cast<double>(st->pending));
       metrics_.processing.Set(static_cast<double>(st->processing));
       metrics_.failed_rows.Set(static_cast<double>(st->failed));
+      metrics_.skipped_rows.Set(static_cast<double>(st->skipped));
       metrics_.oldest_unsent_age.Set(static_cast<double>(st->oldest_unsent_age.count()) / 1000.0);
       metrics_.held_aggregates.Set(static_cast<double>(st->held_aggregates));
     } else {
       db_ok_housekeeping_ = false;
       metrics_.db_errors.Inc();
     }
-    if (st.ok() && Clock::now() >= next_purge) {
-      next_purge = Clock::now() + options_.purge_interval;
+    // Purge does not depend on Stats. Each round deletes batches for at most
+    // kPurgeBudget; if rows are left it goes on next round (every stats
+    // interval) instead of waiting a whole purge_interval, so it keeps up with
+    // any ingest the database can take.
+    if (Clock::now() >= next_purge) {
+      constexpr auto kPurgeBudget = std::chrono::seconds(1);
+      const auto stop_at = Clock::now() + kPurgeBudget;
       std::int64_t total = 0;
-      for (int i = 0; i < 100 && !stopping_; ++i) {  // bounded work per round
+      bool more = false;
+      while (!stopping_) {
         auto p = store->PurgeSent(options_.sent_retention, options_.purge_batch);
-        if (!p.ok()) break;
+        if (!p.ok()) {
+          metrics_.db_errors.Inc();
+          break;
+        }
         total += *p;
+        metrics_.purged.Inc(static_cast<std::uint64_t>(*p));
         if (*p < options_.purge_batch) break;
+        if (Clock::now() >= stop_at) {
+          more = true;
+          break;
+        }
       }
-      if (total > 0) logger_.Info("purged sent rows", {{"rows", std::to_string(total)}});
+      next_purge = more ? Clock::now() : Clock::now() + options_.purge_interval;
+      if (total > 0) logger_.Log(LogLevel::kDebug, "purged sent rows", {{"rows", std::to_string(total)}});
     }
     metrics_.ready.Set(Ready() ? 1 : 0);
     SleepFor(options_.stats_interval);

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "outbox/parse.h"
+
 namespace outbox::daemon {
 namespace {
 
@@ -30,12 +32,8 @@ Status BadValue(const std::string& key, const std::string& value, const std::str
 
 Result<long long> ParseInt(const std::string& key, const std::string& v, long long lo,
                            long long hi) {
-  errno = 0;
-  char* end = nullptr;
-  long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || errno != 0 || !end || *end != '\0' || n < lo || n > hi) {
-    return BadValue(key, v, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
-  }
+  auto n = ParseInteger("config key " + key, v, lo, hi);
+  if (!n.ok()) return BadValue(key, v, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
   return n;
 }
 
@@ -45,10 +43,9 @@ Result<bool> ParseBool(const std::string& key, const std::string& v) {
   return BadValue(key, v, "true or false");
 }
 
-Result<double> ParseDouble(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || !end || *end != '\0') return BadValue(key, v, "a number");
+Result<double> ParseDouble(const std::string& key, const std::string& v, double lo, double hi) {
+  auto d = ParseNumber("config key " + key, v, lo, hi);
+  if (!d.ok()) return BadValue(key, v, "a number in " + std::to_string(lo) + ".." + std::to_string(hi));
   return d;
 }
 
@@ -156,7 +153,7 @@ const std::vector<Key>& Keys() {
         [](Config& c) -> std::chrono::milliseconds& { return c.relay.backoff_max; }));
     k.push_back(Key{"relay.backoff_jitter", "OUTBOX_RELAY_BACKOFF_JITTER",
                     [](Config& c, const std::string& v) -> Status {
-                      auto d = ParseDouble("relay.backoff_jitter", v);
+                      auto d = ParseDouble("relay.backoff_jitter", v, 0, 1);
                       if (!d.ok()) return d.status();
                       if (*d < 0 || *d > 1) return BadValue("relay.backoff_jitter", v, "0..1");
                       c.relay.backoff_jitter = *d;
@@ -419,9 +416,11 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
   Status tt = ValidateTopicTemplate(c.kafka.topic_template);
   if (!tt.ok()) return Status::InvalidArgument("config key kafka." + tt.message());
   OUTBOX_RETURN_IF_ERROR(ValidateRelayOptions(c.relay));
-  if (c.http_listen.rfind(':') == std::string::npos) {
+  const auto colon = c.http_listen.rfind(':');
+  if (colon == std::string::npos || colon == 0 ||
+      !ParseInteger("http.listen", c.http_listen.substr(colon + 1), 0, 65535).ok()) {
     return Status::InvalidArgument("config key http.listen: \"" + c.http_listen +
-                                   "\" must be HOST:PORT");
+                                   "\" must be HOST:PORT with PORT in 0..65535 (0 = any free port)");
   }
   return c;
 }

@@ -6,7 +6,9 @@
 //             [--type T] [--older-than SECONDS] [--limit N]
 //   outboxctl [--db URL] [--schema S] [--json] replay (--event-id ID | --failed)
 //             [--aggregate ID] [--type T] [--dry-run]
-//   outboxctl [--db URL] [--schema S] [--json] purge [--retention-s N] [--batch N]
+//   outboxctl [--db URL] [--schema S] [--json] skip --event-id ID [--reason TEXT]
+//             [--by WHO] [--dry-run]
+//   outboxctl [--db URL] [--schema S] [--json] purge [--retention-s DURATION] [--batch N]
 //   outboxctl [--db URL] [--schema S] [--json] trace KEY [--inbox-db URL]
 //             [--inbox-schema S]
 //   outboxctl [--bootstrap SERVERS] [--json] dlt replay --topic DLT [--key K]
@@ -29,7 +31,10 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "outbox/consumer.h"
+#include "outbox/parse.h"
 #include "outbox/postgres.h"
 
 namespace {
@@ -44,7 +49,11 @@ int Usage(const std::string& error) {
             << "  list [--state ST] [--aggregate ID] [--type T] [--older-than SECONDS] [--limit N]\n"
             << "  replay (--event-id ID | --failed) [--aggregate ID] [--type T] [--dry-run]\n"
             << "                                FAILED rows back to PENDING\n"
-            << "  purge [--retention-s N] [--batch N]   delete old SENT rows\n"
+            << "  skip --event-id ID [--reason TEXT] [--by WHO] [--dry-run]\n"
+            << "                                set a FAILED or PENDING event aside for good\n"
+            << "                                (SKIPPED, kept for audit); releases its aggregate\n"
+            << "  purge [--retention-s DURATION] [--batch N]   delete old SENT rows\n"
+            << "                                (DURATION: seconds, or 90s, 15m, 12h, 7d)\n"
             << "  trace KEY [--inbox-db URL] [--inbox-schema S]   one event by id or dedup key\n"
             << "  dlt replay --topic DLT [--key K] [--since MS] [--until MS] [--dry-run]\n"
             << "                                (uses --bootstrap SERVERS)\n";
@@ -133,12 +142,14 @@ LIMIT $5::int
 )SQL", s);
 }
 
-// FAILED rows back to PENDING, due now, attempts reset (the error is kept, prefixed).
+// FAILED rows back to PENDING, due now, attempts reset (the error is kept,
+// prefixed). The rows held behind them get their attempts reset too, so one
+// replay releases the whole aggregate.
 // $1 event id ('' = any), $2 aggregate id, $3 event type, $4 dry run
 std::string Replay(const std::string& s) {
   return With(R"SQL(
 WITH target AS (
-  SELECT seq FROM {S}.outbox
+  SELECT seq, aggregate_type, aggregate_id FROM {S}.outbox
   WHERE status = 'FAILED' AND ($1 = '' OR event_id::text = $1)
     AND ($2 = '' OR aggregate_id = $2) AND ($3 = '' OR event_type = $3)
   ORDER BY seq
@@ -149,8 +160,44 @@ WITH target AS (
                           last_error = 'replayed by outboxctl; before: ' || coalesce(o.last_error, '')
   FROM target t WHERE o.seq = t.seq AND NOT $4::boolean
   RETURNING o.seq
+), followers AS (
+  UPDATE {S}.outbox o SET attempts = 0
+  FROM (SELECT DISTINCT aggregate_type, aggregate_id, min(seq) OVER
+          (PARTITION BY aggregate_type, aggregate_id) AS first_seq FROM target) t
+  WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
+    AND o.seq > t.first_seq AND o.status = 'PENDING' AND NOT $4::boolean
+  RETURNING o.seq
 )
-SELECT (SELECT count(*) FROM target) AS matched, (SELECT count(*) FROM done) AS replayed
+SELECT (SELECT count(*) FROM target) AS matched, (SELECT count(*) FROM done) AS replayed,
+       (SELECT count(*) FROM followers) AS released
+)SQL", s);
+}
+
+// One FAILED or PENDING event set aside for good: SKIPPED, with who, when and
+// why; the rows held behind it get their attempts reset (as on replay).
+// $1 event id, $2 who, $3 reason, $4 dry run
+std::string Skip(const std::string& s) {
+  return With(R"SQL(
+WITH target AS (
+  SELECT seq, status, aggregate_type, aggregate_id FROM {S}.outbox
+  WHERE event_id::text = $1
+  FOR UPDATE
+), done AS (
+  UPDATE {S}.outbox o SET status = 'SKIPPED', skipped_at = now(), skipped_by = $2,
+                          skip_reason = $3, lease_owner = NULL
+  FROM target t
+  WHERE o.seq = t.seq AND t.status IN ('FAILED', 'PENDING') AND NOT $4::boolean
+  RETURNING o.seq
+), followers AS (
+  UPDATE {S}.outbox o SET attempts = 0
+  FROM target t
+  WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
+    AND o.seq > t.seq AND o.status = 'PENDING' AND t.status IN ('FAILED', 'PENDING')
+    AND NOT $4::boolean
+  RETURNING o.seq
+)
+SELECT coalesce((SELECT status FROM target), '') AS status,
+       (SELECT count(*) FROM done) AS skipped, (SELECT count(*) FROM followers) AS released
 )SQL", s);
 }
 
@@ -161,7 +208,8 @@ SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts
        coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error,
        coalesce(lease_owner, '') AS lease_owner, created_at::text AS created_at,
        coalesce(claimed_at::text, '') AS claimed_at, coalesce(sent_at::text, '') AS sent_at,
-       coalesce(failed_at::text, '') AS failed_at
+       coalesce(failed_at::text, '') AS failed_at, coalesce(skipped_at::text, '') AS skipped_at,
+       coalesce(skipped_by, '') AS skipped_by, coalesce(skip_reason, '') AS skip_reason
 FROM {S}.outbox WHERE event_id::text = $1 OR dedup_key = $1
 ORDER BY seq
 )SQL", s);
@@ -253,7 +301,7 @@ int main(int argc, char** argv) {
   const std::set<std::string> kValueFlags = {"db", "schema", "bootstrap", "topic", "key", "since", "until",
                                              "state", "aggregate", "type", "older-than", "limit",
                                              "event-id", "retention-s", "batch", "inbox-db",
-                                             "inbox-schema"};
+                                             "inbox-schema", "reason", "by"};
   const std::set<std::string> kSwitches = {"json", "dry-run", "failed"};
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -286,12 +334,27 @@ int main(int argc, char** argv) {
     if (a.positional.size() != 2 || a.positional[1] != "replay") return Usage("dlt: the subcommand is replay");
     return DltReplay(a, json);
   }
-  const std::set<std::string> kCommands = {"migrate", "status", "list", "replay", "purge", "trace"};
+  const std::set<std::string> kCommands = {"migrate", "status", "list", "replay", "skip", "purge",
+                                           "trace"};
   if (!kCommands.count(command)) return Usage("unknown command " + command);
   if (command != "trace" && a.positional.size() != 1) return Usage("unexpected argument " + a.positional[1]);
   const std::string db = a.Flag("db"), schema = a.Flag("schema", "outbox");
   if (db.empty()) return Usage("no database: pass --db URL or set OUTBOX_PG_URL");
   if (auto st = outbox::ValidateSchemaName(schema); !st.ok()) return Usage(st.message());
+
+  // Every number is checked before anything touches the database.
+  auto retention = outbox::ParseSeconds("--retention-s", a.Flag("retention-s", "604800"),
+                                        100LL * 365 * 86400);
+  if (!retention.ok()) return Usage(retention.status().message());
+  auto batch = outbox::ParseInteger("--batch", a.Flag("batch", "1000"), 1, 1000000);
+  if (!batch.ok()) return Usage(batch.status().message());
+  auto limit = outbox::ParseInteger("--limit", a.Flag("limit", "100"), 1, 1000000);
+  if (!limit.ok()) return Usage(limit.status().message());
+  if (a.flags.count("older-than")) {
+    auto older = outbox::ParseSeconds("--older-than", a.Flag("older-than"), 100LL * 365 * 86400);
+    if (!older.ok()) return Usage(older.status().message());
+    a.flags["older-than"] = std::to_string(older->count());
+  }
 
   outbox::PostgresStoreOptions o;
   o.conninfo = db;
@@ -311,30 +374,31 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (command == "purge") {
-      const long retention = std::atol(a.Flag("retention-s", "604800").c_str());
-      const int batch = std::atoi(a.Flag("batch", "1000").c_str());
-      if (retention < 0 || batch <= 0) return Usage("--retention-s must be >= 0 and --batch > 0");
       std::int64_t total = 0;
       for (;;) {
-        auto n = (*store)->PurgeSent(std::chrono::seconds(retention), batch);
+        auto n = (*store)->PurgeSent(*retention, static_cast<int>(*batch));
         if (!n.ok()) return Fail(n.status(), json);
         total += *n;
-        if (*n < batch) break;
+        if (*n < *batch) break;
       }
       if (json) {
         std::cout << nlohmann::json{{"ok", true}, {"purged", total}}.dump() << "\n";
       } else {
-        std::cout << "purged " << total << " SENT rows older than " << retention << " s\n";
+        std::cout << "purged " << total << " SENT rows older than " << retention->count()
+                  << " s\n";
       }
       return kExitOk;
     }
     auto s = (*store)->Stats();
     if (!s.ok()) return Fail(s.status(), json);
+    auto sent = (*store)->CountSent();
+    if (!sent.ok()) return Fail(sent.status(), json);
     const double age_s = static_cast<double>(s->oldest_unsent_age.count()) / 1000.0;
     if (json) {
       std::cout << nlohmann::json{{"ok", true},       {"schema", schema},
                                   {"pending", s->pending}, {"processing", s->processing},
-                                  {"sent", s->sent},   {"failed", s->failed},
+                                  {"sent", *sent},   {"failed", s->failed},
+                                  {"skipped", s->skipped},
                                   {"held_aggregates", s->held_aggregates},
                                   {"oldest_unsent_age_seconds", age_s}}
                        .dump()
@@ -343,8 +407,9 @@ int main(int argc, char** argv) {
       std::printf("%-28s %12s\n", "STATE", "ROWS");
       std::printf("%-28s %12lld\n", "PENDING", static_cast<long long>(s->pending));
       std::printf("%-28s %12lld\n", "PROCESSING", static_cast<long long>(s->processing));
-      std::printf("%-28s %12lld\n", "SENT", static_cast<long long>(s->sent));
+      std::printf("%-28s %12lld\n", "SENT", static_cast<long long>(*sent));
       std::printf("%-28s %12lld\n", "FAILED", static_cast<long long>(s->failed));
+      std::printf("%-28s %12lld\n", "SKIPPED", static_cast<long long>(s->skipped));
       std::printf("%-28s %12lld\n", "held aggregates", static_cast<long long>(s->held_aggregates));
       std::printf("%-28s %12.3f\n", "oldest unsent age (s)", age_s);
     }
@@ -357,7 +422,7 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     if (!pg.Query(sql::List(schema),
                   {a.Flag("state"), a.Flag("aggregate"), a.Flag("type"), a.Flag("older-than"),
-                   a.Flag("limit", "100")},
+                   std::to_string(*limit)},
                   &rows)) {
       return Fail(pg.error, json);
     }
@@ -383,11 +448,53 @@ int main(int argc, char** argv) {
     const std::string replayed = rows.empty() ? "0" : rows[0]["replayed"];
     if (json) {
       std::cout << nlohmann::json{{"ok", true}, {"matched", std::stol(matched)},
-                                  {"replayed", std::stol(replayed)}}.dump()
+                                  {"replayed", std::stol(replayed)},
+                                  {"released", std::stol(rows.empty() ? "0" : rows[0]["released"])}}
+                       .dump()
                 << "\n";
     } else {
       std::cout << (a.Has("dry-run") ? "would replay " + matched : "replayed " + replayed)
                 << " FAILED row(s): back to PENDING, due now\n";
+    }
+    return kExitOk;
+  }
+  if (command == "skip") {
+    const std::string id = a.Flag("event-id");
+    if (id.empty()) return Usage("skip: pass --event-id ID (one event at a time, on purpose)");
+    std::string who = a.Flag("by");
+    if (who.empty()) {
+      const char* user = std::getenv("USER");
+      char host[256] = "";
+      gethostname(host, sizeof host - 1);
+      who = std::string(user ? user : "unknown") + "@" + host + " (outboxctl)";
+    }
+    const std::string reason = a.Flag("reason", "skipped by an operator (no reason given)");
+    std::vector<Row> rows;
+    if (!pg.Query(sql::Skip(schema), {id, who, reason, a.Has("dry-run") ? "true" : "false"},
+                  &rows)) {
+      return Fail(pg.error, json);
+    }
+    const std::string status = rows.empty() ? "" : rows[0]["status"];
+    if (status.empty()) {
+      if (json) std::cout << nlohmann::json{{"ok", false}, {"error", "no such event"}}.dump() << "\n";
+      std::cerr << "outboxctl: skip: no event with id " << id << "\n";
+      return kExitNotFound;
+    }
+    if (status != "FAILED" && status != "PENDING") {
+      return Fail("skip: event " + id + " is " + status +
+                      "; only FAILED or PENDING events can be skipped (nothing changed)",
+                  json);
+    }
+    const bool dry = a.Has("dry-run");
+    if (json) {
+      std::cout << nlohmann::json{{"ok", true}, {"event_id", id}, {"was", status},
+                                  {"skipped", dry ? 0 : 1}, {"dry_run", dry},
+                                  {"released", std::stol(rows[0]["released"])}}
+                       .dump()
+                << "\n";
+    } else {
+      std::cout << (dry ? "would skip " : "skipped ") << status << " event " << id
+                << ": SKIPPED (kept for audit); later events of its aggregate go ahead\n";
     }
     return kExitOk;
   }
@@ -420,13 +527,14 @@ int main(int argc, char** argv) {
       std::cout << "event " << r.at("event_id") << " (seq " << r.at("seq") << ")\n";
       for (const char* k : {"aggregate_type", "aggregate_id", "event_type", "dedup_key", "status",
                             "attempts", "lease_owner", "last_error", "created_at", "claimed_at",
-                            "sent_at", "failed_at"}) {
+                            "sent_at", "failed_at", "skipped_at", "skipped_by", "skip_reason"}) {
         auto it = r.find(k);
         if (it != r.end() && !it->second.empty()) std::printf("  %-15s %s\n", k, it->second.c_str());
       }
       const std::string& st = r.at("status");
       std::cout << "  => " << (st == "SENT"         ? "published to the broker (acked)"
                                : st == "FAILED"     ? "set aside: see last_error; `outboxctl replay --event-id` after fixing the cause"
+                               : st == "SKIPPED"    ? "set aside for good by an operator (see skipped_by, skip_reason); never published by the relay"
                                : st == "PROCESSING" ? "claimed by a relay, being published"
                                                     : "waiting for a relay (check `outboxctl status` and the relay)")
                 << "\n";

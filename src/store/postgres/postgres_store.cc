@@ -48,7 +48,8 @@ class PostgresStore final : public Store {
         reschedule_(pg::sql::Reschedule(options_.schema)),
         mark_failed_(pg::sql::MarkFailed(options_.schema)),
         purge_(pg::sql::PurgeSent(options_.schema)),
-        stats_(pg::sql::Stats(options_.schema)) {}
+        stats_(pg::sql::Stats(options_.schema)),
+        count_sent_(pg::sql::CountSent(options_.schema)) {}
 
   Status Migrate() override {
     const std::string& s = options_.schema;
@@ -195,11 +196,17 @@ class PostgresStore final : public Store {
     StoreStats s;
     s.pending = pg::GetInt64(r, 0, 0);
     s.processing = pg::GetInt64(r, 0, 1);
-    s.sent = pg::GetInt64(r, 0, 2);
-    s.failed = pg::GetInt64(r, 0, 3);
+    s.failed = pg::GetInt64(r, 0, 2);
+    s.skipped = pg::GetInt64(r, 0, 3);
     s.oldest_unsent_age = std::chrono::milliseconds(pg::GetInt64(r, 0, 4));
     s.held_aggregates = pg::GetInt64(r, 0, 5);
     return s;
+  }
+
+  Result<std::int64_t> CountSent() override {
+    auto res = session_->Exec("count sent", count_sent_);
+    if (!res.ok()) return res.status();
+    return pg::GetInt64(res->get(), 0, 0);
   }
 
  private:
@@ -237,7 +244,7 @@ class PostgresStore final : public Store {
   std::unique_ptr<pg::Session> session_;
   PGconn* listening_on_ = nullptr;  // the connection that has run LISTEN
   const std::string claim_ordered_, claim_unordered_, mark_sent_, reschedule_, mark_failed_,
-      purge_, stats_;
+      purge_, stats_, count_sent_;
 };
 
 }  // namespace

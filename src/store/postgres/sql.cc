@@ -166,6 +166,32 @@ ALTER TABLE {S}.outbox ADD COLUMN skipped_at timestamptz, ADD COLUMN skipped_by 
 CREATE INDEX outbox_set_aside_idx ON {S}.outbox (status, seq)
   WHERE status IN ('FAILED', 'SKIPPED');
 DROP FUNCTION {S}.claim_ordered(integer, text, bigint, integer, boolean);
+
+-- The relay's gauges, every few seconds on every relay: read only the partial
+-- indexes of unsent and set-aside rows, never the retained SENT rows (their count
+-- is not part of it; see CountSent). A function, so that stale statistics cannot
+-- turn an index walk into a scan of the whole table.
+CREATE FUNCTION {S}.stats()
+  RETURNS TABLE (pending bigint, processing bigint, failed bigint, skipped bigint,
+                 oldest_unsent_ms bigint, held_aggregates bigint)
+  LANGUAGE sql STABLE
+  SET enable_seqscan = off
+AS $fn$
+  SELECT
+    (SELECT count(*) FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING') AND status = 'PENDING'),
+    (SELECT count(*) FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING') AND status = 'PROCESSING'),
+    (SELECT count(*) FROM {S}.outbox WHERE status IN ('FAILED', 'SKIPPED') AND status = 'FAILED'),
+    (SELECT count(*) FROM {S}.outbox WHERE status IN ('FAILED', 'SKIPPED') AND status = 'SKIPPED'),
+    coalesce((SELECT (extract(epoch FROM clock_timestamp() - created_at) * 1000)::bigint
+              FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING')
+              ORDER BY seq LIMIT 1), 0),
+    (SELECT count(*) FROM (
+       SELECT DISTINCT f.aggregate_type, f.aggregate_id FROM {S}.outbox f
+       WHERE f.status IN ('FAILED', 'SKIPPED') AND f.status = 'FAILED' AND EXISTS (
+         SELECT 1 FROM {S}.outbox p
+         WHERE p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
+           AND p.seq > f.seq AND p.status IN ('PENDING', 'PROCESSING'))) h)
+$fn$;
 )SQL";
 
 // Version 2: the ordered claim as a function (replaces the one-statement claim
@@ -454,23 +480,11 @@ DELETE FROM {S}.outbox o USING victims v WHERE o.seq = v.seq
 }
 
 std::string Stats(const std::string& schema) {
-  return WithSchema(R"SQL(
-SELECT count(*) FILTER (WHERE status = 'PENDING'),
-       count(*) FILTER (WHERE status = 'PROCESSING'),
-       count(*) FILTER (WHERE status = 'SENT'),
-       count(*) FILTER (WHERE status = 'FAILED'),
-       coalesce((SELECT (extract(epoch FROM clock_timestamp() - created_at) * 1000)::bigint
-                 FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING')
-                 ORDER BY seq LIMIT 1), 0),
-       (SELECT count(*) FROM (
-          SELECT DISTINCT f.aggregate_type, f.aggregate_id FROM {S}.outbox f
-          WHERE f.status = 'FAILED' AND EXISTS (
-            SELECT 1 FROM {S}.outbox p
-            WHERE p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
-              AND p.seq > f.seq AND p.status IN ('PENDING', 'PROCESSING'))) h)
-FROM {S}.outbox
-)SQL",
-                    schema);
+  return WithSchema("SELECT * FROM {S}.stats()", schema);
+}
+
+std::string CountSent(const std::string& schema) {
+  return WithSchema("SELECT count(*) FROM {S}.outbox WHERE status = 'SENT'", schema);
 }
 
 }  // namespace outbox::pg::sql

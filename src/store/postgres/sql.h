@@ -39,6 +39,7 @@ std::string MarkFailed(const std::string& schema);
 // $1 retention seconds, $2 batch
 std::string PurgeSent(const std::string& schema);
 std::string Stats(const std::string& schema);
+std::string CountSent(const std::string& schema);
 
 }  // namespace outbox::pg::sql
 
