@@ -134,6 +134,14 @@ class KafkaTransport final : public Transport {
   }
 
   Status Init() {
+    auto d = options_.properties.find("delivery.timeout.ms");
+    auto m = options_.properties.find("message.timeout.ms");
+    if (d != options_.properties.end() && m != options_.properties.end() &&
+        d->second != m->second) {
+      return Status::InvalidArgument(
+          "kafka properties delivery.timeout.ms (" + d->second + ") and message.timeout.ms (" +
+          m->second + ") are aliases of one setting and disagree; set only one");
+    }
     if (!options_.properties.count("bootstrap.servers")) {
       return Status::InvalidArgument("kafka property bootstrap.servers is required");
     }
