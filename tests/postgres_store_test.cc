@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "outbox/kafka.h"
 #include "outbox/postgres.h"
 #include "store_contract.h"
 #include "test_env.h"
@@ -300,6 +301,47 @@ TEST_F(PostgresTest, SqlEnqueueFunctionRejectsBadInputNamingTheField) {
        &err);
   EXPECT_NE(err.find("payload is 5 bytes; the limit is 4"), std::string::npos) << err;
   EXPECT_EQ(Count("outbox"), "0");
+}
+
+// One size story: the SQL enqueue() and the C++ enqueue agree on the limit
+// (payload + aggregate_id + headers <= 1,000,000 by default), exactly at the
+// limit is accepted, one byte over is rejected naming the setting, and the
+// relay's producer admits the largest accepted event (kDefaultMessageMaxBytes).
+TEST_F(PostgresTest, EventSizeLimitIsPayloadPlusKeyPlusHeadersAndBothEnqueuesAgree) {
+  const std::string key = "k-1";
+  const std::string hname = "traceparent", hvalue(100, 't');
+  const std::size_t room = 1'000'000 - key.size() - hname.size() - hvalue.size();
+  auto sql_enqueue = [&](std::size_t payload, std::string* err) {
+    return Exec(conn_.get(),
+                "SELECT enqueued FROM " + schema_ + ".enqueue('a', '" + key +
+                    "', 'T', convert_to(repeat('x', " + std::to_string(payload) +
+                    "), 'UTF8'), '{\"" + hname + "\":\"" + hvalue + "\"}'::jsonb)",
+                err != nullptr, err);
+  };
+  EXPECT_EQ(sql_enqueue(room, nullptr), "t");
+  std::string err;
+  sql_enqueue(room + 1, &err);
+  EXPECT_NE(err.find("event is 1000001 bytes"), std::string::npos) << err;
+  EXPECT_NE(err.find("outbox.max_event_bytes"), std::string::npos) << err;
+
+  Event e;
+  e.aggregate_type = "a";
+  e.aggregate_id = key;
+  e.event_type = "T";
+  e.headers = {{hname, hvalue}};
+  e.payload = std::string(room, 'x');
+  EnqueueOptions eo;
+  eo.schema = schema_;
+  Exec(conn_.get(), "BEGIN");
+  EXPECT_TRUE(Enqueue(conn_.get(), e, eo).ok());
+  e.payload.push_back('x');
+  auto over = Enqueue(conn_.get(), e, eo);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("event is 1000001 bytes"), std::string::npos)
+      << over.status().ToString();
+  Exec(conn_.get(), "COMMIT");
+  EXPECT_EQ(Count("outbox"), "2");
+  EXPECT_GT(kDefaultMessageMaxBytes, 1'000'000 + 4096) << "room for the relay's own headers";
 }
 
 TEST_F(PostgresTest, MigrateIsIdempotentAndSafeConcurrently) {

@@ -104,6 +104,23 @@ TEST_F(RelayEnvelopeTest, AFailedEventKeepsItsLaterEventsOffTheTopicUntilReplaye
   EXPECT_EQ(fixed.Wait(Scaled(30s)), 0);
 }
 
+// Issue #10.2: the largest event enqueue accepts (1,000,000 bytes of payload +
+// key + headers, with the longest dedup key, so the relay's own headers are at
+// their largest too) is published by a relay with default settings.
+TEST_F(RelayEnvelopeTest, TheLargestAcceptedEventIsPublishedWithDefaults) {
+  Event e = Ev(std::string(255, 'K'), "");
+  e.headers = {{"traceparent", std::string(100, 't')}};
+  e.payload = std::string(1'000'000 - 255 - 11 - 100, 'p');
+  e.dedup_key = std::string(255, 'd');
+  e.event_type = std::string(255, 'E');
+  EnqueueAll({e, Ev("after", "after#0")});
+  Subprocess& relay = StartRelay({"relay.lease_ms=30000"});
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 2; }, 30s))
+      << relay.Log() << Exec(admin_.get(), "SELECT last_error FROM " + schema_ + ".outbox");
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0);
+}
+
 // Issue #10.4: skip sets the FAILED event aside for good (kept, with who and why)
 // and lets the aggregate go on; the topic never gets the skipped event.
 TEST_F(RelayEnvelopeTest, SkipReleasesTheAggregateAndKeepsAnAuditTrail) {

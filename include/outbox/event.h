@@ -37,9 +37,13 @@ struct Event {
 };
 
 struct EventLimits {
-  // Kafka's default message.max.bytes is ~1 MiB; a payload above it would be
-  // accepted here and then fail forever at publish, so reject it at the source.
-  std::size_t max_payload_bytes = 1 << 20;
+  // What the relay will send: payload + aggregate_id (the key) + header names
+  // and values. The relay's producer admits this much plus its own headers
+  // (kafka.h: kDefaultMessageMaxBytes); an event above it would be accepted here
+  // and then fail forever at publish, so it is rejected at the source. The SQL
+  // enqueue() applies the same limit (setting outbox.max_event_bytes).
+  std::size_t max_event_bytes = 1'000'000;
+  std::size_t max_payload_bytes = 1'000'000;
   std::size_t max_field_bytes = 255;         // aggregate type/id, event type, dedup key
   std::size_t max_headers = 64;
   std::size_t max_header_value_bytes = 8192;

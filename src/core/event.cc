@@ -89,6 +89,17 @@ Status ValidateEvent(const Event& event, const EventLimits& limits) {
                                    std::to_string(limits.max_payload_bytes) +
                                    " (EventLimits::max_payload_bytes)");
   }
+  std::size_t size = event.payload.size() + event.aggregate_id.size();
+  for (const Header& h : event.headers) size += h.name.size() + h.value.size();
+  if (size > limits.max_event_bytes) {
+    return Status::InvalidArgument(
+        "event is " + std::to_string(size) + " bytes (payload " +
+        std::to_string(event.payload.size()) + " + aggregate_id " +
+        std::to_string(event.aggregate_id.size()) + " + headers " +
+        std::to_string(size - event.payload.size() - event.aggregate_id.size()) +
+        "); the limit is " + std::to_string(limits.max_event_bytes) +
+        " (EventLimits::max_event_bytes)");
+  }
   if (event.dedup_key) {
     OUTBOX_RETURN_IF_ERROR(CheckText("dedup_key", *event.dedup_key, limits.max_field_bytes, true));
   }

@@ -83,8 +83,12 @@ AS $fn$
 DECLARE
   v_id uuid;
   v_bad text;
-  v_max integer := coalesce(nullif(current_setting('outbox.max_payload_bytes', true), '')::integer,
-                            1048576);
+  -- What the relay sends: payload + key (aggregate_id) + header names and values.
+  -- The relay's producer admits this much plus its own headers (docs/relay.md).
+  v_max integer := coalesce(nullif(current_setting('outbox.max_event_bytes', true), '')::integer,
+                            1000000);
+  v_max_payload integer := nullif(current_setting('outbox.max_payload_bytes', true), '')::integer;
+  v_size bigint;
 BEGIN
   IF enqueue.aggregate_type IS NULL OR enqueue.aggregate_type = '' THEN
     RAISE EXCEPTION 'outbox.enqueue: aggregate_type is required and must not be empty'
@@ -114,12 +118,21 @@ BEGIN
     RAISE EXCEPTION 'outbox.enqueue: payload is required (use an empty bytea for none)'
       USING ERRCODE = '22023';
   END IF;
-  IF octet_length(enqueue.payload) > v_max THEN
+  IF v_max_payload IS NOT NULL AND octet_length(enqueue.payload) > v_max_payload THEN
     RAISE EXCEPTION 'outbox.enqueue: payload is % bytes; the limit is % (setting outbox.max_payload_bytes)',
-      octet_length(enqueue.payload), v_max USING ERRCODE = '22023';
+      octet_length(enqueue.payload), v_max_payload USING ERRCODE = '22023';
   END IF;
   IF enqueue.headers IS NULL OR jsonb_typeof(enqueue.headers) <> 'object' THEN
     RAISE EXCEPTION 'outbox.enqueue: headers must be a JSON object of string values'
+      USING ERRCODE = '22023';
+  END IF;
+  v_size := octet_length(enqueue.payload) + octet_length(enqueue.aggregate_id)
+            + coalesce((SELECT sum(octet_length(h.key) + octet_length(h.value #>> '{}'))
+                        FROM jsonb_each(enqueue.headers) AS h), 0);
+  IF v_size > v_max THEN
+    RAISE EXCEPTION 'outbox.enqueue: event is % bytes (payload % + aggregate_id % + headers %); the limit is % (setting outbox.max_event_bytes)',
+      v_size, octet_length(enqueue.payload), octet_length(enqueue.aggregate_id),
+      v_size - octet_length(enqueue.payload) - octet_length(enqueue.aggregate_id), v_max
       USING ERRCODE = '22023';
   END IF;
   SELECT h.key INTO v_bad FROM jsonb_each(enqueue.headers) AS h
@@ -359,9 +372,10 @@ std::vector<Migration> Migrations(const std::string& schema) {
                   schema)},
       {3, "enqueue(): opt-in NOTIFY (setting outbox.notify)",
        WithSchema(EnqueueFunction(true, true), schema)},
-      {4, "SKIPPED state; claim_ordered() returns the age at claim",
+      {4, "SKIPPED state; claim_ordered() returns the age at claim; stats(); enqueue() limits "
+          "payload + key + headers (outbox.max_event_bytes)",
        WithSchema(std::string(kMigration4) + kMigration2Head + ClaimUpdateForFunction() +
-                      kMigration2Tail,
+                      kMigration2Tail + EnqueueFunction(true, true),
                   schema)},
   };
 }
