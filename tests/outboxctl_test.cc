@@ -147,5 +147,31 @@ TEST_F(OutboxctlTest, BadUsageExitsTwo) {
   EXPECT_EQ(Ctl("--db x --schema Bad-Name status").code, 2);
 }
 
+// A bad number never reaches the database: "abc" used to purge every SENT row
+// (read as 0) and "7d" was read as 7 s.
+TEST_F(OutboxctlTest, BadNumbersExitTwoNamingTheFlagAndChangeNothing) {
+  EnqueueOne("1", "n-1");
+  auto c = store_->Claim(ClaimOptions{});
+  ASSERT_TRUE(c.ok() && c->events.size() == 1);
+  ASSERT_TRUE(store_->MarkSent(std::vector<Ticket>{c->events[0].ticket}).ok());
+  Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET sent_at = now() - interval '1 hour'");
+  for (const char* args : {" purge --retention-s abc", " purge --retention-s 7w",
+                           " purge --retention-s -1", " purge --batch 0", " purge --batch 10x",
+                           " list --limit many", " list --older-than soon"}) {
+    CtlRun r = Ctl(base_ + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    const std::string flag = std::string(args).substr(std::string(args).find("--"),
+                                                      std::string(args).find(' ', 8) - std::string(args).find("--"));
+    EXPECT_NE(r.out.find(flag), std::string::npos) << args << "\n" << r.out;
+  }
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".outbox"), "1");
+  // Units are read as written: 7d keeps a row sent an hour ago, 30m purges it.
+  CtlRun keep = Ctl(base_ + " purge --retention-s 7d");
+  EXPECT_EQ(keep.code, 0) << keep.out;
+  EXPECT_NE(keep.out.find("purged 0"), std::string::npos) << keep.out;
+  CtlRun go = Ctl(base_ + " purge --retention-s 30m");
+  EXPECT_NE(go.out.find("purged 1"), std::string::npos) << go.out;
+}
+
 }  // namespace
 }  // namespace outbox::testing

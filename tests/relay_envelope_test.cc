@@ -242,5 +242,27 @@ TEST_F(RelayEnvelopeTest, ALeaseShorterThanTheDeliveryTimeoutExitsTwoNamingBothK
   EXPECT_NE(log.find("delivery.timeout.ms"), std::string::npos) << log;
 }
 
+// Issue #10.9: --migrate while the database is down answers /healthz (and 503
+// on /readyz) and stops on the first signal.
+TEST_F(RelayEnvelopeTest, MigrateWaitingForADeadDatabaseServesHealthAndStopsOnSigterm) {
+  std::vector<std::string> argv = {OUTBOX_RELAY_BIN, "--db", "postgresql://postgres@127.0.0.1:1/x",
+                                   "--bootstrap", kafka_->bootstrap(), "--migrate", "--set",
+                                   "http.listen=127.0.0.1:0"};
+  relays_.push_back(std::make_unique<Subprocess>(
+      argv, std::map<std::string, std::string>{},
+      (std::filesystem::temp_directory_path() / ("outbox-relay-" + schema_ + "-mig.log")).string()));
+  Subprocess& relay = *relays_.back();
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitFor([&] { return relay.Log().find("migration: database unavailable") !=
+                                   std::string::npos; }, 10s)) << relay.Log();
+  int status = 0;
+  EXPECT_EQ(Get(port, "/healthz", &status), "ok\n");
+  EXPECT_EQ(status, 200);
+  Get(port, "/readyz", &status);
+  EXPECT_EQ(status, 503);
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(8s)), 0) << relay.Log();
+}
+
 }  // namespace
 }  // namespace outbox::testing

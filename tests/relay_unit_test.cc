@@ -5,6 +5,7 @@
 #include "config.h"
 #include "outbox/kafka.h"
 #include "outbox/metrics.h"
+#include "outbox/parse.h"
 #include "plan.h"
 
 namespace outbox {
@@ -208,6 +209,16 @@ TEST(Config, ErrorsNameTheKey) {
       {"[database]\nschema = \"Bad-Name\"\n", {}, "schema"},
       {"[kafka]\ntopic_template = \"x.{nope}\"\n", {}, "topic_template"},
       {"[http]\nlisten = \"9464\"\n", {}, "http.listen"},
+      {"[http]\nlisten = \"127.0.0.1:abc\"\n", {}, "http.listen"},
+      {"[http]\nlisten = \"127.0.0.1:70000\"\n", {}, "http.listen"},
+      {"", {{"relay.backoff_jitter", "nan"}}, "relay.backoff_jitter"},
+      {"", {{"relay.backoff_jitter", "inf"}}, "relay.backoff_jitter"},
+      {"", {{"relay.workers", " 4"}}, "relay.workers"},
+      {"", {{"relay.lease_ms", "60s"}}, "relay.lease_ms"},
+      {"[database]\nschema = \"order\"\n", {}, "database.schema"},
+      {"[database]\nschema = \"user\"\n", {}, "reserved word"},
+      {"[database]\nschema = \"" + std::string(57, 's') + "\"\n", {}, "database.schema"},
+      {"[database]\nschema = \"x; DROP TABLE y\"\n", {}, "database.schema"},
       {"", {{"relay.backoff_jitter", "2"}}, "relay.backoff_jitter"},
       {"", {{"relay.backoff_max_ms", "1"}}, "backoff_max_ms"},
       {"[nope]\nx = 1\n", {}, "nope.x"},
@@ -228,6 +239,55 @@ TEST(Config, ErrorsNameTheKey) {
   auto missing = daemon::LoadConfig("", "x", {}, {});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("database.url"), std::string::npos);
+}
+
+TEST(Config, PrintConfigRedactsEverySecretForm) {
+  const std::vector<std::pair<std::string, std::string>> urls = {
+      {"host=db password='two words' dbname=x", "words"},
+      {"host=db password = spaced dbname=x", "spaced"},
+      {"postgresql://u@db/x?sslpassword=x1y2&password=s3cret", "s3cret"},
+      {"postgresql://u@db/x?sslpassword=x1y2z3&password=s3cret", "x1y2z3"},
+      {"postgresql://u:pw%20d@db/x", "pw"},
+  };
+  for (const auto& [url, secret] : urls) {
+    auto env = kMinimalEnv;
+    env["OUTBOX_PG_URL"] = url;
+    auto c = daemon::LoadConfig("", "x", env, {});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const std::string out = daemon::PrintConfig(*c);
+    EXPECT_EQ(out.find(secret), std::string::npos) << url << "\n" << out;
+    EXPECT_NE(out.find("host="), std::string::npos) << out;
+  }
+  auto c = daemon::LoadConfig(
+      "", "x", kMinimalEnv,
+      {{"kafka.properties.sasl.oauthbearer.config", "principal=admin clientSecret=oauth-s3"},
+       {"kafka.properties.ssl.key.pem", "-----BEGIN PRIVATE KEY-----pem-s3"},
+       {"kafka.properties.sasl.oauthbearer.client.secret", "client-s3"}});
+  ASSERT_TRUE(c.ok());
+  const std::string out = daemon::PrintConfig(*c);
+  for (const char* s : {"oauth-s3", "pem-s3", "client-s3"}) {
+    EXPECT_EQ(out.find(s), std::string::npos) << out;
+  }
+}
+
+TEST(Parse, NumbersAndDurationsAreReadExactlyOrRejected) {
+  EXPECT_EQ(*ParseInteger("--batch", "1000", 1, 100000), 1000);
+  for (const char* bad : {"", "abc", "12abc", " 12", "1e3", "-1", "99999999999999999999"}) {
+    auto r = ParseInteger("--batch", bad, 0, 100000);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--batch"), std::string::npos);
+  }
+  EXPECT_EQ(ParseSeconds("--retention-s", "604800", 1LL << 40)->count(), 604800);
+  EXPECT_EQ(ParseSeconds("--retention-s", "7d", 1LL << 40)->count(), 7 * 86400);
+  EXPECT_EQ(ParseSeconds("--retention-s", "12h", 1LL << 40)->count(), 12 * 3600);
+  EXPECT_EQ(ParseSeconds("--retention-s", "15m", 1LL << 40)->count(), 15 * 60);
+  EXPECT_EQ(ParseSeconds("--retention-s", "90s", 1LL << 40)->count(), 90);
+  for (const char* bad : {"", "abc", "7w", "d", "-7d", "7 d", "1.5h", "7dd"}) {
+    EXPECT_FALSE(ParseSeconds("--retention-s", bad, 1LL << 40).ok()) << bad;
+  }
+  EXPECT_FALSE(ParseNumber("x", "nan", 0, 1).ok());
+  EXPECT_FALSE(ParseNumber("x", "inf", 0, 1e9).ok());
+  EXPECT_DOUBLE_EQ(*ParseNumber("x", "0.25", 0, 1), 0.25);
 }
 
 TEST(Config, PrintConfigRedactsSecretsAndRoundTrips) {

@@ -53,6 +53,10 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& opt
 // OK when `name` is a safe unquoted PostgreSQL identifier for a schema.
 Status ValidateSchemaName(const std::string& name);
 
+// The conninfo (URL or key=value form) as key=value pairs with every secret
+// (password, sslpassword, ...) replaced by ***, for logs and --print-config.
+std::string RedactConninfo(const std::string& conninfo);
+
 struct EnqueueOptions {
   std::string schema = "outbox";
   EventLimits limits;

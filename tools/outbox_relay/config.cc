@@ -287,25 +287,11 @@ Status ApplyTable(Config& c, const toml::table& t, const std::string& prefix,
   return Status::Ok();
 }
 
-std::string RedactUrl(const std::string& url) {
-  // postgresql://user:secret@host/db -> postgresql://user:***@host/db; password=... -> ***
-  std::string out = url;
-  auto scheme = out.find("://");
-  auto at = out.find('@');
-  if (scheme != std::string::npos && at != std::string::npos && at > scheme) {
-    auto colon = out.find(':', scheme + 3);
-    if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
-  }
-  auto pw = out.find("password=");
-  if (pw != std::string::npos) {
-    auto end = out.find_first_of(" &", pw);
-    out.replace(pw + 9, (end == std::string::npos ? out.size() : end) - pw - 9, "***");
-  }
-  return out;
-}
-
+// librdkafka properties that carry credentials: every password, secret, key or
+// token, and the SASL configurations that embed them.
 bool IsSecretProperty(const std::string& name) {
-  for (const char* w : {"password", "secret", "key", "token"}) {
+  for (const char* w : {"password", "secret", "key", "token", "credential", "sasl.oauthbearer.config",
+                        "sasl.jaas.config"}) {
     if (name.find(w) != std::string::npos) return true;
   }
   return false;
@@ -407,7 +393,9 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
     return Status::InvalidArgument(
         "config key database.url is required (or OUTBOX_DATABASE_URL / OUTBOX_PG_URL / --db)");
   }
-  OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(c.database.schema));
+  if (Status st = ValidateSchemaName(c.database.schema); !st.ok()) {
+    return Status::InvalidArgument("config key database.schema: " + st.message());
+  }
   if (!c.kafka.properties.count("bootstrap.servers")) {
     return Status::InvalidArgument(
         "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "
@@ -437,7 +425,7 @@ std::string PrintConfig(const Config& c) {
       section = sec;
     }
     std::string v = k.get(c);
-    if (k.name == "database.url") v = RedactUrl(v);
+    if (k.name == "database.url") v = RedactConninfo(v);
     out += k.name.substr(dot + 1) + " = " + (k.quoted ? Quote(v) : v) + "\n";
     if (k.name == "kafka.topic_template") {
       out += "\n[kafka.properties]\n";

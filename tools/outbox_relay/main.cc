@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -105,25 +106,6 @@ int main(int argc, char** argv) {
     return kExitConfig;
   }
 
-  if (migrate) {
-    // Retried like any other database call, so a relay started before its
-    // database comes up waits instead of failing.
-    std::chrono::milliseconds backoff{200};
-    for (;;) {
-      auto store = factory();
-      outbox::Status st = store.ok() ? (*store)->Migrate() : store.status();
-      if (st.ok()) break;
-      if (!st.retryable()) {
-        logger.Error("migration failed", {{"error", st.ToString()}});
-        return kExitRuntime;
-      }
-      logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-    }
-    logger.Info("schema up to date", {{"schema", cfg->database.schema}});
-  }
-
   httplib::Server http;
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(registry.RenderPrometheus(), "text/plain; version=0.0.4");
@@ -150,17 +132,52 @@ int main(int argc, char** argv) {
   std::thread http_thread([&] { http.listen_after_bind(); });
   logger.Info("http listening", {{"address", host + ":" + std::to_string(port)}});
 
+  // From here on the first signal stops whatever runs (the migration wait or
+  // the relay), the second exits at once.
+  std::atomic<bool> stop_requested{false};
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
     logger.Info("signal received; stopping gracefully (send again to exit at once)",
                 {{"signal", std::to_string(sig)}});
+    stop_requested = true;
     (*relay)->RequestStop();
     sigwait(&sigs, &sig);
     logger.Warn("second signal: exiting now; in-flight rows are left to lease expiry");
     std::_Exit(kExitForced);
   });
   signal_thread.detach();
+
+  if (migrate) {
+    // Retried like any other database call, so a relay started before its
+    // database comes up waits instead of failing; /healthz answers and /readyz
+    // says 503 meanwhile, and a signal ends the wait.
+    std::chrono::milliseconds backoff{200};
+    for (;;) {
+      auto store = factory();
+      outbox::Status st = store.ok() ? (*store)->Migrate() : store.status();
+      if (st.ok()) break;
+      if (!st.retryable()) {
+        logger.Error("migration failed", {{"error", st.ToString()}});
+        http.stop();
+        http_thread.join();
+        return kExitRuntime;
+      }
+      logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
+      const auto until = std::chrono::steady_clock::now() + backoff;
+      while (!stop_requested && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (stop_requested) {
+        logger.Info("stopped before the migration could run");
+        http.stop();
+        http_thread.join();
+        return kExitOk;
+      }
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+    logger.Info("schema up to date", {{"schema", cfg->database.schema}});
+  }
 
   outbox::Status st = (*relay)->Run();
   http.stop();

@@ -75,9 +75,8 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
     return out;
   }
 
-  // Take the per-aggregate advisory locks in a fixed order (by aggregate), so two
-  // batches over the same aggregates cannot deadlock. The sort is stable, so the
-  // order of one aggregate's events is the caller's order.
+  // Insert in aggregate order (stable: one aggregate's events keep the caller's
+  // order). The locks are taken first, in lock-key order (sql::LockAggregates).
   std::vector<std::size_t> order(events.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -85,6 +84,18 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
     const Event& y = events[b];
     return std::tie(x.aggregate_type, x.aggregate_id) < std::tie(y.aggregate_type, y.aggregate_id);
   });
+  std::vector<std::string> types, ids;
+  for (const Event& e : events) {
+    types.push_back(e.aggregate_type);
+    ids.push_back(e.aggregate_id);
+  }
+  {
+    auto res = pg::ExecParams(conn, "enqueue batch: lock aggregates",
+                              pg::sql::LockAggregates(options.schema),
+                              {pg::Param::Text(pg::TextArrayLiteral(types)),
+                               pg::Param::Text(pg::TextArrayLiteral(ids))});
+    if (!res.ok()) return res.status();
+  }
 
   if (PQenterPipelineMode(conn) != 1) {
     return Status::FailedPrecondition("enqueue: cannot enter pipeline mode: " +

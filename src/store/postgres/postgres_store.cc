@@ -261,16 +261,63 @@ std::string_view RowStateName(RowState s) {
 }
 
 Status ValidateSchemaName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 63 &&
+  // 56: the relay LISTENs on outbox_<schema>, and channel names end at 63 bytes.
+  bool ok = !name.empty() && name.size() <= 56 &&
             ((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_');
   for (char c : name) {
     ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
   }
   if (!ok) {
     return Status::InvalidArgument("schema \"" + name +
-                                   "\" is not a valid schema name: use [a-z_][a-z0-9_]{0,62}");
+                                   "\" is not a valid schema name: use [a-z_][a-z0-9_]{0,55}");
+  }
+  // PostgreSQL's reserved key words (PostgreSQL 15, appendix C): unquoted, they
+  // cannot name a schema ("order.outbox" is a syntax error).
+  static const std::set<std::string> kReserved = {
+      "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric",
+      "authorization", "binary", "both", "case", "cast", "check", "collate", "collation",
+      "column", "concurrently", "constraint", "create", "cross", "current_catalog",
+      "current_date", "current_role", "current_schema", "current_time", "current_timestamp",
+      "current_user", "default", "deferrable", "desc", "distinct", "do", "else", "end",
+      "except", "false", "fetch", "for", "foreign", "freeze", "from", "full", "grant", "group",
+      "having", "ilike", "in", "initially", "inner", "intersect", "into", "is", "isnull", "join",
+      "lateral", "leading", "left", "like", "limit", "localtime", "localtimestamp", "natural",
+      "not", "notnull", "null", "offset", "on", "only", "or", "order", "outer", "overlaps",
+      "placing", "primary", "references", "returning", "right", "select", "session_user",
+      "similar", "some", "symmetric", "table", "tablesample", "then", "to", "trailing", "true",
+      "union", "unique", "user", "using", "variadic", "verbose", "when", "where", "window",
+      "with"};
+  if (kReserved.count(name)) {
+    return Status::InvalidArgument("schema \"" + name +
+                                   "\" is a reserved word in PostgreSQL; choose another name "
+                                   "(e.g. \"" + name + "_outbox\")");
   }
   return Status::Ok();
+}
+
+std::string RedactConninfo(const std::string& conninfo) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
+  if (opts == nullptr) {
+    if (err) PQfreemem(err);
+    return "<not a valid conninfo; not shown>";
+  }
+  std::string out;
+  for (PQconninfoOption* o = opts; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    const bool secret = (o->dispchar && std::string(o->dispchar) == "*") ||
+                        std::string(o->keyword).find("password") != std::string::npos;
+    std::string v = secret ? "***" : o->val;
+    std::string quoted = "'";
+    for (char c : v) {
+      if (c == '\'' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    if (!out.empty()) out += ' ';
+    out += std::string(o->keyword) + "=" + quoted + "'";
+  }
+  PQconninfoFree(opts);
+  return out;
 }
 
 Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options) {

@@ -73,8 +73,15 @@ Result<ConnPtr> Session::Open(const Options& options) {
   const std::string timeout = std::to_string(options.connect_timeout.count());
   const std::string pg_options =
       "-c statement_timeout=" + std::to_string(options.statement_timeout.count());
-  const char* keys[] = {"dbname", "connect_timeout", "application_name", "options", nullptr};
-  const char* vals[] = {options.conninfo.c_str(), timeout.c_str(),
+  // A half-open connection (peer gone without a FIN or RST: a failed-over host,
+  // a dropped NAT entry) would block a call for the kernel's ~15 minutes. TCP
+  // keepalives notice an idle dead peer within idle + interval * count = 25 s;
+  // tcp_user_timeout ends a call whose sent data stays unacknowledged for 30 s.
+  // Before dbname, so that the caller's conninfo can override them.
+  const char* keys[] = {"keepalives", "keepalives_idle", "keepalives_interval",
+                        "keepalives_count", "tcp_user_timeout", "dbname", "connect_timeout",
+                        "application_name", "options", nullptr};
+  const char* vals[] = {"1", "10", "5", "3", "30000", options.conninfo.c_str(), timeout.c_str(),
                         options.application_name.c_str(), pg_options.c_str(), nullptr};
   ConnPtr conn(PQconnectdbParams(keys, vals, /*expand_dbname=*/1));
   if (!conn) return Status::Unavailable("connect: out of memory");
@@ -144,6 +151,21 @@ std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (i) s += ',';
     s += std::to_string(values[i]);
+  }
+  s += '}';
+  return s;
+}
+
+std::string TextArrayLiteral(const std::vector<std::string>& values) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) s += ',';
+    s += '"';
+    for (char c : values[i]) {
+      if (c == '"' || c == '\\') s += '\\';
+      s += c;
+    }
+    s += '"';
   }
   s += '}';
   return s;

@@ -90,6 +90,8 @@ std::string GetBytea(const PGresult* res, int row, int col);
 
 // "{1,2,3}" — a PostgreSQL array literal of integers.
 std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values);
+// A text[] literal; every element quoted and escaped.
+std::string TextArrayLiteral(const std::vector<std::string>& values);
 
 inline constexpr Oid kTextOid = 25;
 inline constexpr Oid kByteaOid = 17;

@@ -411,6 +411,21 @@ std::string Enqueue(const std::string& schema) {
       "SELECT event_id::text, enqueued FROM {S}.enqueue($1, $2, $3, $4, $5::jsonb, $6)", schema);
 }
 
+// Takes a batch's per-aggregate locks (the ones enqueue() takes one by one) up
+// front, in lock-key order: two batches over colliding keys then lock in the
+// same order and cannot deadlock. enqueue()'s own lock calls are re-entrant.
+// $1 aggregate types, $2 aggregate ids (text arrays of equal length)
+std::string LockAggregates(const std::string& schema) {
+  return WithSchema(R"SQL(
+SELECT count(*) FROM (
+  SELECT pg_advisory_xact_lock(hashtext('{S}'), k.k)
+  FROM (SELECT DISTINCT hashtext(a.t || E'\x1f' || a.i) AS k
+        FROM unnest($1::text[], $2::text[]) AS a(t, i) ORDER BY 1) k
+) l
+)SQL",
+                    schema);
+}
+
 std::string ClaimOrdered(const std::string& schema) {
   return WithSchema("SELECT * FROM {S}.claim_ordered($1, $2, $3, $4, $5)", schema);
 }

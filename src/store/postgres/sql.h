@@ -27,6 +27,7 @@ std::string RecordMigration(const std::string& schema);
 std::string Enqueue(const std::string& schema);
 
 // $1 batch, $2 owner, $3 lease ms, $4 max attempts, $5 FAILED holds its aggregate
+std::string LockAggregates(const std::string& schema);
 std::string ClaimOrdered(const std::string& schema);
 std::string ClaimUnordered(const std::string& schema);
 // $1 bigint[] seqs, $2 bigint[] tokens
