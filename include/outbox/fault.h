@@ -5,7 +5,9 @@
 // action is `crash` (_exit(70), as a SIGKILL would leave things), `abort`,
 // `error`, or `delay:MS`; `@N` after the action fires only on the N-th pass
 // (e.g. `Inbox::AfterCommitBeforeOffsetCommit=crash@3`). Unarmed, a fault point
-// costs one relaxed atomic load.
+// costs one relaxed atomic load. Only builds with the CMake option
+// OUTBOX_FAULT_POINTS (on with the tests, off in the release preset and the
+// .deb) have them; elsewhere OUTBOX_FAULT is `false` and OUTBOX_FAULTS is ignored.
 //
 // The names, in one list (also in docs/testing.md):
 //   Relay::AfterClaim                     rows claimed (leased), nothing published
@@ -41,7 +43,11 @@ bool AnyArmed();
 bool Hit(std::string_view name);
 
 // The cheap check to put in code: `if (OUTBOX_FAULT(kName)) return error;`
+#if defined(OUTBOX_FAULT_POINTS) && OUTBOX_FAULT_POINTS
 #define OUTBOX_FAULT(name) (::outbox::fault::AnyArmed() && ::outbox::fault::Hit(name))
+#else
+#define OUTBOX_FAULT(name) ((void)(name), false)
+#endif
 
 }  // namespace outbox::fault
 

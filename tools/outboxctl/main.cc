@@ -16,7 +16,7 @@
 //
 // --db defaults to $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP. Exit
 // codes: 0 success (trace: found), 1 the operation failed (database or broker
-// unreachable, SQL error), 2 bad usage, 3 trace: no such event.
+// unreachable, SQL error), 2 bad usage, 3 trace or skip: no such event.
 //
 // The operator queries (list, replay, trace) are in the namespace `sql` below:
 // all of this tool's SQL in one place.
