@@ -193,6 +193,53 @@ TEST_P(StoreContractTest, RescheduledRowComesBackWithAttemptsCounted) {
   EXPECT_EQ(again->events[0].attempts, 2);
 }
 
+// An attempt that did not implicate the event (held behind an earlier one, or
+// the broker down for the whole batch) is given back.
+TEST_P(StoreContractTest, RescheduleCanGiveTheClaimsAttemptBack) {
+  Event e = Ev("g", 1);
+  ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());
+  for (int i = 0; i < 5; ++i) {
+    auto c = store_->Claim(Opts());
+    ASSERT_TRUE(c.ok());
+    ASSERT_EQ(c->events.size(), 1u);
+    EXPECT_EQ(c->events[0].attempts, 1) << "round " << i;
+    RescheduleItem back{c->events[0].ticket, milliseconds(0), "broker unavailable", false};
+    ASSERT_TRUE(store_->Reschedule(std::span(&back, 1)).ok());
+  }
+}
+
+// The claim's byte bound: it stops before going over batch_bytes (payloads), in
+// a run and between heads; a row larger than the bound still comes, alone.
+TEST_P(StoreContractTest, AClaimStopsBeforeGoingOverBatchBytes) {
+  auto big = [](const std::string& agg, char c) {
+    Event e = Ev(agg, 0);
+    e.payload = std::string(4000, c);
+    return e;
+  };
+  std::vector<Event> evs = {big("a", '1'), big("a", '2'), big("a", '3'), big("b", '4'),
+                            big("c", '5')};
+  ASSERT_TRUE(harness_->Enqueue(evs).ok());
+  for (bool ordered : {true, false}) {
+    ClaimOptions o = Opts(100);
+    o.ordered = ordered;
+    o.batch_bytes = 10'000;  // two rows of 4,000 bytes, not three
+    auto c = store_->Claim(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->events.size(), 2u) << "ordered=" << ordered;
+    EXPECT_EQ(c->events[0].event.payload, std::string(4000, '1'));
+    EXPECT_EQ(c->events[1].event.payload, std::string(4000, '2'));
+    ASSERT_TRUE(store_->Reschedule(std::vector<RescheduleItem>{
+                    {c->events[0].ticket, milliseconds(0), "x", false},
+                    {c->events[1].ticket, milliseconds(0), "x", false}}).ok());
+    o.batch_bytes = 100;  // smaller than any row: one row comes anyway
+    auto one = store_->Claim(o);
+    ASSERT_TRUE(one.ok());
+    ASSERT_EQ(one->events.size(), 1u);
+    ASSERT_TRUE(store_->Reschedule(std::vector<RescheduleItem>{
+                    {one->events[0].ticket, milliseconds(0), "x", false}}).ok());
+  }
+}
+
 TEST_P(StoreContractTest, MarkFailedKeepsTheRowWithItsError) {
   Event e = Ev("f", 1);
   ASSERT_TRUE(harness_->Enqueue(std::span(&e, 1)).ok());

@@ -54,6 +54,9 @@ struct RelayOptions {
   // 2 cores: while two wait for the broker, two claim or mark (docs/benchmarks.md).
   int workers = 4;
   int batch_size = 500;  // rows per claim
+  // Payload bytes per claim (at least one row). With 1 MB events and 4 workers
+  // the relay holds ~4 x 8 MB of payloads plus copies, not 4 x 500 MB.
+  std::int64_t batch_bytes = 8 << 20;
   // Must exceed the transport's MaxPublishTime() so a live relay never loses its
   // rows mid-publish; checked at Create.
   milliseconds lease{60'000};

@@ -58,6 +58,9 @@ struct ClaimedEvent {
 
 struct ClaimOptions {
   int batch_size = 500;  // rows per claim round trip
+  // Payload bytes per claim: the claim stops before going over (one row always
+  // comes, however large). Bounds a worker's memory with large events.
+  std::int64_t batch_bytes = 8 << 20;
   // How long the claim holds a row. Must outlast a batch's publish: a relay that
   // has not finished by then loses the rows (its late marks are refused).
   std::chrono::milliseconds lease{30'000};

@@ -87,6 +87,7 @@ Status ValidateRelayOptions(const RelayOptions& o) {
   if (o.relay_id.empty()) return bad("id", "must not be empty");
   if (o.workers < 1 || o.workers > 64) return bad("workers", "must be 1..64");
   if (o.batch_size < 1 || o.batch_size > 10000) return bad("batch_size", "must be 1..10000");
+  if (o.batch_bytes < 1) return bad("batch_bytes", "must be >= 1");
   if (o.max_attempts < 1) return bad("max_attempts", "must be >= 1");
   if (o.backoff_base.count() < 1) return bad("backoff_base_ms", "must be >= 1");
   if (o.backoff_max < o.backoff_base) return bad("backoff_max_ms", "must be >= backoff_base_ms");
@@ -261,6 +262,7 @@ void Relay::WorkerLoop(int index) {
   std::mt19937_64 rng(std::random_device{}() ^ static_cast<std::uint64_t>(index));
   ClaimOptions co;
   co.batch_size = options_.batch_size;
+  co.batch_bytes = options_.batch_bytes;
   co.lease = options_.lease;
   co.owner = options_.relay_id;
   co.max_attempts = options_.max_attempts;

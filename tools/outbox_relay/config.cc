@@ -143,6 +143,9 @@ const std::vector<Key>& Keys() {
     k.push_back(Dur<std::chrono::milliseconds>(
         "relay.lease_ms", "OUTBOX_RELAY_LEASE_MS", 1000, kMaxMs,
         [](Config& c) -> std::chrono::milliseconds& { return c.relay.lease; }));
+    k.push_back(Int<std::int64_t>("relay.batch_bytes", "OUTBOX_RELAY_BATCH_BYTES", 1,
+                                  1LL << 34,
+                                  [](Config& c) -> std::int64_t& { return c.relay.batch_bytes; }));
     k.push_back(Int<int>("relay.max_attempts", "OUTBOX_RELAY_MAX_ATTEMPTS", 1, 1000000,
                          [](Config& c) -> int& { return c.relay.max_attempts; }));
     k.push_back(Dur<std::chrono::milliseconds>(

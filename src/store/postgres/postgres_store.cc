@@ -64,14 +64,17 @@ class PostgresStore final : public Store {
 
   Result<ClaimResult> Claim(const ClaimOptions& o) override {
     if (o.batch_size <= 0) return Status::InvalidArgument("claim: batch_size must be > 0");
+    if (o.batch_bytes <= 0) return Status::InvalidArgument("claim: batch_bytes must be > 0");
     if (o.lease.count() < 0) return Status::InvalidArgument("claim: lease must be >= 0");
     if (o.max_attempts <= 0) return Status::InvalidArgument("claim: max_attempts must be > 0");
     auto res = session_->Exec(
         "claim", o.ordered ? claim_ordered_ : claim_unordered_,
         {Param::Text(std::to_string(o.batch_size)), Param::Text(o.owner),
          Param::Text(std::to_string(o.lease.count())), Param::Text(std::to_string(o.max_attempts)),
-         Param::Text(o.failed_holds_aggregate ? "true" : "false")},
-        {pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid, pg::kBoolOid});
+         Param::Text(o.failed_holds_aggregate ? "true" : "false"),
+         Param::Text(std::to_string(o.batch_bytes))},
+        {pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid, pg::kBoolOid, pg::kInt8Oid},
+        /*result_format=*/1);
     if (!res.ok()) return res.status();
     const PGresult* r = res->get();
     ClaimResult out;
@@ -89,7 +92,7 @@ class PostgresStore final : public Store {
       ce.event.aggregate_type = pg::GetText(r, i, 2);
       ce.event.aggregate_id = pg::GetText(r, i, 3);
       ce.event.event_type = pg::GetText(r, i, 4);
-      ce.event.payload = pg::GetBytea(r, i, 5);
+      ce.event.payload = pg::GetText(r, i, 5);  // binary result: the raw bytes
       auto headers = pg::ParseHeadersJson(pg::GetText(r, i, 6));
       if (!headers.ok()) return headers.status();
       ce.event.headers = std::move(headers).value();

@@ -52,7 +52,8 @@ Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what) {
 }
 
 Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::string& sql,
-                             const std::vector<Param>& params, const std::vector<Oid>& types) {
+                             const std::vector<Param>& params, const std::vector<Oid>& types,
+                             int result_format) {
   std::vector<const char*> values(params.size());
   std::vector<int> lengths(params.size());
   std::vector<int> formats(params.size());
@@ -63,7 +64,7 @@ Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::str
   }
   ResultPtr res(PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()),
                              types.empty() ? nullptr : types.data(), values.data(),
-                             lengths.data(), formats.data(), 0));
+                             lengths.data(), formats.data(), result_format));
   Status st = CheckResult(conn, res.get(), what);
   if (!st.ok()) return st;
   return res;
@@ -111,9 +112,10 @@ Status Session::EnsureConnected() {
 }
 
 Result<ResultPtr> Session::Exec(std::string_view what, const std::string& sql,
-                                const std::vector<Param>& params, const std::vector<Oid>& types) {
+                                const std::vector<Param>& params, const std::vector<Oid>& types,
+                                int result_format) {
   OUTBOX_RETURN_IF_ERROR(EnsureConnected());
-  return ExecParams(conn_.get(), what, sql, params, types);
+  return ExecParams(conn_.get(), what, sql, params, types, result_format);
 }
 
 Status Session::ExecScript(std::string_view what, const std::string& sql) {
@@ -134,16 +136,6 @@ std::string GetText(const PGresult* res, int row, int col) {
 std::optional<std::string> GetOptionalText(const PGresult* res, int row, int col) {
   if (PQgetisnull(res, row, col)) return std::nullopt;
   return GetText(res, row, col);
-}
-
-std::string GetBytea(const PGresult* res, int row, int col) {
-  std::size_t len = 0;
-  unsigned char* raw =
-      PQunescapeBytea(reinterpret_cast<const unsigned char*>(PQgetvalue(res, row, col)), &len);
-  if (raw == nullptr) return {};
-  std::string out(reinterpret_cast<const char*>(raw), len);
-  PQfreemem(raw);
-  return out;
 }
 
 std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values) {

@@ -46,8 +46,10 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what
 Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what);
 
 // Runs one statement with parameters on `conn` (text results).
+// result_format 1 asks for binary results (raw bytea; text columns unchanged).
 Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::string& sql,
-                             const std::vector<Param>& params, const std::vector<Oid>& types = {});
+                             const std::vector<Param>& params, const std::vector<Oid>& types = {},
+                             int result_format = 0);
 
 class Session {
  public:
@@ -66,7 +68,7 @@ class Session {
 
   Result<ResultPtr> Exec(std::string_view what, const std::string& sql,
                          const std::vector<Param>& params = {},
-                         const std::vector<Oid>& types = {});
+                         const std::vector<Oid>& types = {}, int result_format = 0);
 
   // Runs several statements separated by ';' without parameters.
   Status ExecScript(std::string_view what, const std::string& sql);
@@ -86,7 +88,6 @@ class Session {
 std::int64_t GetInt64(const PGresult* res, int row, int col);
 std::string GetText(const PGresult* res, int row, int col);
 std::optional<std::string> GetOptionalText(const PGresult* res, int row, int col);
-std::string GetBytea(const PGresult* res, int row, int col);
 
 // "{1,2,3}" — a PostgreSQL array literal of integers.
 std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values);

@@ -178,7 +178,9 @@ ALTER TABLE {S}.outbox ADD COLUMN skipped_at timestamptz, ADD COLUMN skipped_by 
                        ADD COLUMN skip_reason text;
 CREATE INDEX outbox_set_aside_idx ON {S}.outbox (status, seq)
   WHERE status IN ('FAILED', 'SKIPPED');
-DROP FUNCTION {S}.claim_ordered(integer, text, bigint, integer, boolean);
+-- Upgrades drop the five-argument claim of versions 2-3; fresh installs have the
+-- current one from version 2 already and replace it with itself.
+DROP FUNCTION IF EXISTS {S}.claim_ordered(integer, text, bigint, integer, boolean);
 
 -- The relay's gauges, every few seconds on every relay: read only the partial
 -- indexes of unsent and set-aside rows, never the retained SENT rows (their count
@@ -220,7 +222,8 @@ $fn$;
 // shared update below turns them FAILED (they get no run).
 constexpr const char* kMigration2Head = R"SQL(
 CREATE FUNCTION {S}.claim_ordered(p_batch integer, p_owner text, p_lease_ms bigint,
-                                  p_max_attempts integer, p_failed_holds boolean)
+                                  p_max_attempts integer, p_failed_holds boolean,
+                                  p_max_bytes bigint)
   RETURNS TABLE (seq bigint, event_id text, aggregate_type text, aggregate_id text,
                  event_type text, payload bytea, headers text, dedup_key text, attempts integer,
                  lease_token bigint, status text, created_us bigint, age_us bigint)
@@ -239,10 +242,14 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
   v_seqs bigint[] := '{}';
+  v_bytes bigint := 0;  -- payload bytes taken so far (octet_length reads no TOAST)
+  v_run bigint[];
+  v_run_bytes bigint;
   h record;
 BEGIN
   FOR h IN
-    SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts
+    SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts,
+           octet_length(o.payload)::bigint AS len
     FROM {S}.outbox o
     WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
       -- A correlated scalar subquery, not NOT EXISTS: the planner may not turn
@@ -256,26 +263,32 @@ BEGIN
     LIMIT p_batch  -- never more heads than rows; also makes the planner walk the index
     FOR UPDATE OF o SKIP LOCKED
   LOOP
+    -- The byte bound: always at least one row, then stop before going over.
+    EXIT WHEN cardinality(v_seqs) > 0 AND v_bytes + h.len > p_max_bytes;
     v_seqs := v_seqs || h.seq;
+    v_bytes := v_bytes + h.len;
     EXIT WHEN cardinality(v_seqs) >= p_batch;
     IF h.attempts < p_max_attempts THEN
-      v_seqs := v_seqs || ARRAY(
-        SELECT w.seq FROM (
-          SELECT i.seq, bool_and(i.ok) OVER (ORDER BY i.seq) AS prefix_ok
-          FROM (
-            SELECT x.seq,
-                   (x.status IN ('PENDING', 'PROCESSING') AND x.available_at <= now()
-                    AND x.attempts < p_max_attempts) AS ok
-            FROM {S}.outbox x
-            WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
-              AND x.seq > h.seq AND x.status NOT IN ('SENT', 'SKIPPED')
-              AND (p_failed_holds OR x.status <> 'FAILED')
-            ORDER BY x.seq
-            LIMIT p_batch - cardinality(v_seqs)
-          ) i
-        ) w
-        WHERE w.prefix_ok
-        ORDER BY w.seq);
+      SELECT coalesce(array_agg(w.seq ORDER BY w.seq), '{}'), coalesce(max(w.run_bytes), 0)
+        INTO v_run, v_run_bytes
+      FROM (
+        SELECT i.seq, bool_and(i.ok) OVER (ORDER BY i.seq) AS prefix_ok,
+               sum(i.len) OVER (ORDER BY i.seq) AS run_bytes
+        FROM (
+          SELECT x.seq, octet_length(x.payload)::bigint AS len,
+                 (x.status IN ('PENDING', 'PROCESSING') AND x.available_at <= now()
+                  AND x.attempts < p_max_attempts) AS ok
+          FROM {S}.outbox x
+          WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
+            AND x.seq > h.seq AND x.status NOT IN ('SENT', 'SKIPPED')
+            AND (p_failed_holds OR x.status <> 'FAILED')
+          ORDER BY x.seq
+          LIMIT p_batch - cardinality(v_seqs)
+        ) i
+      ) w
+      WHERE w.prefix_ok AND w.run_bytes <= p_max_bytes - v_bytes;
+      v_seqs := v_seqs || v_run;
+      v_bytes := v_bytes + v_run_bytes;
       EXIT WHEN cardinality(v_seqs) >= p_batch;
     END IF;
   END LOOP;
@@ -292,15 +305,29 @@ $fn$;
 )SQL";
 
 constexpr const char* kClaimUnordered = R"SQL(
-WITH picked AS (
-  SELECT o.seq
+WITH candidates AS (
+  SELECT o.seq, octet_length(o.payload)::bigint AS len
   FROM {S}.outbox o
   WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
 ),
+picked AS (  -- the byte bound: at least one row, then stop before going over $6
+  SELECT c.seq FROM (
+    SELECT seq, sum(len) OVER (ORDER BY seq) AS cum, row_number() OVER (ORDER BY seq) AS n
+    FROM candidates) c
+  WHERE c.n = 1 OR c.cum <= $6
+),
 )SQL";
+
+// The claim's result, fetched in binary format so that payloads arrive as raw
+// bytes (not hex text, twice their size): every other column as text, whose
+// binary form is its text.
+constexpr const char* kClaimColumns =
+    "c.seq::text, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.payload, "
+    "c.headers, c.dedup_key, c.attempts::text, c.lease_token::text, c.status, "
+    "c.created_us::text, c.age_us::text";
 
 // lease_owner stays on SENT and FAILED rows: who sent it, or who gave up on it.
 // Shared tail of both claims: one token per claim, attempts counted at claim
@@ -324,8 +351,8 @@ WHERE o.seq = picked.seq
   AND o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
 RETURNING o.seq, o.event_id::text, o.aggregate_type, o.aggregate_id, o.event_type, o.payload,
           o.headers::text, o.dedup_key, o.attempts, o.lease_token, o.status,
-          (extract(epoch FROM o.created_at) * 1000000)::bigint,
-          (extract(epoch FROM now() - o.created_at) * 1000000)::bigint
+          (extract(epoch FROM o.created_at) * 1000000)::bigint AS created_us,
+          (extract(epoch FROM now() - o.created_at) * 1000000)::bigint AS age_us
 )SQL";
 
 // The claim's shared update, with the parameters named for use inside the
@@ -341,6 +368,16 @@ std::string ClaimUpdateForFunction() {
     for (std::size_t pos = t.find(from); pos != std::string::npos; pos = t.find(from, pos)) {
       t.replace(pos, from.size(), to);
     }
+  }
+  return t;
+}
+
+// The ordered claim function; `replace` for the migrations that redefine it.
+std::string ClaimFunction(bool replace) {
+  std::string t = std::string(kMigration2Head) + ClaimUpdateForFunction() + kMigration2Tail;
+  if (replace) {
+    const std::string from = "CREATE FUNCTION";
+    t.replace(t.find(from), from.size(), "CREATE OR REPLACE FUNCTION");
   }
   return t;
 }
@@ -367,15 +404,13 @@ std::vector<Migration> Migrations(const std::string& schema) {
   return {
       {1, "outbox table, indexes, enqueue()",
        WithSchema(std::string(kMigration1) + EnqueueFunction(false, false), schema)},
-      {2, "claim_ordered()",
-       WithSchema(std::string(kMigration2Head) + ClaimUpdateForFunction() + kMigration2Tail,
-                  schema)},
+      {2, "claim_ordered()", WithSchema(ClaimFunction(/*replace=*/false), schema)},
       {3, "enqueue(): opt-in NOTIFY (setting outbox.notify)",
        WithSchema(EnqueueFunction(true, true), schema)},
       {4, "SKIPPED state; claim_ordered() returns the age at claim; stats(); enqueue() limits "
           "payload + key + headers (outbox.max_event_bytes)",
-       WithSchema(std::string(kMigration4) + kMigration2Head + ClaimUpdateForFunction() +
-                      kMigration2Tail + EnqueueFunction(true, true),
+       WithSchema(std::string(kMigration4) + ClaimFunction(/*replace=*/true) +
+                      EnqueueFunction(true, true),
                   schema)},
   };
 }
@@ -427,11 +462,15 @@ SELECT count(*) FROM (
 }
 
 std::string ClaimOrdered(const std::string& schema) {
-  return WithSchema("SELECT * FROM {S}.claim_ordered($1, $2, $3, $4, $5)", schema);
+  return WithSchema(std::string("SELECT ") + kClaimColumns +
+                        " FROM {S}.claim_ordered($1, $2, $3, $4, $5, $6) c",
+                    schema);
 }
 
 std::string ClaimUnordered(const std::string& schema) {
-  return WithSchema(std::string(kClaimUnordered) + kClaimUpdate, schema);
+  return WithSchema(std::string("WITH claimed AS (") + kClaimUnordered + kClaimUpdate +
+                        ") SELECT " + kClaimColumns + " FROM claimed c",
+                    schema);
 }
 
 // The transitions select rows by primary key (`seq = ANY(...)`) and find each
