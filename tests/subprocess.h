@@ -58,6 +58,7 @@ class Subprocess {
     if (running()) kill(pid_, sig);
   }
   bool running() const { return pid_ > 0 && !exit_code_; }
+  pid_t pid() const { return pid_; }
 
   // Waits up to `timeout` for exit; returns the exit code (128+signal), or
   // nullopt if still running.

@@ -142,6 +142,11 @@ class Relay {
   void EndBrokerProbe();
   void EndBrokerRound(const relay_internal::Plan& plan, bool probing);
   milliseconds NextOutageDelay() const;
+  // Idle polling: one idle worker polls (sleeping `d` between claims), the
+  // others wait until it finds work (EndIdle) or a notification arrives, so idle
+  // workers do not each walk the rows held behind an in-flight hot aggregate.
+  void IdleWait(int index, milliseconds d);
+  void EndIdle(int index);
 
   RelayOptions options_;
   StoreFactory store_factory_;
@@ -160,6 +165,7 @@ class Relay {
   milliseconds outage_delay_{0};
   std::chrono::steady_clock::time_point outage_until_;  // GUARDED_BY(mu_)
   bool probe_in_flight_ = false;                         // GUARDED_BY(mu_)
+  int idle_poller_ = -1;  // GUARDED_BY(mu_): the worker polling for the idle ones
 };
 
 }  // namespace outbox

@@ -142,6 +142,27 @@ bool Relay::SleepFor(milliseconds d) {
   return !stopping_;
 }
 
+void Relay::IdleWait(int index, milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const std::uint64_t seen = wake_seq_;
+  auto woken = [&] { return stopping_.load() || wake_seq_ != seen; };
+  if (idle_poller_ < 0 || idle_poller_ == index) {
+    idle_poller_ = index;  // this worker polls for the idle ones
+    cv_.wait_for(lock, d, woken);
+    return;
+  }
+  // Another worker polls; wait for it to find work, for a notification, or (a
+  // safety net) a few poll intervals.
+  cv_.wait_for(lock, std::max(d, options_.poll_max * 4), woken);
+}
+
+void Relay::EndIdle(int index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_poller_ == index) idle_poller_ = -1;
+  ++wake_seq_;  // work found after idling: there may be more for the others
+  cv_.notify_all();
+}
+
 milliseconds Relay::NextOutageDelay() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (outage_delay_.count() == 0) return options_.backoff_base;
@@ -273,6 +294,7 @@ void Relay::WorkerLoop(int index) {
   bool db_ok = false;
   bool logged_down = false;
   bool logged_outage = false;
+  bool was_idle = false;
   milliseconds db_backoff{100};
   milliseconds idle = options_.poll_min;
   auto db_failed = [&](const Status& st) {
@@ -325,10 +347,17 @@ void Relay::WorkerLoop(int index) {
     std::vector<ClaimedEvent>& events = claim->events;
     if (events.empty()) {
       if (probing) EndBrokerProbe();
-      SleepFor(idle);
+      // An empty claim can be costly (it walked rows held behind in-flight
+      // events): never spend more than a fifth of the time on them.
+      const auto claim_cost =
+          std::chrono::duration_cast<milliseconds>(Clock::now() - claimed_at);
+      IdleWait(index, std::max(idle, 4 * claim_cost));
       idle = std::min(idle * 2, options_.poll_max);
+      was_idle = true;
       continue;
     }
+    if (was_idle) EndIdle(index);
+    was_idle = false;
     idle = options_.poll_min;
     (void)OUTBOX_FAULT(fault::kRelayAfterClaim);
     metrics_.claims.Inc();
@@ -443,6 +472,8 @@ void Relay::WorkerLoop(int index) {
     }
   }
   if (db_ok) --db_ok_workers_;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_poller_ == index) idle_poller_ = -1;
 }
 
 void Relay::HousekeepingLoop() {
