@@ -344,6 +344,83 @@ TEST_F(PostgresTest, EventSizeLimitIsPayloadPlusKeyPlusHeadersAndBothEnqueuesAgr
   EXPECT_GT(kDefaultMessageMaxBytes, 1'000'000 + 4096) << "room for the relay's own headers";
 }
 
+// Two batches whose aggregates collide on the 32-bit lock hash, in opposite name
+// order. Locking in name order (before) deadlocked here every time: D holds H1,
+// A queues for H1 first, B takes H2 then queues for H1; D lets go, A gets H1 and
+// waits for B's H2. Locking in key order, both queue for H1 first.
+TEST_F(PostgresTest, BatchesWhoseAggregatesCollideOnTheLockHashDoNotDeadlock) {
+  // Find two pairs of aggregate ids with equal hashtext(type \x1f id).
+  const std::string pairs = Exec(
+      conn_.get(),
+      "SELECT string_agg(ids, ';') FROM (SELECT string_agg('c' || g, ',' ORDER BY g) AS ids "
+      "FROM generate_series(1, 400000) g GROUP BY hashtext('order' || E'\\x1f' || 'c' || g) "
+      "HAVING count(*) = 2 ORDER BY 1 LIMIT 40) s");
+  std::vector<std::pair<std::string, std::string>> collide;
+  for (std::size_t pos = 0; pos < pairs.size();) {
+    std::size_t end = pairs.find(';', pos);
+    if (end == std::string::npos) end = pairs.size();
+    const std::string item = pairs.substr(pos, end - pos);
+    collide.push_back({item.substr(0, item.find(',')), item.substr(item.find(',') + 1)});
+    pos = end + 1;
+  }
+  ASSERT_GE(collide.size(), 2u) << pairs;
+  auto key = [&](const std::string& id) {
+    return std::stoll(Exec(conn_.get(), "SELECT hashtext('order' || E'\\x1f' || '" + id + "')"));
+  };
+  // A = {p, r}, B = {q, t} with hash(p) = hash(q) = H1 < H2 = hash(r) = hash(t),
+  // where A's name order is H1, H2 and B's is H2, H1 (swap roles to get there).
+  std::string p, q, r, t;
+  for (std::size_t i = 0; i < collide.size() && p.empty(); ++i) {
+    for (std::size_t j = 0; j < collide.size() && p.empty(); ++j) {
+      if (i == j || key(collide[i].first) >= key(collide[j].first)) continue;
+      for (int swap_i = 0; swap_i < 2 && p.empty(); ++swap_i) {
+        for (int swap_j = 0; swap_j < 2 && p.empty(); ++swap_j) {
+          auto [p1, q1] = collide[i];
+          auto [r1, t1] = collide[j];
+          if (swap_i) std::swap(p1, q1);
+          if (swap_j) std::swap(r1, t1);
+          if (p1 < r1 && t1 < q1) std::tie(p, q, r, t) = std::tie(p1, q1, r1, t1);
+        }
+      }
+    }
+  }
+  ASSERT_FALSE(p.empty()) << "no usable pair of collisions in: " << pairs;
+  const long long h1 = key(p);
+  auto ev = [](const std::string& id) {
+    Event e;
+    e.aggregate_type = "order";
+    e.aggregate_id = id;
+    e.event_type = "T";
+    e.payload = id;
+    return e;
+  };
+  PgConn d = Connect(url_), a = Connect(url_), b = Connect(url_);
+  Exec(d.get(), "BEGIN");
+  Exec(d.get(), "SELECT pg_advisory_xact_lock(hashtext('" + schema_ + "'), " + std::to_string(h1) + ")");
+  std::atomic<int> deadlocks{0}, ok{0};
+  auto run = [&](PGconn* c, std::vector<Event> evs) {
+    Exec(c, "BEGIN");
+    auto res = EnqueueBatch(c, evs, opts_);
+    if (res.ok()) {
+      ++ok;
+      Exec(c, "COMMIT");
+    } else {
+      if (res.status().message().find("40P01") != std::string::npos) ++deadlocks;
+      Exec(c, "ROLLBACK");
+    }
+  };
+  std::thread ta([&] { run(a.get(), {ev(p), ev(r)}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::thread tb([&] { run(b.get(), {ev(q), ev(t)}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Exec(d.get(), "COMMIT");
+  ta.join();
+  tb.join();
+  EXPECT_EQ(deadlocks.load(), 0);
+  EXPECT_EQ(ok.load(), 2);
+  EXPECT_EQ(Count("outbox"), "4");
+}
+
 TEST_F(PostgresTest, MigrateIsIdempotentAndSafeConcurrently) {
   EXPECT_TRUE(store_->Migrate().ok());
   std::string fresh = "t_" + RandomSuffix();
