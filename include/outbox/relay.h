@@ -142,6 +142,7 @@ class Relay {
   void EndBrokerProbe();
   void EndBrokerRound(const relay_internal::Plan& plan, bool probing);
   milliseconds NextOutageDelay() const;
+  milliseconds NextOutageDelayLocked() const;  // REQUIRES(mu_)
   // Idle polling: one idle worker polls (sleeping `d` between claims), the
   // others wait until it finds work (EndIdle) or a notification arrives, so idle
   // workers do not each walk the rows held behind an in-flight hot aggregate.

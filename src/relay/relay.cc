@@ -163,10 +163,14 @@ void Relay::EndIdle(int index) {
   cv_.notify_all();
 }
 
-milliseconds Relay::NextOutageDelay() const {
-  std::lock_guard<std::mutex> lock(mu_);
+milliseconds Relay::NextOutageDelayLocked() const {
   if (outage_delay_.count() == 0) return options_.backoff_base;
   return std::min(outage_delay_ * 2, options_.backoff_max);
+}
+
+milliseconds Relay::NextOutageDelay() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return NextOutageDelayLocked();
 }
 
 bool Relay::BrokerTurn(bool* probing) {
@@ -193,11 +197,10 @@ void Relay::EndBrokerRound(const relay_internal::Plan& plan, bool probing) {
   std::lock_guard<std::mutex> lock(mu_);
   if (probing) probe_in_flight_ = false;
   if (plan.outage) {
-    const milliseconds next = outage_delay_.count() == 0
-                                  ? options_.backoff_base
-                                  : std::min(outage_delay_ * 2, options_.backoff_max);
+    const milliseconds next = NextOutageDelayLocked();
     const auto until = Clock::now() + next;
-    // Several workers may report the same outage; the first one sets the pace.
+    // Several workers may report the same outage at once: the backoff only
+    // ever moves later, it is not shortened by a report that started earlier.
     if (until > outage_until_) {
       outage_delay_ = next;
       outage_until_ = until;

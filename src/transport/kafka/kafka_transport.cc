@@ -156,12 +156,12 @@ class KafkaTransport final : public Transport {
     // produce() call. Before producing, Publish may wait for topic metadata (at
     // most kMetadataBudget per call); the rest of the margin covers queueing and
     // the delivery-report callback.
-    return message_timeout_ + kMetadataBudget + std::chrono::milliseconds(2500);
+    return message_timeout_ + kMetadataBudget + kReportMargin;
   }
 
   std::string DescribeMaxPublishTime() const override {
     return timeout_source_ + "=" + std::to_string(message_timeout_.count()) + " + " +
-           std::to_string((kMetadataBudget + std::chrono::milliseconds(2500)).count()) +
+           std::to_string((kMetadataBudget + kReportMargin).count()) +
            " (topic metadata wait and delivery-report margin)";
   }
 
@@ -406,7 +406,10 @@ class KafkaTransport final : public Transport {
     (void)reason;
   }
 
+  // MaxPublishTime() = message.timeout.ms + the two below (5 s in all, as before
+  // the metadata wait was counted).
   static constexpr std::chrono::milliseconds kMetadataBudget{2500};
+  static constexpr std::chrono::milliseconds kReportMargin{2500};
 
   KafkaTransportOptions options_;
   std::chrono::milliseconds message_timeout_{10000};  // effective message.timeout.ms
