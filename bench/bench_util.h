@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -74,6 +75,25 @@ inline long MustExec(PGconn* c, const std::string& sql) {
   long n = st == PGRES_TUPLES_OK ? PQntuples(r) : std::atol(PQcmdTuples(r));
   PQclear(r);
   return n;
+}
+
+// The first column of the first row, or "" (errors included).
+inline std::string Scalar(PGconn* c, const std::string& sql) {
+  PGresult* r = PQexec(c, sql.c_str());
+  std::string v =
+      PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+  PQclear(r);
+  return v;
+}
+
+// Peak resident set (VmHWM) of a process, in KiB; -1 if unknown.
+inline long PeakRssKb(long pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
 }
 
 }  // namespace outbox::bench

@@ -31,26 +31,11 @@ namespace fs = std::filesystem;
 
 const std::string kSchema = "bench_edge";
 
-std::string Scalar(PGconn* c, const std::string& sql) {
-  PGresult* r = PQexec(c, sql.c_str());
-  std::string v =
-      PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
-  PQclear(r);
-  return v;
-}
 
 long Count(PGconn* c, const std::string& where) {
   return std::atol(Scalar(c, "SELECT count(*) FROM " + kSchema + ".outbox WHERE " + where).c_str());
 }
 
-long PeakRssKb(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
-  }
-  return -1;
-}
 
 std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                        const std::string& bootstrap,

@@ -12,21 +12,10 @@
 namespace outbox::testing {
 namespace {
 
-struct CtlRun {
-  int code = -1;
-  std::string out;
-};
+using CtlRun = CommandRun;
 
 CtlRun Ctl(const std::string& args) {
-  CtlRun r;
-  const std::string cmd = std::string(OUTBOX_OUTBOXCTL_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return RunCommand(std::string(OUTBOX_OUTBOXCTL_BIN) + " " + args);
 }
 
 class OutboxctlTest : public ::testing::Test {

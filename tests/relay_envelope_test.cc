@@ -2,28 +2,15 @@
 // event that can never be sent in front of later events of its aggregate, a
 // broker outage longer than max_attempts would allow, held followers after a
 // FAILED head, operator skip, and a lease shorter than a message's life.
-#include <sys/wait.h>
-
 #include "relay_fixture.h"
 
 namespace outbox::testing {
 namespace {
 
-struct CtlRun {
-  int code = -1;
-  std::string out;
-};
+using CtlRun = CommandRun;
 
 CtlRun Ctl(const std::string& args) {
-  CtlRun r;
-  const std::string cmd = std::string(OUTBOX_OUTBOXCTL_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return RunCommand(std::string(OUTBOX_OUTBOXCTL_BIN) + " " + args);
 }
 
 Event Ev(const std::string& agg, std::string payload) {

@@ -9,9 +9,11 @@
 
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -64,6 +66,24 @@ inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds
 inline std::string PostgresRestartCommand(const std::string& bin, const std::string& data) {
   const std::string as_pg = geteuid() == 0 ? "runuser -u postgres -- " : "";
   return as_pg + bin + "/pg_ctl -D " + data + " -m fast -w -t 60 restart >/dev/null";
+}
+
+// A shell command's exit code and its stdout+stderr.
+struct CommandRun {
+  int code = -1;
+  std::string out;
+};
+
+inline CommandRun RunCommand(const std::string& command) {
+  CommandRun r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
 }
 
 inline std::string RandomSuffix() {

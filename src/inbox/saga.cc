@@ -36,20 +36,6 @@ Status CheckNames(std::initializer_list<std::pair<const char*, const std::string
   return Status::Ok();
 }
 
-std::string TextArray(std::span<const std::string> values) {
-  std::string s = "{";
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i) s += ',';
-    s += '"';
-    for (char c : values[i]) {
-      if (c == '"' || c == '\\') s += '\\';
-      s += c;
-    }
-    s += '"';
-  }
-  return s + "}";
-}
-
 Result<bool> RunUpdate(pg_conn* txn, const std::string& sql, std::vector<pg::Param> params) {
   auto r = pg::ExecParams(txn, "saga", sql, params);
   if (!r.ok()) return r.status();
@@ -65,7 +51,7 @@ Result<bool> Transition(pg_conn* txn, const StateColumn& c, const std::string& i
   const std::string sql = "UPDATE " + c.table + " SET " + c.state_column + " = $3 WHERE " +
                           c.id_column + "::text = $1 AND " + c.state_column + " = ANY($2::text[])";
   return RunUpdate(txn, sql,
-                   {pg::Param::Text(id), pg::Param::Text(TextArray(from)), pg::Param::Text(to)});
+                   {pg::Param::Text(id), pg::Param::Text(pg::TextArrayLiteral(from)), pg::Param::Text(to)});
 }
 
 Result<bool> AdvanceVersion(pg_conn* txn, const std::string& table, const std::string& id_column,

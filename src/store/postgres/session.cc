@@ -148,7 +148,7 @@ std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values) {
   return s;
 }
 
-std::string TextArrayLiteral(const std::vector<std::string>& values) {
+std::string TextArrayLiteral(std::span<const std::string> values) {
   std::string s = "{";
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (i) s += ',';

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,7 +93,7 @@ std::optional<std::string> GetOptionalText(const PGresult* res, int row, int col
 // "{1,2,3}" — a PostgreSQL array literal of integers.
 std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values);
 // A text[] literal; every element quoted and escaped.
-std::string TextArrayLiteral(const std::vector<std::string>& values);
+std::string TextArrayLiteral(std::span<const std::string> values);
 
 inline constexpr Oid kTextOid = 25;
 inline constexpr Oid kByteaOid = 17;
