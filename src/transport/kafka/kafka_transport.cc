@@ -177,7 +177,12 @@ class KafkaTransport final : public Transport {
     const auto deadline = start + MaxPublishTime();
     {
       std::shared_lock<std::shared_mutex> l(rk_mu_);
-      LearnTopics(events, start + kMetadataBudget);
+      // Waits before a message is handed over (topic metadata, a full local
+      // queue) end by produce_by, so that every produced message's own
+      // message.timeout.ms still ends inside MaxPublishTime(): none can
+      // outlive the call (and the lease) in librdkafka's queue.
+      const auto produce_by = start + kMetadataBudget;
+      LearnTopics(events, produce_by);
       // Aggregates with an event that failed before reaching the broker: their
       // later events in this batch must not overtake it (Transport::Publish).
       std::set<std::pair<std::string_view, std::string_view>> stopped;
@@ -190,7 +195,7 @@ class KafkaTransport final : public Transport {
                               "not sent: an earlier event of this aggregate failed first"});
           continue;
         }
-        if (!Produce(events[i], batch, i, deadline)) stopped.insert(key);
+        if (!Produce(events[i], batch, i, produce_by)) stopped.insert(key);
       }
     }
     std::unique_lock<std::mutex> l(batch->mu);
@@ -326,7 +331,7 @@ class KafkaTransport final : public Transport {
   // Hands one event to librdkafka. False if it was refused before reaching the
   // broker (its outcome is then already recorded in `batch`).
   bool Produce(const ClaimedEvent& ce, const std::shared_ptr<BatchState>& batch, std::size_t i,
-               Clock::time_point deadline) {
+               Clock::time_point produce_by) {
     if (!rk_) {
       batch->Complete(i, Unavailable("kafka producer unavailable"));
       return false;
@@ -360,7 +365,7 @@ class KafkaTransport final : public Transport {
           RD_KAFKA_V_OPAQUE(slot), RD_KAFKA_V_END);
 #pragma GCC diagnostic pop
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return true;  // headers now owned by librdkafka
-      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && Clock::now() < deadline) {
+      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && Clock::now() < produce_by) {
         // The bounded local queue is full: wait for delivery reports to drain it.
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
         continue;
@@ -407,7 +412,8 @@ class KafkaTransport final : public Transport {
   }
 
   // MaxPublishTime() = message.timeout.ms + the two below (5 s in all, as before
-  // the metadata wait was counted).
+  // the metadata wait was counted). kMetadataBudget bounds every wait before a
+  // message is produced; kReportMargin covers the delivery-report callback.
   static constexpr std::chrono::milliseconds kMetadataBudget{2500};
   static constexpr std::chrono::milliseconds kReportMargin{2500};
 
