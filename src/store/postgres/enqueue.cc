@@ -89,21 +89,13 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
     types.push_back(e.aggregate_type);
     ids.push_back(e.aggregate_id);
   }
-  {
-    auto res = pg::ExecParams(conn, "enqueue batch: lock aggregates",
-                              pg::sql::LockAggregates(options.schema),
-                              {pg::Param::Text(pg::TextArrayLiteral(types)),
-                               pg::Param::Text(pg::TextArrayLiteral(ids))});
-    if (!res.ok()) return res.status();
-  }
-
   if (PQenterPipelineMode(conn) != 1) {
     return Status::FailedPrecondition("enqueue: cannot enter pipeline mode: " +
                                       std::string(PQerrorMessage(conn)));
   }
   Status first_error;
-  for (std::size_t idx : order) {
-    auto params = EnqueueParams(events[idx]);
+  auto send = [&](const std::string& text, const std::vector<pg::Param>& params,
+                  const Oid* param_types) {
     std::vector<const char*> values(params.size());
     std::vector<int> lengths(params.size()), formats(params.size());
     for (std::size_t p = 0; p < params.size(); ++p) {
@@ -111,11 +103,20 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
       lengths[p] = static_cast<int>(params[p].value.size());
       formats[p] = params[p].binary ? 1 : 0;
     }
-    if (PQsendQueryParams(conn, sql.c_str(), static_cast<int>(params.size()), kEnqueueTypes.data(),
+    if (PQsendQueryParams(conn, text.c_str(), static_cast<int>(params.size()), param_types,
                           values.data(), lengths.data(), formats.data(), 0) != 1) {
       first_error = pg::StatusFromResult(conn, nullptr, "enqueue batch: send");
-      break;
+      return false;
     }
+    return true;
+  };
+  // First in the pipeline (same round trip): the aggregate locks in key order.
+  bool sent = send(pg::sql::LockAggregates(options.schema),
+                   {pg::Param::Text(pg::TextArrayLiteral(types)),
+                    pg::Param::Text(pg::TextArrayLiteral(ids))},
+                   nullptr);
+  for (std::size_t i = 0; sent && i < order.size(); ++i) {
+    sent = send(sql, EnqueueParams(events[order[i]]), kEnqueueTypes.data());
   }
   if (PQpipelineSync(conn) != 1) {
     // Nothing will arrive; the connection is broken and the caller must roll back.
@@ -123,7 +124,9 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
     PQexitPipelineMode(conn);
     return first_error.ok() ? st : first_error;
   }
-  // Drain every result up to the sync point, whatever happened.
+  // Drain every result up to the sync point, whatever happened. The first
+  // result is the lock statement's.
+  bool lock_result_seen = false;
   std::size_t k = 0;
   for (;;) {
     pg::ResultPtr res(PQgetResult(conn));
@@ -136,7 +139,9 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
     }
     ExecStatusType st = PQresultStatus(res.get());
     if (st == PGRES_PIPELINE_SYNC) break;
-    if (st == PGRES_TUPLES_OK && k < order.size()) {
+    if (st == PGRES_TUPLES_OK && !lock_result_seen) {
+      lock_result_seen = true;
+    } else if (st == PGRES_TUPLES_OK && k < order.size()) {
       out[order[k]] = ReadRow(res.get());
       ++k;
     } else if (st != PGRES_TUPLES_OK && first_error.ok()) {
