@@ -192,11 +192,8 @@ CREATE FUNCTION {S}.stats()
   LANGUAGE sql STABLE
   SET enable_seqscan = off
 AS $fn$
-  SELECT
-    (SELECT count(*) FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING') AND status = 'PENDING'),
-    (SELECT count(*) FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING') AND status = 'PROCESSING'),
-    (SELECT count(*) FROM {S}.outbox WHERE status IN ('FAILED', 'SKIPPED') AND status = 'FAILED'),
-    (SELECT count(*) FROM {S}.outbox WHERE status IN ('FAILED', 'SKIPPED') AND status = 'SKIPPED'),
+  -- One pass over each partial index: unsent rows, and set-aside rows.
+  SELECT u.pending, u.processing, a.failed, a.skipped,
     coalesce((SELECT (extract(epoch FROM clock_timestamp() - created_at) * 1000)::bigint
               FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING')
               ORDER BY seq LIMIT 1), 0),
@@ -206,6 +203,12 @@ AS $fn$
          SELECT 1 FROM {S}.outbox p
          WHERE p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
            AND p.seq > f.seq AND p.status IN ('PENDING', 'PROCESSING'))) h)
+  FROM (SELECT count(*) FILTER (WHERE status = 'PENDING') AS pending,
+               count(*) FILTER (WHERE status = 'PROCESSING') AS processing
+        FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING')) u,
+       (SELECT count(*) FILTER (WHERE status = 'FAILED') AS failed,
+               count(*) FILTER (WHERE status = 'SKIPPED') AS skipped
+        FROM {S}.outbox WHERE status IN ('FAILED', 'SKIPPED')) a
 $fn$;
 )SQL";
 
