@@ -351,10 +351,10 @@ void Relay::WorkerLoop(int index) {
     if (events.empty()) {
       if (probing) EndBrokerProbe();
       // An empty claim can be costly (it walked rows held behind in-flight
-      // events): never spend more than a fifth of the time on them.
+      // events): the idle poller waits at least as long as its last one took.
       const auto claim_cost =
           std::chrono::duration_cast<milliseconds>(Clock::now() - claimed_at);
-      IdleWait(index, std::max(idle, 4 * claim_cost));
+      IdleWait(index, std::max(idle, claim_cost));
       idle = std::min(idle * 2, options_.poll_max);
       was_idle = true;
       continue;
