@@ -44,7 +44,7 @@ table="$(awk '
   $2 == "run" { who = $1; line = $0; sub(/^[a-z]+ run 1: /, "", line); rate = line; sub(/ events\/s$/, "", rate); sub(/.* /, "", rate)
     name = line; sub(/ +[0-9]+ events\/s$/, "", name); if (!(name in seen)) { seen[name] = 1; order[++n] = name }
     v[who, name] = v[who, name] " " rate }
-  $2 == "|" { who = $1; split($0, f, "|"); p50[who] = p50[who] " " f[5] + 0; p99[who] = p99[who] " " f[6] + 0; load[who] = load[who] " " f[2] + 0 }
+  $2 == "|" { who = $1; split($0, f, "|"); p50[who] = p50[who] " " f[4] + 0; p99[who] = p99[who] " " f[5] + 0; load[who] = load[who] " " f[2] + 0 }
   END {
     print "| drain method | this commit, median events/s | base, median events/s | this / base |"
     print "|---|---|---|---|"

@@ -182,6 +182,23 @@ CREATE INDEX outbox_set_aside_idx ON {S}.outbox (status, seq)
 -- current one from version 2 already and replace it with itself.
 DROP FUNCTION IF EXISTS {S}.claim_ordered(integer, text, bigint, integer, boolean);
 
+-- EnqueueBatch's locks, in lock-key order (see sql::LockAggregates).
+CREATE FUNCTION {S}.lock_aggregates(p_types text[], p_ids text[]) RETURNS integer
+  LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+  k integer;
+  n integer := 0;
+BEGIN
+  FOR k IN SELECT DISTINCT hashtext(a.t || E'\x1f' || a.i)
+           FROM unnest(p_types, p_ids) AS a(t, i) ORDER BY 1 LOOP
+    PERFORM pg_advisory_xact_lock(hashtext('{S}'), k);
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END
+$fn$;
+
 -- The relay's gauges, every few seconds on every relay: read only the partial
 -- indexes of unsent and set-aside rows, never the retained SENT rows (their count
 -- is not part of it; see CountSent). A function, so that stale statistics cannot
@@ -460,16 +477,10 @@ std::string Enqueue(const std::string& schema) {
 // Takes a batch's per-aggregate locks (the ones enqueue() takes one by one) up
 // front, in lock-key order: two batches over colliding keys then lock in the
 // same order and cannot deadlock. enqueue()'s own lock calls are re-entrant.
+// (A function so that its plan is cached per session.)
 // $1 aggregate types, $2 aggregate ids (text arrays of equal length)
 std::string LockAggregates(const std::string& schema) {
-  return WithSchema(R"SQL(
-SELECT count(*) FROM (
-  SELECT pg_advisory_xact_lock(hashtext('{S}'), k.k)
-  FROM (SELECT DISTINCT hashtext(a.t || E'\x1f' || a.i) AS k
-        FROM unnest($1::text[], $2::text[]) AS a(t, i) ORDER BY 1) k
-) l
-)SQL",
-                    schema);
+  return WithSchema("SELECT {S}.lock_aggregates($1::text[], $2::text[])", schema);
 }
 
 std::string ClaimOrdered(const std::string& schema) {
