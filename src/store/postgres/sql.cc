@@ -126,21 +126,23 @@ BEGIN
     RAISE EXCEPTION 'outbox.enqueue: headers must be a JSON object of string values'
       USING ERRCODE = '22023';
   END IF;
-  v_size := octet_length(enqueue.payload) + octet_length(enqueue.aggregate_id)
-            + coalesce((SELECT sum(octet_length(h.key) + octet_length(h.value #>> '{}'))
-                        FROM jsonb_each(enqueue.headers) AS h), 0);
+  -- One pass over the headers: the first invalid name, and their size.
+  SELECT (array_agg(h.key) FILTER (
+            WHERE jsonb_typeof(h.value) <> 'string' OR h.key !~ '^[A-Za-z0-9._-]{1,128}$'
+               OR h.key LIKE 'outbox-%'))[1],
+         coalesce(sum(octet_length(h.key) + octet_length(h.value #>> '{}')), 0)
+    INTO v_bad, v_size
+    FROM jsonb_each(enqueue.headers) AS h;
+  IF v_bad IS NOT NULL THEN
+    RAISE EXCEPTION 'outbox.enqueue: header "%" is invalid (name [A-Za-z0-9._-]{1,128}, not "outbox-*", string value)',
+      v_bad USING ERRCODE = '22023';
+  END IF;
+  v_size := v_size + octet_length(enqueue.payload) + octet_length(enqueue.aggregate_id);
   IF v_size > v_max THEN
     RAISE EXCEPTION 'outbox.enqueue: event is % bytes (payload % + aggregate_id % + headers %); the limit is % (setting outbox.max_event_bytes)',
       v_size, octet_length(enqueue.payload), octet_length(enqueue.aggregate_id),
       v_size - octet_length(enqueue.payload) - octet_length(enqueue.aggregate_id), v_max
       USING ERRCODE = '22023';
-  END IF;
-  SELECT h.key INTO v_bad FROM jsonb_each(enqueue.headers) AS h
-   WHERE jsonb_typeof(h.value) <> 'string' OR h.key !~ '^[A-Za-z0-9._-]{1,128}$'
-      OR h.key LIKE 'outbox-%' LIMIT 1;
-  IF FOUND THEN
-    RAISE EXCEPTION 'outbox.enqueue: header "%" is invalid (name [A-Za-z0-9._-]{1,128}, not "outbox-*", string value)',
-      v_bad USING ERRCODE = '22023';
   END IF;
 
   -- Serialise enqueuers of one aggregate until commit, so that row order (seq)
@@ -183,19 +185,14 @@ CREATE INDEX outbox_set_aside_idx ON {S}.outbox (status, seq)
 DROP FUNCTION IF EXISTS {S}.claim_ordered(integer, text, bigint, integer, boolean);
 
 -- EnqueueBatch's locks, in lock-key order (see sql::LockAggregates).
-CREATE FUNCTION {S}.lock_aggregates(p_types text[], p_ids text[]) RETURNS integer
+CREATE FUNCTION {S}.lock_aggregates(p_types text[], p_ids text[]) RETURNS void
   LANGUAGE plpgsql VOLATILE
 AS $fn$
-DECLARE
-  k integer;
-  n integer := 0;
 BEGIN
-  FOR k IN SELECT DISTINCT hashtext(a.t || E'\x1f' || a.i)
-           FROM unnest(p_types, p_ids) AS a(t, i) ORDER BY 1 LOOP
-    PERFORM pg_advisory_xact_lock(hashtext('{S}'), k);
-    n := n + 1;
-  END LOOP;
-  RETURN n;
+  -- One statement: the subquery's rows reach the lock calls in key order.
+  PERFORM pg_advisory_xact_lock(hashtext('{S}'), s.k)
+  FROM (SELECT DISTINCT hashtext(a.t || E'\x1f' || a.i) AS k
+        FROM unnest(p_types, p_ids) AS a(t, i) ORDER BY 1) s;
 END
 $fn$;
 
