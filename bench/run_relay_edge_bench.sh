@@ -48,12 +48,18 @@ flight at a time, at most \`batch_size\` events per batch).
 
 $large
 
+The payloads are one repeated byte, which PostgreSQL's TOAST compresses on disk; the
+relay still fetches, holds and produces each as 1,000,000 bytes. The claim stops at
+\`relay.batch_bytes\` (8 MiB) per worker, payloads arrive in binary, and librdkafka's
+queue is bounded (\`queue.buffering.max.kbytes=65536\`).
+
 #### Purge and stats with millions of retained SENT rows
 
 $big
 
 The SENT rows are 8 days old (retention 7 days); the relay runs with
-\`retention.purge_interval_s=1\` while a producer offers the load shown; "all purged
-after" is from starting the relay. \`stats()\` is timed from a separate session.
+\`retention.purge_interval_s=1\` while one producer offers the load shown (it aims at
+5,000 events/s, 50 per transaction every 10 ms; the figure is what it reached); "all
+purged after" is from starting the relay. \`stats()\` is timed from a separate session.
 MD
 echo "updated $DOC" >&2
