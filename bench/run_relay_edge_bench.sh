@@ -61,5 +61,8 @@ The SENT rows are 8 days old (retention 7 days); the relay runs with
 \`retention.purge_interval_s=1\` while one producer offers the load shown (it aims at
 5,000 events/s, 50 per transaction every 10 ms; the figure is what it reached); "all
 purged after" is from starting the relay. \`stats()\` is timed from a separate session.
+On a shared 2-core machine the producer, the relay, its purge and PostgreSQL compete
+for the same cores, so the producer may not reach 5,000 events/s; compare the purge
+rate with the ingest it must outpace (2 × 5,000 = 10,000 rows/s).
 MD
 echo "updated $DOC" >&2
