@@ -432,7 +432,7 @@ std::vector<Migration> Migrations(const std::string& schema) {
       {2, "claim_ordered()", WithSchema(ClaimFunction(/*replace=*/false), schema)},
       {3, "enqueue(): opt-in NOTIFY (setting outbox.notify)",
        WithSchema(EnqueueFunction(true, true), schema)},
-      {4, "SKIPPED state; claim_ordered() returns the age at claim; stats(); enqueue() limits "
+      {4, "SKIPPED state; claim_ordered() returns the age at claim; stats(); lock_aggregates(); enqueue() limits "
           "payload + key + headers (outbox.max_event_bytes)",
        WithSchema(std::string(kMigration4) + ClaimFunction(/*replace=*/true) +
                       EnqueueFunction(true, true),
