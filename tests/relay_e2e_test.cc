@@ -61,14 +61,7 @@ TEST_F(RelayE2ETest, FatalPublishErrorFailsThatRowOnlyAndHoldsItsAggregate) {
   EnqueueOptions eo;
   eo.schema = schema_;
   std::vector<Event> evs;
-  auto ev = [](const std::string& agg, const std::string& payload) {
-    Event e;
-    e.aggregate_type = "order";
-    e.aggregate_id = agg;
-    e.event_type = "OrderChanged";
-    e.payload = payload;
-    return e;
-  };
+  auto ev = OrderEvent;
   evs.push_back(ev("big", std::string(20000, 'x')));
   evs.push_back(ev("big", "after-the-big-one"));
   for (int i = 0; i < 20; ++i) evs.push_back(ev("small-" + std::to_string(i), "fine#0"));

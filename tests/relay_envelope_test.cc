@@ -13,14 +13,7 @@ CtlRun Ctl(const std::string& args) {
   return RunCommand(std::string(OUTBOX_OUTBOXCTL_BIN) + " " + args);
 }
 
-Event Ev(const std::string& agg, std::string payload) {
-  Event e;
-  e.aggregate_type = "order";
-  e.aggregate_id = agg;
-  e.event_type = "OrderChanged";
-  e.payload = std::move(payload);
-  return e;
-}
+Event Ev(const std::string& agg, std::string payload) { return OrderEvent(agg, std::move(payload)); }
 
 class RelayEnvelopeTest : public RelayE2ETest {
  protected:

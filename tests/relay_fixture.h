@@ -26,6 +26,16 @@ using namespace std::chrono_literals;
 inline const char* kTopic = "outbox.event.order";
 constexpr int kPartitions = 8;
 
+// One OrderChanged event of aggregate `aggregate_id` (topic kTopic).
+inline Event OrderEvent(const std::string& aggregate_id, std::string payload) {
+  Event e;
+  e.aggregate_type = "order";
+  e.aggregate_id = aggregate_id;
+  e.event_type = "OrderChanged";
+  e.payload = std::move(payload);
+  return e;
+}
+
 class RelayE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -108,11 +118,7 @@ class RelayE2ETest : public ::testing::Test {
   // the admin session (which keeps its settings, e.g. outbox.notify). False if
   // the enqueue failed (the transaction is then rolled back).
   bool EnqueueOne(const std::string& aggregate_id, std::string payload) {
-    Event e;
-    e.aggregate_type = "order";
-    e.aggregate_id = aggregate_id;
-    e.event_type = "OrderChanged";
-    e.payload = std::move(payload);
+    Event e = OrderEvent(aggregate_id, std::move(payload));
     EnqueueOptions eo;
     eo.schema = schema_;
     Exec(admin_.get(), "BEGIN");

@@ -36,9 +36,6 @@
 #include "outbox/transport.h"
 
 namespace outbox {
-namespace relay_internal {
-struct Plan;
-}
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -140,7 +137,9 @@ class Relay {
   // after a backoff); false after waiting a while (call again).
   bool BrokerTurn(bool* probing);
   void EndBrokerProbe();
-  void EndBrokerRound(const relay_internal::Plan& plan, bool probing);
+  // After a batch: `outage` (no broker at all) extends the shared backoff,
+  // `broker_answered` (anything acked) ends it.
+  void EndBrokerRound(bool outage, bool broker_answered, bool probing);
   milliseconds NextOutageDelay() const;
   milliseconds NextOutageDelayLocked() const;  // REQUIRES(mu_)
   // Idle polling: one idle worker polls (sleeping `d` between claims), the

@@ -193,10 +193,10 @@ void Relay::EndBrokerProbe() {
   cv_.notify_all();
 }
 
-void Relay::EndBrokerRound(const relay_internal::Plan& plan, bool probing) {
+void Relay::EndBrokerRound(bool outage, bool broker_answered, bool probing) {
   std::lock_guard<std::mutex> lock(mu_);
   if (probing) probe_in_flight_ = false;
-  if (plan.outage) {
+  if (outage) {
     const milliseconds next = NextOutageDelayLocked();
     const auto until = Clock::now() + next;
     // Several workers may report the same outage at once: the backoff only
@@ -205,7 +205,7 @@ void Relay::EndBrokerRound(const relay_internal::Plan& plan, bool probing) {
       outage_delay_ = next;
       outage_until_ = until;
     }
-  } else if (!plan.sent.empty() || plan.held_back > 0) {
+  } else if (broker_answered) {
     outage_delay_ = milliseconds(0);
   }
   cv_.notify_all();
@@ -371,7 +371,7 @@ void Relay::WorkerLoop(int index) {
     const auto acked_at = Clock::now();
     (void)OUTBOX_FAULT(fault::kRelayAfterPublishBeforeMarkSent);
     Plan plan = PlanTransitions(events, results, options_, NextOutageDelay(), rng);
-    EndBrokerRound(plan, probing);
+    EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, probing);
     for (std::size_t i = 0; i < events.size(); ++i) {
       if (results[i].outcome == PublishOutcome::kAcked) {
         // Age at claim by the database's clock + claim-to-ack by ours: each

@@ -162,8 +162,8 @@ WITH target AS (
   RETURNING o.seq
 ), followers AS (
   UPDATE {S}.outbox o SET attempts = 0
-  FROM (SELECT DISTINCT aggregate_type, aggregate_id, min(seq) OVER
-          (PARTITION BY aggregate_type, aggregate_id) AS first_seq FROM target) t
+  FROM (SELECT aggregate_type, aggregate_id, min(seq) AS first_seq FROM target
+        GROUP BY aggregate_type, aggregate_id) t
   WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
     AND o.seq > t.first_seq AND o.status = 'PENDING' AND NOT $4::boolean
   RETURNING o.seq
