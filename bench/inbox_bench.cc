@@ -16,6 +16,8 @@
 #include "bench_util.h"
 #include "outbox/consumer.h"
 #include "outbox/inbox.h"
+#include "outbox/kafka.h"
+#include "outbox/postgres_inbox.h"
 #include "mock_broker.h"
 
 namespace {
@@ -74,17 +76,6 @@ int main(int argc, char** argv) {
   MustExec(admin, "DROP SCHEMA IF EXISTS " + kSchema + " CASCADE");
   MustExec(admin, "CREATE SCHEMA " + kSchema);
   MustExec(admin, "CREATE TABLE " + kSchema + ".effects (k text, n int)");
-  InboxOptions io;
-  io.conninfo = url;
-  io.schema = kSchema;
-  io.consumer = "bench";
-  auto inbox = Inbox::Open(io);
-  if (!inbox.ok() || !(*inbox)->Migrate().ok()) return 1;
-  InboxOptions uncounted_io = io;
-  uncounted_io.count_duplicates = false;
-  auto uncounted = Inbox::Open(uncounted_io);
-  if (!uncounted.ok()) return 1;
-
   const std::string insert = "INSERT INTO " + kSchema + ".effects VALUES ($1, 1)";
   Handler handler = [&](const InboundMessage& m, pg_conn* txn) {
     const char* v[] = {m.key.c_str()};
@@ -109,18 +100,36 @@ int main(int argc, char** argv) {
     PQclear(res);
     return ok ? HandlerResult::Ok() : HandlerResult::Transient("insert failed");
   };
+  PostgresInboxOptions io;
+  io.conninfo = url;
+  io.schema = kSchema;
+  io.consumer = "bench";
+  auto inbox = OpenPostgresInbox(io, handler);
+  if (!inbox.ok() || !(*inbox)->Migrate().ok()) return 1;
+  auto batch_inbox = OpenPostgresInbox(io, handler, batch_handler);
+  if (!batch_inbox.ok()) return 1;
+  PostgresInboxOptions uncounted_io = io;
+  uncounted_io.count_duplicates = false;
+  auto uncounted = OpenPostgresInbox(uncounted_io, handler, batch_handler);
+  if (!uncounted.ok()) return 1;
   NullLogger quiet;
   // Consumes the whole topic with a fresh consumer group until every message was
   // applied (`replay` false) or absorbed as a duplicate (`replay` true: the topic
   // was applied before). Timed from the first message with that outcome (the
   // mock's group join, ~3 s, is left out); returns messages/s.
   int group_seq = 0;
-  auto timed_consume = [&](Inbox& into, const BatchHandler& bh, bool replay) -> double {
+  auto timed_consume = [&](InboxStore& into, bool replay) -> double {
+    KafkaInboxSourceOptions so;
+    so.properties = {{"bootstrap.servers", bootstrap}, {"group.id", "bench-" + std::to_string(group_seq++)}};
+    auto source = OpenKafkaInboxSource(so, quiet);
+    if (!source.ok()) {
+      std::fprintf(stderr, "%s\n", source.status().ToString().c_str());
+      std::exit(1);
+    }
     ConsumerOptions co;
-    co.properties = {{"bootstrap.servers", bootstrap}, {"group.id", "bench-" + std::to_string(group_seq++)}};
     co.topics = {kTopic};
     co.batch_size = f.Int("batch");
-    auto consumer = Consumer::Create(co, into, DedupByEventId(), handler, quiet, bh);
+    auto consumer = Consumer::Create(co, **source, into, DedupByEventId(), quiet);
     if (!consumer.ok()) {
       std::fprintf(stderr, "%s\n", consumer.status().ToString().c_str());
       std::exit(1);
@@ -149,7 +158,7 @@ int main(int argc, char** argv) {
     const bool use_batch = r % 2 == 1;  // the two handlers alternate, run by run
     MustExec(admin, "TRUNCATE " + kSchema + ".effects, " + kSchema + ".inbox_stamps");
     auto& into = use_batch ? batch_rates : rates;
-    into.push_back(timed_consume(**inbox, use_batch ? batch_handler : BatchHandler(), false));
+    into.push_back(timed_consume(use_batch ? **batch_inbox : **inbox, false));
     const std::string n = std::to_string(MustExec(admin, "SELECT 1 FROM " + kSchema + ".effects"));
     std::fprintf(stderr, "run %d (%s): %.0f effects/s (%s effect rows)\n", r / 2 + 1,
                  use_batch ? "batch handler" : "per-message handler", into.back(), n.c_str());
@@ -158,7 +167,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < 2; ++k) {
         const bool counted = (k == 0) == counted_first;
         (counted ? replay_counted : replay_uncounted)
-            .push_back(timed_consume(counted ? **inbox : **uncounted, batch_handler, true));
+            .push_back(timed_consume(counted ? **batch_inbox : **uncounted, true));
         std::fprintf(stderr, "run %d replay (%s): %.0f copies/s absorbed\n", r / 2 + 1,
                      counted ? "counted" : "not counted",
                      (counted ? replay_counted : replay_uncounted).back());
@@ -181,7 +190,7 @@ int main(int argc, char** argv) {
   std::printf("\n| replay of the applied topic (every message a duplicate) | events | batch | median copies absorbed/s | runs |\n|---|---|---|---|---|\n");
   std::printf("| duplicates counted on the stamps (default) | %d | %d | %.0f | %s |\n", events,
               f.Int("batch"), Median(replay_counted), list(replay_counted).c_str());
-  std::printf("| not counted (`InboxOptions::count_duplicates = false`) | %d | %d | %.0f | %s |\n", events,
+  std::printf("| not counted (`PostgresInboxOptions::count_duplicates = false`) | %d | %d | %.0f | %s |\n", events,
               f.Int("batch"), Median(replay_uncounted), list(replay_uncounted).c_str());
   std::printf("\nCounted / not counted: %.2f.\n", Median(replay_counted) / Median(replay_uncounted));
   MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "outbox/inbox.h"
+#include "outbox/postgres_inbox.h"
 #include "outbox/saga.h"
 #include "test_env.h"
 
@@ -18,11 +19,7 @@ class InboxTest : public ::testing::Test {
     OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
     schema_ = "t_" + RandomSuffix();
     conn_ = Connect(url_);
-    InboxOptions o;
-    o.conninfo = url_;
-    o.schema = schema_;
-    o.consumer = "test-consumer";
-    auto inbox = Inbox::Open(o);
+    auto inbox = OpenPostgresInbox(Options("test-consumer"), EffectHandler());
     ASSERT_TRUE(inbox.ok()) << inbox.status().ToString();
     inbox_ = std::move(inbox).value();
     ASSERT_TRUE(inbox_->Migrate().ok());
@@ -31,6 +28,23 @@ class InboxTest : public ::testing::Test {
   }
   void TearDown() override {
     if (conn_) Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+  }
+
+  PostgresInboxOptions Options(const std::string& consumer) {
+    PostgresInboxOptions o;
+    o.conninfo = url_;
+    o.schema = schema_;
+    o.consumer = consumer;
+    return o;
+  }
+
+  // What the consumer engine does: key each message, then apply the batch.
+  Result<std::vector<MessageOutcome>> Process(std::span<const InboundMessage> batch,
+                                              const DedupKeyFn& dedup = DedupByEventId(),
+                                              InboxStore* store = nullptr) {
+    std::vector<std::string> keys;
+    for (const auto& m : batch) keys.push_back(dedup(m).value());
+    return (store ? *store : *inbox_).Apply(batch, keys);
   }
 
   InboundMessage Msg(const std::string& id, const std::string& payload) {
@@ -72,20 +86,20 @@ class InboxTest : public ::testing::Test {
 
   std::string url_, schema_;
   PgConn conn_;
-  std::unique_ptr<Inbox> inbox_;
+  std::unique_ptr<InboxStore> inbox_;
   std::int64_t next_offset_ = 0;
 };
 
 TEST_F(InboxTest, NewMessagesApplyOnceAndDuplicatesAreAbsorbed) {
   std::vector<InboundMessage> batch = {Msg("e1", "ok"), Msg("e2", "ok"), Msg("e1", "ok")};
-  auto r = inbox_->Process(batch, DedupByEventId(), EffectHandler());
+  auto r = Process(batch);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
   EXPECT_EQ((*r)[1].outcome, Outcome::kApplied);
   EXPECT_EQ((*r)[2].outcome, Outcome::kDuplicate) << "same event twice in one batch";
   // Redelivered later (re-publish, consumer restart, DLT replay): nothing happens.
   std::vector<InboundMessage> again = {Msg("e2", "ok"), Msg("e1", "ok")};
-  auto r2 = inbox_->Process(again, DedupByEventId(), EffectHandler());
+  auto r2 = Process(again);
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ((*r2)[0].outcome, Outcome::kDuplicate);
   EXPECT_EQ((*r2)[1].outcome, Outcome::kDuplicate);
@@ -98,19 +112,16 @@ TEST_F(InboxTest, NewMessagesApplyOnceAndDuplicatesAreAbsorbed) {
 }
 
 TEST_F(InboxTest, DuplicateCountingCanBeTurnedOff) {
-  InboxOptions o;
-  o.conninfo = url_;
-  o.schema = schema_;
-  o.consumer = "quiet-consumer";
+  PostgresInboxOptions o = Options("quiet-consumer");
   o.count_duplicates = false;
-  auto quiet = Inbox::Open(o);
+  auto quiet = OpenPostgresInbox(o, EffectHandler());
   ASSERT_TRUE(quiet.ok());
   std::vector<InboundMessage> batch = {Msg("q1", "ok"), Msg("q1", "ok")};
-  auto r = (*quiet)->Process(batch, DedupByEventId(), EffectHandler());
+  auto r = Process(batch, DedupByEventId(), quiet->get());
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)[1].outcome, Outcome::kDuplicate);
   std::vector<InboundMessage> mixed = {Msg("q1", "ok"), Msg("q2", "permanent")};  // careful path
-  auto r2 = (*quiet)->Process(mixed, DedupByEventId(), EffectHandler());
+  auto r2 = Process(mixed, DedupByEventId(), quiet->get());
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ((*r2)[0].outcome, Outcome::kDuplicate);
   EXPECT_EQ(Exec(conn_.get(), "SELECT duplicates FROM " + schema_ + ".inbox_stamps WHERE dedup_key = 'q1'"), "0");
@@ -121,7 +132,7 @@ TEST_F(InboxTest, AFailingHandlerUndoesOnlyItsOwnMessage) {
   std::vector<InboundMessage> batch = {Msg("a", "ok"), Msg("b", "permanent"), Msg("c", "ok"),
                                        Msg("d", "transient"), Msg("e", "throw"), Msg("f", "bad-sql"),
                                        Msg("g", "ok")};
-  auto r = inbox_->Process(batch, DedupByEventId(), EffectHandler());
+  auto r = Process(batch);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
   EXPECT_EQ((*r)[1].outcome, Outcome::kPermanent);
@@ -138,26 +149,16 @@ TEST_F(InboxTest, AFailingHandlerUndoesOnlyItsOwnMessage) {
   EXPECT_EQ(Stamps(), "3");
   // ... so a retry of a transient one can still apply (once).
   std::vector<InboundMessage> retry = {Msg("d", "ok")};
-  auto r2 = inbox_->Process(retry, DedupByEventId(), EffectHandler());
+  auto r2 = Process(retry);
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ((*r2)[0].outcome, Outcome::kApplied);
   EXPECT_EQ(Effects("k = 'd'"), "1");
   // A duplicate met on the careful (savepoint) path is counted too, once.
   std::vector<InboundMessage> mixed = {Msg("a", "ok"), Msg("h", "permanent")};
-  auto r3 = inbox_->Process(mixed, DedupByEventId(), EffectHandler());
+  auto r3 = Process(mixed);
   ASSERT_TRUE(r3.ok());
   EXPECT_EQ((*r3)[0].outcome, Outcome::kDuplicate);
   EXPECT_EQ(Exec(conn_.get(), "SELECT duplicates FROM " + schema_ + ".inbox_stamps WHERE dedup_key = 'a'"), "1");
-}
-
-TEST_F(InboxTest, MissingIdentityIsPermanent) {
-  InboundMessage m = Msg("x", "ok");
-  m.headers.clear();
-  auto r = inbox_->Process(std::span(&m, 1), DedupByEventId(), EffectHandler());
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ((*r)[0].outcome, Outcome::kPermanent);
-  EXPECT_NE((*r)[0].error.find("outbox-event-id"), std::string::npos);
-  EXPECT_EQ(Effects(), "0");
 }
 
 TEST_F(InboxTest, BusinessIdentityDedupesRepublishesWithNewIds) {
@@ -166,7 +167,7 @@ TEST_F(InboxTest, BusinessIdentityDedupesRepublishesWithNewIds) {
     return "LessonCompleted:" + m.payload;
   };
   std::vector<InboundMessage> batch = {Msg("id-1", "user7:lesson3"), Msg("id-2", "user7:lesson3")};
-  auto r = inbox_->Process(batch, by_business, EffectHandler());
+  auto r = Process(batch, by_business);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
   EXPECT_EQ((*r)[1].outcome, Outcome::kDuplicate);
@@ -175,7 +176,7 @@ TEST_F(InboxTest, BusinessIdentityDedupesRepublishesWithNewIds) {
 
 TEST_F(InboxTest, PurgeRemovesOnlyOldStamps) {
   std::vector<InboundMessage> batch = {Msg("p1", "ok"), Msg("p2", "ok")};
-  ASSERT_TRUE(inbox_->Process(batch, DedupByEventId(), EffectHandler()).ok());
+  ASSERT_TRUE(Process(batch).ok());
   auto kept = inbox_->PurgeStamps(std::chrono::hours(24), 100);
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();
   EXPECT_EQ(*kept, 0);
@@ -204,7 +205,9 @@ TEST_F(InboxTest, BatchHandlerAppliesAllAtOnceAndFallsBackPerMessageOnFailure) {
     return ok ? HandlerResult::Ok() : HandlerResult::Transient("insert failed");
   };
   std::vector<InboundMessage> good = {Msg("b1", "ok"), Msg("b2", "ok"), Msg("b1", "ok")};
-  auto r = inbox_->Process(good, DedupByEventId(), EffectHandler(), batch);
+  auto batched = OpenPostgresInbox(Options("test-consumer"), EffectHandler(), batch);
+  ASSERT_TRUE(batched.ok());
+  auto r = Process(good, DedupByEventId(), batched->get());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(batch_calls, 1);
   EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
@@ -213,7 +216,7 @@ TEST_F(InboxTest, BatchHandlerAppliesAllAtOnceAndFallsBackPerMessageOnFailure) {
   EXPECT_EQ(Effects(), "2");
   // One bad message: the batch handler fails, the batch is redone per message.
   std::vector<InboundMessage> mixed = {Msg("b3", "ok"), Msg("b4", "permanent"), Msg("b2", "ok")};
-  auto r2 = inbox_->Process(mixed, DedupByEventId(), EffectHandler(), batch);
+  auto r2 = Process(mixed, DedupByEventId(), batched->get());
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ((*r2)[0].outcome, Outcome::kApplied);
   EXPECT_EQ((*r2)[1].outcome, Outcome::kPermanent);

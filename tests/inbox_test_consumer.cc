@@ -21,6 +21,8 @@
 
 #include "outbox/consumer.h"
 #include "outbox/inbox.h"
+#include "outbox/kafka.h"
+#include "outbox/postgres_inbox.h"
 
 namespace {
 
@@ -43,15 +45,6 @@ int main(int argc, char** argv) {
   const std::string schema = a["schema"];
   outbox::StreamLogger logger(false, outbox::LogLevel::kDebug);
 
-  outbox::InboxOptions io;
-  io.conninfo = a["db"];
-  io.schema = schema;
-  io.consumer = "test-consumer";
-  auto inbox = outbox::Inbox::Open(io);
-  if (!inbox.ok() || !(*inbox)->Migrate().ok()) {
-    std::cerr << "inbox: " << inbox.status().ToString() << "\n";
-    return 1;
-  }
   // An autocommit side connection counts attempts (it must survive rollbacks).
   PGconn* side = PQconnectdb(a["db"].c_str());
 
@@ -76,9 +69,24 @@ int main(int argc, char** argv) {
     return ok ? outbox::HandlerResult::Ok() : outbox::HandlerResult::Transient("insert failed");
   };
 
-  outbox::ConsumerOptions co;
-  co.properties = {{"bootstrap.servers", a["bootstrap"]}, {"group.id", a["group"]},
+  outbox::PostgresInboxOptions io;
+  io.conninfo = a["db"];
+  io.schema = schema;
+  io.consumer = "test-consumer";
+  auto inbox = outbox::OpenPostgresInbox(io, handler);
+  if (!inbox.ok() || !(*inbox)->Migrate().ok()) {
+    std::cerr << "inbox: " << inbox.status().ToString() << "\n";
+    return 1;
+  }
+  outbox::KafkaInboxSourceOptions so;
+  so.properties = {{"bootstrap.servers", a["bootstrap"]}, {"group.id", a["group"]},
                    {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"}};
+  auto source = outbox::OpenKafkaInboxSource(so, logger);
+  if (!source.ok()) {
+    std::cerr << "source: " << source.status().ToString() << "\n";
+    return 2;
+  }
+  outbox::ConsumerOptions co;
   co.topics = {a["topic"]};
   if (a.count("retry-delays")) {
     co.retry_delays.clear();
@@ -88,7 +96,7 @@ int main(int argc, char** argv) {
     }
   }
   if (a.count("batch")) co.batch_size = std::atoi(a["batch"].c_str());
-  auto consumer = outbox::Consumer::Create(co, **inbox, outbox::DedupByEventId(), handler, logger);
+  auto consumer = outbox::Consumer::Create(co, **source, **inbox, outbox::DedupByEventId(), logger);
   if (!consumer.ok()) {
     std::cerr << "consumer: " << consumer.status().ToString() << "\n";
     return 2;

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "outbox/inbox.h"
+#include "outbox/postgres_inbox.h"
 #include "outbox/postgres.h"
 #include "test_env.h"
 
@@ -108,11 +108,11 @@ TEST_F(OutboxctlTest, StatusListTraceReplayPurge) {
 
 TEST_F(OutboxctlTest, TraceFollowsTheEventIntoTheConsumersInbox) {
   const std::string id = EnqueueOne("u3/l3", "LessonCompleted:u3:l3");
-  InboxOptions io;
+  PostgresInboxOptions io;
   io.conninfo = url_;
   io.schema = schema_ + "_inbox";
   io.consumer = "quest-service";
-  auto inbox = Inbox::Open(io);
+  auto inbox = OpenPostgresInbox(io, [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
   ASSERT_TRUE(inbox.ok());
   ASSERT_TRUE((*inbox)->Migrate().ok());
   const std::string inbox_args = " --inbox-db '" + url_ + "' --inbox-schema " + schema_ + "_inbox";
@@ -121,8 +121,7 @@ TEST_F(OutboxctlTest, TraceFollowsTheEventIntoTheConsumersInbox) {
   InboundMessage m;
   m.topic = "outbox.event.lesson";
   m.headers["outbox-event-id"] = id;
-  auto r = (*inbox)->Process(std::span(&m, 1), DedupByEventId(),
-                             [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
+  auto r = (*inbox)->Apply(std::span(&m, 1), std::span(&id, 1));  // keyed by event id
   ASSERT_TRUE(r.ok());
   CtlRun after = Ctl(base_ + " trace LessonCompleted:u3:l3" + inbox_args);
   EXPECT_EQ(after.code, 0);

@@ -17,17 +17,22 @@
 //   learning-activity --db URL --bootstrap HOST:PORT[,...] [--topic outbox.event.lesson]
 //                     [--group learning-activity] [--quest-lessons 5] [--users 1000]
 //                     [--group-size 4] [--mission-lesson 1] [--reward-points 100]
-//                     [--batch on|off] [--fetch-wait-ms 20]
+//                     [--batch on|off] [--fetch-wait-ms 20] [--metrics-port 0]
 // --batch on (default) applies a whole batch's effects in one statement (a
 // BatchHandler); off runs the per-message handler for every message.
+// --metrics-port N serves /metrics (outbox_inbox_*), /healthz, /readyz on
+// 127.0.0.1:N (0: off).
 // --users/--group-size seed the groups (user u is in group (u-1)/group-size + 1)
 // the first time the schema is created.
 #include <nlohmann/json.hpp>
 
 #include "common.h"
 #include "outbox/consumer.h"
+#include "outbox/http.h"
 #include "outbox/inbox.h"
+#include "outbox/kafka.h"
 #include "outbox/log.h"
+#include "outbox/postgres_inbox.h"
 
 namespace {
 
@@ -110,7 +115,7 @@ int main(int argc, char** argv) {
                {{"db", ""}, {"bootstrap", ""}, {"topic", "outbox.event.lesson"},
                 {"group", "learning-activity"}, {"quest-lessons", "5"}, {"users", "1000"},
                 {"group-size", "4"}, {"mission-lesson", "1"}, {"reward-points", "100"},
-                {"fetch-wait-ms", "20"}, {"batch", "on"}});
+                {"fetch-wait-ms", "20"}, {"batch", "on"}, {"metrics-port", "0"}});
   if (f.Str("batch") != "on" && f.Str("batch") != "off") f.Usage("--batch must be on or off");
   const std::string db = f.Required("db");
   const std::string quest_lessons = std::to_string(f.Int("quest-lessons", 1));
@@ -134,19 +139,6 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  outbox::InboxOptions io;
-  io.conninfo = db;
-  io.consumer = f.Str("group");
-  auto inbox = outbox::Inbox::Open(io);
-  if (!inbox.ok()) {
-    std::cerr << "learning-activity: inbox: " << inbox.status().ToString() << "\n";
-    return 1;
-  }
-  if (auto st = (*inbox)->Migrate(); !st.ok()) {
-    std::cerr << "learning-activity: inbox migrate: " << st.ToString() << "\n";
-    return 1;
-  }
-
   outbox::DedupKeyFn dedup = [](const outbox::InboundMessage& m) -> outbox::Result<std::string> {
     auto c = Decode(m);
     if (!c.ok()) return c.status();
@@ -251,17 +243,46 @@ WHERE mp.done - m.k < s.size AND mp.done >= s.size
     return outbox::HandlerResult::Ok();
   };
 
-  outbox::ConsumerOptions co;
-  co.properties = {{"bootstrap.servers", f.Required("bootstrap")}, {"group.id", f.Str("group")},
+  outbox::PostgresInboxOptions io;
+  io.conninfo = db;
+  io.consumer = f.Str("group");
+  auto inbox = outbox::OpenPostgresInbox(io, handler,
+                                         f.Str("batch") == "on" ? batch_handler : nullptr);
+  if (!inbox.ok()) {
+    std::cerr << "learning-activity: inbox: " << inbox.status().ToString() << "\n";
+    return 1;
+  }
+  if (auto st = (*inbox)->Migrate(); !st.ok()) {
+    std::cerr << "learning-activity: inbox migrate: " << st.ToString() << "\n";
+    return 1;
+  }
+  outbox::KafkaInboxSourceOptions so;
+  so.properties = {{"bootstrap.servers", f.Required("bootstrap")}, {"group.id", f.Str("group")},
                    {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"},
                    {"fetch.wait.max.ms", std::to_string(f.Int("fetch-wait-ms", 0))}};
+  auto source = outbox::OpenKafkaInboxSource(so, logger);
+  if (!source.ok()) {
+    std::cerr << "learning-activity: " << source.status().ToString() << "\n";
+    return 1;
+  }
+  outbox::ConsumerOptions co;
   co.topics = {f.Str("topic")};
   co.batch_wait = std::chrono::milliseconds(5);
-  auto consumer = outbox::Consumer::Create(co, **inbox, dedup, handler, logger,
-                                           f.Str("batch") == "on" ? batch_handler : nullptr);
+  outbox::MetricsRegistry metrics;
+  auto consumer = outbox::Consumer::Create(co, **source, **inbox, dedup, logger, &metrics);
   if (!consumer.ok()) {
     std::cerr << "learning-activity: " << consumer.status().ToString() << "\n";
     return 1;
+  }
+  // /metrics (the outbox_inbox_* family) when --metrics-port is given.
+  std::unique_ptr<outbox::MetricsServer> metrics_server;
+  if (const long port = f.Int("metrics-port", 0); port > 0) {
+    auto ms = outbox::MetricsServer::Start("127.0.0.1", static_cast<int>(port), metrics);
+    if (!ms.ok()) {
+      std::cerr << "learning-activity: --metrics-port: " << ms.status().ToString() << "\n";
+      return 2;
+    }
+    metrics_server = std::move(ms).value();
   }
   outbox::Consumer* raw = consumer->get();
   signals.OnStop([raw] { raw->Stop(); });

@@ -1,54 +1,136 @@
-// Consumer: the Kafka side of the inbox. A consumer-group member that feeds
-// batches to an Inbox and commits offsets only after the effects are committed.
+// Consumer: the inbox engine. A loop that takes batches from an InboxSource (the
+// broker side), applies them through an InboxStore (the database side), forwards
+// failures to retry and dead-letter topics, and commits offsets only for
+// messages whose outcome is durable. It sees only those two interfaces; the
+// Kafka source is in kafka.h, the PostgreSQL store in postgres_inbox.h.
 //
 // Failures: a permanent error sends the message to `<topic><dlt_suffix>` at
 // once; a transient one to `<topic>.retry.1`, `.2`, ... (one per entry of
 // retry_delays), then to the dead-letter topic. Forwarded messages keep key,
-// payload and headers, and carry:
+// value (a NULL value stays NULL) and headers, and carry:
 //   outbox-original-topic, outbox-original-partition, outbox-original-offset,
-//   outbox-error-class (permanent|transient), outbox-error-message,
+//   outbox-error-class (permanent|transient),
+//   outbox-error-message (the error's first line, at most 1000 bytes),
+//   outbox-error-detail (the whole error text, at most 8000 bytes),
 //   outbox-attempt (1 for the first failure), outbox-first-failure-at (RFC 3339),
 //   outbox-retry-due-at (ms since the epoch; retry topics only).
 // A message from a retry topic that is not yet due pauses its partition until it
 // is (the consumer never sleeps holding a partition's progress).
 //
-// Offsets are committed (synchronously) only for messages whose outcome is
-// durable: applied or duplicate (inbox committed), or forwarded (broker acked).
+// Offsets are committed only for messages whose outcome is durable: applied or
+// duplicate (inbox committed), or forwarded (broker acked); and only for
+// partitions this member still owns.
 //
-// Thread-safety: Run() blocks; Stop() and counters() from any thread.
+// Thread-safety: Run() blocks on the calling thread, which is the only one that
+// calls the source, the store and the dedup function. Stop() and counters() are
+// safe from any thread. Ownership: the Consumer borrows the source, the store,
+// the logger and the metrics registry; all must outlive it.
 #ifndef OUTBOX_CONSUMER_H_
 #define OUTBOX_CONSUMER_H_
 
-#include <atomic>
 #include <chrono>
+#include <compare>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "outbox/inbox.h"
 #include "outbox/log.h"
+#include "outbox/metrics.h"
 #include "outbox/status.h"
 
 namespace outbox {
 
+// The headers the consumer writes on forwarded messages (see the top of this file).
+namespace inbox_headers {
+inline constexpr char kOrigTopic[] = "outbox-original-topic";
+inline constexpr char kOrigPartition[] = "outbox-original-partition";
+inline constexpr char kOrigOffset[] = "outbox-original-offset";
+inline constexpr char kErrClass[] = "outbox-error-class";
+inline constexpr char kErrMessage[] = "outbox-error-message";
+inline constexpr char kErrDetail[] = "outbox-error-detail";
+inline constexpr char kAttempt[] = "outbox-attempt";
+inline constexpr char kFirstFailure[] = "outbox-first-failure-at";
+inline constexpr char kDueAt[] = "outbox-retry-due-at";
+}  // namespace inbox_headers
+
+struct TopicPartition {
+  std::string topic;
+  int partition = 0;
+  auto operator<=>(const TopicPartition&) const = default;
+};
+
+// A message to produce (retry, dead-letter, replay).
+struct OutboundMessage {
+  std::string topic;
+  std::string key;
+  std::string payload;
+  bool payload_is_null = false;
+  std::map<std::string, std::string> headers;
+};
+
+struct PartitionLag {
+  TopicPartition tp;
+  std::int64_t lag = 0;  // high watermark minus the consumer's position; -1 unknown
+};
+
+// The broker side of the inbox.
+//
+// Thread-safety: not safe for concurrent use; only the consumer's Run() thread
+// calls it. Ownership: created by an Open* function of a transport
+// (OpenKafkaInboxSource); must outlive the Consumer that borrows it.
+class InboxSource {
+ public:
+  virtual ~InboxSource() = default;
+
+  // Joins the group for these topics (the main topics and their retry topics).
+  virtual Status Subscribe(const std::vector<std::string>& topics) = 0;
+
+  // Up to `max` messages, in partition order. Waits up to ~100 ms for the first,
+  // then at most `fill_wait` for more. Only messages of partitions this member
+  // owns when Poll returns: a partition revoked during the call drops its
+  // messages (its new owner consumes them).
+  virtual std::vector<InboundMessage> Poll(int max, std::chrono::milliseconds fill_wait) = 0;
+
+  // Produces every message and waits for every acknowledgement. An error means
+  // some may not have arrived; the caller consumes the originals again.
+  virtual Status Forward(std::span<const OutboundMessage> messages) = 0;
+
+  // Commits `next` offsets (the offset of the next message to consume) of
+  // partitions this member still owns; offsets of revoked partitions are dropped,
+  // so a new owner's committed position never moves backwards. An error is
+  // logged by the caller; the messages come again and the store absorbs them.
+  virtual Status Commit(const std::map<TopicPartition, std::int64_t>& next) = 0;
+
+  // Consume partitions again from these offsets.
+  virtual void Rewind(const std::map<TopicPartition, std::int64_t>& from) = 0;
+  // Hold a partition at `offset` (fetched again after Resume).
+  virtual void Pause(const TopicPartition& tp, std::int64_t offset) = 0;
+  virtual void Resume(const TopicPartition& tp) = 0;
+
+  // Lag of the owned partitions from locally known positions (no network call).
+  virtual std::vector<PartitionLag> Lag() = 0;
+};
+
 struct ConsumerOptions {
-  // librdkafka properties; bootstrap.servers and group.id are required. Ours:
-  // enable.auto.commit=false, auto.offset.reset=earliest, session.timeout.ms=10000.
-  std::map<std::string, std::string> properties;
   std::vector<std::string> topics;  // the main topics (retry topics are derived)
   std::vector<std::chrono::milliseconds> retry_delays = {std::chrono::seconds(1),
                                                          std::chrono::seconds(10),
                                                          std::chrono::seconds(60)};
   std::string dlt_suffix = ".dlt";
-  int batch_size = 500;                        // messages per inbox transaction
-  std::chrono::milliseconds batch_wait{20};    // how long to fill a batch
+  int batch_size = 500;                      // messages per inbox transaction
+  std::chrono::milliseconds batch_wait{20};  // how long to fill a batch
   // Stamps older than this are purged (in batches, every purge_interval). 0 keeps
-  // them forever. It must exceed the broker's retention plus the longest replay
-  // window, or a very late duplicate could apply twice (docs/inbox.md).
+  // them forever. It must exceed the re-delivery horizon (docs/inbox.md).
   std::chrono::seconds stamp_retention{0};
   std::chrono::seconds purge_interval{300};
 };
+
+// The topics a consumer with these options subscribes to: each main topic, then
+// its retry topics.
+std::vector<std::string> SubscribedTopics(const ConsumerOptions& options);
 
 struct ConsumerCounters {
   std::uint64_t applied = 0;
@@ -59,35 +141,18 @@ struct ConsumerCounters {
 
 class Consumer {
  public:
-  // `batch_handler` is optional (see BatchHandler in inbox.h).
-  static Result<std::unique_ptr<Consumer>> Create(ConsumerOptions options, Inbox& inbox,
-                                                  DedupKeyFn dedup, Handler handler,
+  // Subscribes the source. `metrics` is optional; when given, the consumer
+  // registers its outbox_inbox_* metrics there (docs/inbox.md, "Metrics").
+  static Result<std::unique_ptr<Consumer>> Create(ConsumerOptions options, InboxSource& source,
+                                                  InboxStore& store, DedupKeyFn dedup,
                                                   Logger& logger,
-                                                  BatchHandler batch_handler = nullptr);
+                                                  MetricsRegistry* metrics = nullptr);
   virtual ~Consumer() = default;
+  // Runs until Stop(). Returns OK after a Stop().
   virtual Status Run() = 0;
   virtual void Stop() = 0;
   virtual ConsumerCounters counters() const = 0;
 };
-
-// Dead-letter replay: copies the messages of a dead-letter topic that match the
-// filter back to their original topic (header outbox-original-topic), keeping key,
-// payload and the event's own headers, adding outbox-replayed-from. Safe to run
-// twice: the inbox absorbs what was already applied.
-struct ReplayFilter {
-  std::string key;                                  // "" = any
-  std::chrono::system_clock::time_point since{};    // message timestamp >= since
-  std::chrono::system_clock::time_point until = std::chrono::system_clock::time_point::max();
-};
-
-struct ReplayResult {
-  std::uint64_t scanned = 0;
-  std::uint64_t replayed = 0;
-};
-
-Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>& properties,
-                                       const std::string& dlt_topic, const ReplayFilter& filter,
-                                       bool dry_run);
 
 }  // namespace outbox
 

@@ -1,17 +1,16 @@
 // Inbox: turns at-least-once delivery into an effect that happens once.
 //
-// For each message: in one transaction on the consumer's own PostgreSQL
-// database, insert a stamp (consumer, dedup key) with ON CONFLICT DO NOTHING; if
-// it is new, run the handler with that same open transaction, so the handler's
-// writes and the stamp commit or roll back together. A duplicate (stamp already
-// there) is counted on the existing stamp (column `duplicates`) and nothing else
-// happens. Only after the commit may the Kafka offset be committed (the consumer
-// runner does that).
+// This header is neutral of database and broker. It holds the message as the
+// consumer sees it, how a handler ends, and the InboxStore interface: the
+// database side of the inbox. The engine that drives it (consumer.h) sees only
+// InboxStore and InboxSource; the implementations live with their store or
+// broker (postgres_inbox.h, kafka.h).
 //
-// Several messages share one transaction, each inside its own savepoint, so one
-// failing handler does not undo the others.
-//
-// Thread-safety: an Inbox owns one database session; not safe for concurrent use.
+// An InboxStore, for each message: in one transaction on the consumer's own
+// database, insert a stamp (consumer, dedup key); if it is new, run the effect
+// with that same open transaction, so the effect and the stamp commit or roll
+// back together. A duplicate (stamp already there) changes nothing but a
+// counter. Only after the commit may the broker offset be committed.
 #ifndef OUTBOX_INBOX_H_
 #define OUTBOX_INBOX_H_
 
@@ -19,24 +18,26 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "outbox/status.h"
 
-struct pg_conn;  // libpq's PGconn
-
 namespace outbox {
 
-// A message as consumed from Kafka.
+// A message as consumed from the broker.
 struct InboundMessage {
   std::string topic;
   int partition = 0;
   std::int64_t offset = 0;
   std::string key;
   std::string payload;
+  // The broker's value was NULL (a tombstone), not an empty value. `payload` is
+  // then empty; forwarding keeps the NULL.
+  bool payload_is_null = false;
+  // Header values are bytes, as the broker carries them; nothing says they are
+  // UTF-8.
   std::map<std::string, std::string> headers;
   std::chrono::system_clock::time_point timestamp;
 
@@ -61,21 +62,11 @@ struct HandlerResult {
   static HandlerResult Transient(std::string m) { return {ErrorClass::kTransient, std::move(m)}; }
 };
 
-// The handler runs inside the open transaction on `txn` (a libpq connection in
-// a transaction block, inside a savepoint). It must not COMMIT or ROLLBACK.
-// A thrown exception is treated as kTransient.
-using Handler = std::function<HandlerResult(const InboundMessage& msg, pg_conn* txn)>;
-
-// Optional, for throughput: applies the effects of all new messages of a batch
-// at once (e.g. one multi-row INSERT) on `txn`. Used on the fast path; if it
-// fails, the batch is redone message by message with the per-message Handler,
-// each in a savepoint. It must do exactly what the Handler would do for each.
-using BatchHandler =
-    std::function<HandlerResult(std::span<const InboundMessage* const> msgs, pg_conn* txn)>;
-
 // The stamp's key for a message: the event id header, or a stable business
 // identity (e.g. "LessonCompleted:<user>:<lesson>"). Never a per-publish value.
-// A missing or undecodable identity is a permanent error.
+// An error, an empty key, a key that is not valid UTF-8 text, or a thrown
+// exception makes the message a permanent failure (dead-letter).
+// Called on the consumer's thread.
 using DedupKeyFn = std::function<Result<std::string>(const InboundMessage& msg)>;
 
 // The event id the relay puts in the `outbox-event-id` header.
@@ -86,40 +77,37 @@ std::string_view OutcomeName(Outcome o);
 
 struct MessageOutcome {
   Outcome outcome = Outcome::kTransient;
-  std::string error;  // for kPermanent / kTransient
+  std::string error;  // for kPermanent / kTransient; may span lines
 };
 
-struct InboxOptions {
-  std::string conninfo;
-  std::string schema = "inbox";  // validated like the outbox schema
-  std::string consumer;          // consumer name, part of the stamp key; required
-  std::chrono::milliseconds statement_timeout{30'000};
-  // Count each absorbed copy on its stamp (`duplicates`, `last_duplicate_at`;
-  // shown by `outboxctl trace`). One UPDATE per batch that holds duplicates;
-  // off saves that write when whole topics are replayed (docs/benchmarks.md).
-  bool count_duplicates = true;
-};
-
-class Inbox {
+// The database side of the inbox.
+//
+// Thread-safety: not safe for concurrent use (one session); a consumer engine
+// owns its use. Ownership: created by an Open* function of a store
+// (OpenPostgresInbox); must outlive every Consumer that borrows it.
+class InboxStore {
  public:
-  static Result<std::unique_ptr<Inbox>> Open(const InboxOptions& options);
-  virtual ~Inbox() = default;
+  virtual ~InboxStore() = default;
 
   // Creates or upgrades the inbox schema (stamp table). Idempotent.
   virtual Status Migrate() = 0;
 
-  // Processes `messages` in one transaction, a savepoint each, and commits.
-  // Returns one outcome per message (same index) once the commit succeeded. If the
-  // transaction cannot be committed, returns the error and nothing took effect —
-  // the caller must not commit those offsets.
-  virtual Result<std::vector<MessageOutcome>> Process(std::span<const InboundMessage> messages,
-                                                      const DedupKeyFn& dedup,
-                                                      const Handler& handler,
-                                                      const BatchHandler& batch = nullptr) = 0;
+  // Applies `messages`, keyed by `keys` (same index; REQUIRES: every key is
+  // non-empty valid UTF-8 text — the engine checks that before). Returns one
+  // outcome per message once every applied effect is committed.
+  //
+  // Per-message isolation: a message whose effect fails, or whose effect cannot
+  // be committed (a deferred constraint, a serialization failure at COMMIT), gets
+  // its own kPermanent / kTransient outcome; the others still apply. An error
+  // Status means the database could not be used at all (connection lost,
+  // schema missing) and nothing took effect: the caller must not commit those
+  // offsets and tries again later.
+  virtual Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> messages,
+                                                    std::span<const std::string> keys) = 0;
 
   // Deletes at most `batch` stamps of this consumer older than `horizon`.
-  // The horizon must exceed the broker's retention plus the longest replay
-  // window, or a very late duplicate could apply twice (docs/inbox.md).
+  // The horizon must exceed the longest time after which anything can deliver
+  // the event again (docs/inbox.md, "Stamp retention").
   virtual Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) = 0;
 };
 

@@ -15,7 +15,12 @@
 //   outbox-attempt         the claim attempt that published this copy
 //   ...                    then the event's own headers (e.g. traceparent)
 //
-// Thread-safety: safe for concurrent use.
+// Thread-safety: the transport is safe for concurrent use; the inbox source is
+// not (one consumer thread, see consumer.h).
+//
+// Also here: the Kafka side of the inbox (OpenKafkaInboxSource: the consumer-
+// group member, and the producer that forwards to retry and dead-letter topics,
+// with the transport's producer defaults) and dead-letter replay.
 #ifndef OUTBOX_KAFKA_H_
 #define OUTBOX_KAFKA_H_
 
@@ -24,6 +29,8 @@
 #include <memory>
 #include <string>
 
+#include "outbox/consumer.h"
+#include "outbox/log.h"
 #include "outbox/status.h"
 #include "outbox/transport.h"
 
@@ -56,6 +63,41 @@ std::string RenderTopic(const std::string& tmpl, const Event& event);
 // retried inside librdkafka and surfaces as kRetriable outcomes and !Healthy()).
 // A bad property is InvalidArgument naming it.
 Result<std::unique_ptr<Transport>> OpenKafkaTransport(const KafkaTransportOptions& options);
+
+struct KafkaInboxSourceOptions {
+  // librdkafka consumer properties; bootstrap.servers and group.id are required.
+  // Ours, overridable: enable.auto.commit=false, enable.auto.offset.store=false,
+  // auto.offset.reset=earliest, session.timeout.ms=10000,
+  // heartbeat.interval.ms=1000. The forwarding producer takes the connection
+  // and security properties (bootstrap.servers, security.*, sasl.*, ssl.*) from
+  // here and the transport's producer defaults (KafkaTransportOptions).
+  std::map<std::string, std::string> properties;
+};
+
+// Creates the consumer-group member (joins on Subscribe). A bad or missing
+// property is InvalidArgument naming it. `logger` must outlive the source;
+// rebalances are logged on the thread that calls Poll.
+Result<std::unique_ptr<InboxSource>> OpenKafkaInboxSource(const KafkaInboxSourceOptions& options,
+                                                          Logger& logger);
+
+// Dead-letter replay: copies the messages of a dead-letter topic that match the
+// filter back to their original topic (header outbox-original-topic), keeping
+// key, value and the event's own headers, adding outbox-replayed-from. Safe to
+// run twice: the inbox absorbs what was already applied.
+struct ReplayFilter {
+  std::string key;                                // "" = any
+  std::chrono::system_clock::time_point since{};  // message timestamp >= since
+  std::chrono::system_clock::time_point until = std::chrono::system_clock::time_point::max();
+};
+
+struct ReplayResult {
+  std::uint64_t scanned = 0;
+  std::uint64_t replayed = 0;
+};
+
+Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>& properties,
+                                       const std::string& dlt_topic, const ReplayFilter& filter,
+                                       bool dry_run);
 
 }  // namespace outbox
 

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,6 +65,14 @@ class MetricsRegistry {
   Histogram& AddHistogram(const std::string& name, const std::string& help,
                           std::vector<double> upper_bounds);
 
+  // A gauge family whose samples are read at render time: `read` returns
+  // (labels, value) pairs, e.g. one per partition. It runs on the rendering
+  // thread, under the registry's lock: it must be quick, must not call back into
+  // the registry, and must stay callable for the registry's lifetime.
+  using GaugeSamples = std::vector<std::pair<std::string, double>>;
+  void AddGaugeFunction(const std::string& name, const std::string& help,
+                        std::function<GaugeSamples()> read);
+
   std::string RenderPrometheus() const;
 
  private:
@@ -72,6 +81,7 @@ class MetricsRegistry {
     Counter* counter = nullptr;
     Gauge* gauge = nullptr;
     Histogram* histogram = nullptr;
+    std::function<GaugeSamples()> read;
   };
   mutable std::mutex mu_;
   std::vector<Entry> entries_;

@@ -52,7 +52,7 @@ Counter& MetricsRegistry::AddCounter(const std::string& name, const std::string&
                                      const std::string& labels) {
   std::lock_guard<std::mutex> l(mu_);
   counters_.emplace_back();
-  entries_.push_back({name, help, "counter", labels, &counters_.back(), nullptr, nullptr});
+  entries_.push_back({name, help, "counter", labels, &counters_.back(), nullptr, nullptr, {}});
   return counters_.back();
 }
 
@@ -60,7 +60,7 @@ Gauge& MetricsRegistry::AddGauge(const std::string& name, const std::string& hel
                                  const std::string& labels) {
   std::lock_guard<std::mutex> l(mu_);
   gauges_.emplace_back();
-  entries_.push_back({name, help, "gauge", labels, nullptr, &gauges_.back(), nullptr});
+  entries_.push_back({name, help, "gauge", labels, nullptr, &gauges_.back(), nullptr, {}});
   return gauges_.back();
 }
 
@@ -68,8 +68,15 @@ Histogram& MetricsRegistry::AddHistogram(const std::string& name, const std::str
                                          std::vector<double> upper_bounds) {
   std::lock_guard<std::mutex> l(mu_);
   histograms_.push_back(std::make_unique<Histogram>(std::move(upper_bounds)));
-  entries_.push_back({name, help, "histogram", "", nullptr, nullptr, histograms_.back().get()});
+  entries_.push_back({name, help, "histogram", "", nullptr, nullptr, histograms_.back().get(), {}});
   return *histograms_.back();
+}
+
+void MetricsRegistry::AddGaugeFunction(const std::string& name, const std::string& help,
+                                       std::function<GaugeSamples()> read) {
+  std::lock_guard<std::mutex> l(mu_);
+  Entry e{name, help, "gauge", "", nullptr, nullptr, nullptr, std::move(read)};
+  entries_.push_back(std::move(e));
 }
 
 std::string MetricsRegistry::RenderPrometheus() const {
@@ -85,6 +92,11 @@ std::string MetricsRegistry::RenderPrometheus() const {
       out += e.name + lbl + " " + std::to_string(e.counter->Value()) + "\n";
     } else if (e.gauge) {
       out += e.name + lbl + " " + FormatDouble(e.gauge->Value()) + "\n";
+    } else if (e.read) {
+      for (const auto& [labels, value] : e.read()) {
+        out += e.name + (labels.empty() ? "" : "{" + labels + "}") + " " + FormatDouble(value) +
+               "\n";
+      }
     } else {
       const Histogram& h = *e.histogram;
       std::uint64_t cum = 0;

@@ -7,7 +7,6 @@
 // 1 runtime failure (HTTP port unavailable, shutdown deadline passed with
 // batches in flight — safe, their leases expire); 2 bad configuration or usage;
 // 130 second signal: immediate exit (safe for the same reason).
-#include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include <thread>
 
 #include "config.h"
+#include "outbox/http.h"
 #include "outbox/kafka.h"
 #include "outbox/postgres.h"
 #include "outbox/relay.h"
@@ -106,30 +106,20 @@ int main(int argc, char** argv) {
     return kExitConfig;
   }
 
-  httplib::Server http;
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(registry.RenderPrometheus(), "text/plain; version=0.0.4");
-  });
-  http.Get("/healthz", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  http.Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
-    bool ready = (*relay)->Ready();
-    res.status = ready ? 200 : 503;
-    res.set_content(ready ? "ready\n" : "not ready: database or broker unreachable\n", "text/plain");
-  });
   const std::string& listen = cfg->http_listen;
   const auto colon = listen.rfind(':');
-  const std::string host = listen.substr(0, colon);
-  int port = std::atoi(listen.substr(colon + 1).c_str());
-  // Port 0 picks a free port (tests); the log line says which.
-  const bool bound = port == 0 ? (port = http.bind_to_any_port(host)) > 0
-                               : http.bind_to_port(host, port);
-  if (!bound) {
+  outbox::MetricsServer::Options http_options;
+  http_options.host = listen.substr(0, colon);
+  http_options.port = std::atoi(listen.substr(colon + 1).c_str());  // 0: a free port (tests)
+  http_options.ready = [&] { return (*relay)->Ready(); };
+  http_options.not_ready_text = "not ready: database or broker unreachable\n";
+  auto http = outbox::MetricsServer::Start(http_options, registry);
+  if (!http.ok()) {
     logger.Error("cannot listen for HTTP", {{"http.listen", listen}});
     return kExitRuntime;
   }
-  std::thread http_thread([&] { http.listen_after_bind(); });
+  const std::string host = http_options.host;
+  const int port = (*http)->port();
   logger.Info("http listening", {{"address", host + ":" + std::to_string(port)}});
 
   // From here on the first signal stops whatever runs (the migration wait or
@@ -159,8 +149,7 @@ int main(int argc, char** argv) {
       if (st.ok()) break;
       if (!st.retryable()) {
         logger.Error("migration failed", {{"error", st.ToString()}});
-        http.stop();
-        http_thread.join();
+        http->reset();
         return kExitRuntime;
       }
       logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
@@ -170,8 +159,7 @@ int main(int argc, char** argv) {
       }
       if (stop_requested) {
         logger.Info("stopped before the migration could run");
-        http.stop();
-        http_thread.join();
+        http->reset();
         return kExitOk;
       }
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
@@ -180,8 +168,7 @@ int main(int argc, char** argv) {
   }
 
   outbox::Status st = (*relay)->Run();
-  http.stop();
-  http_thread.join();
+  http->reset();
   if (!st.ok()) {
     logger.Error("relay did not stop cleanly", {{"error", st.ToString()}});
     std::_Exit(kExitRuntime);  // threads may still hold the relay; do not unwind it

@@ -33,7 +33,7 @@
 
 #include <unistd.h>
 
-#include "outbox/consumer.h"
+#include "outbox/kafka.h"
 #include "outbox/parse.h"
 #include "outbox/postgres.h"
 

@@ -10,6 +10,7 @@
 #include "outbox/postgres.h"
 #include "headers_json.h"
 #include "session.h"
+#include "migrate.h"
 #include "sql.h"
 
 namespace outbox {
@@ -52,14 +53,7 @@ class PostgresStore final : public Store {
         count_sent_(pg::sql::CountSent(options_.schema)) {}
 
   Status Migrate() override {
-    const std::string& s = options_.schema;
-    OUTBOX_RETURN_IF_ERROR(session_->ExecScript("migrate: begin", "BEGIN"));
-    Status st = MigrateInTransaction(s);
-    if (!st.ok()) {
-      (void)session_->ExecScript("migrate: rollback", "ROLLBACK");
-      return st;
-    }
-    return session_->ExecScript("migrate: commit", "COMMIT");
+    return pg::RunMigrations(*session_, options_.schema, pg::sql::OutboxMigrations(options_.schema));
   }
 
   Result<ClaimResult> Claim(const ClaimOptions& o) override {
@@ -221,28 +215,6 @@ class PostgresStore final : public Store {
     return out.substr(0, 4000);
   }
 
-  Status MigrateInTransaction(const std::string& s) {
-    OUTBOX_RETURN_IF_ERROR(session_->Exec("migrate: lock", pg::sql::MigrateLock(s)).status());
-    OUTBOX_RETURN_IF_ERROR(session_->ExecScript("migrate: bootstrap", pg::sql::EnsureMigrationsTable(s)));
-    auto applied_res = session_->Exec("migrate: read versions", pg::sql::AppliedVersions(s));
-    if (!applied_res.ok()) return applied_res.status();
-    std::set<int> applied;
-    for (int i = 0; i < PQntuples(applied_res->get()); ++i) {
-      applied.insert(static_cast<int>(pg::GetInt64(applied_res->get(), i, 0)));
-    }
-    for (const auto& m : pg::sql::Migrations(s)) {
-      if (applied.count(m.version)) continue;
-      OUTBOX_RETURN_IF_ERROR(session_->ExecScript(
-          "migrate: version " + std::to_string(m.version), m.script));
-      OUTBOX_RETURN_IF_ERROR(session_
-                                 ->Exec("migrate: record", pg::sql::RecordMigration(s),
-                                        {Param::Text(std::to_string(m.version)),
-                                         Param::Text(m.description)})
-                                 .status());
-    }
-    return Status::Ok();
-  }
-
   PostgresStoreOptions options_;
   std::unique_ptr<pg::Session> session_;
   PGconn* listening_on_ = nullptr;  // the connection that has run LISTEN
@@ -265,32 +237,11 @@ std::string_view RowStateName(RowState s) {
 
 Status ValidateSchemaName(const std::string& name) {
   // 56: the relay LISTENs on outbox_<schema>, and channel names end at 63 bytes.
-  bool ok = !name.empty() && name.size() <= 56 &&
-            ((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_');
-  for (char c : name) {
-    ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
-  }
-  if (!ok) {
+  if (!pg::sql::IsIdentifier(name, 56)) {
     return Status::InvalidArgument("schema \"" + name +
                                    "\" is not a valid schema name: use [a-z_][a-z0-9_]{0,55}");
   }
-  // PostgreSQL's reserved key words (PostgreSQL 15, appendix C): unquoted, they
-  // cannot name a schema ("order.outbox" is a syntax error).
-  static const std::set<std::string> kReserved = {
-      "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric",
-      "authorization", "binary", "both", "case", "cast", "check", "collate", "collation",
-      "column", "concurrently", "constraint", "create", "cross", "current_catalog",
-      "current_date", "current_role", "current_schema", "current_time", "current_timestamp",
-      "current_user", "default", "deferrable", "desc", "distinct", "do", "else", "end",
-      "except", "false", "fetch", "for", "foreign", "freeze", "from", "full", "grant", "group",
-      "having", "ilike", "in", "initially", "inner", "intersect", "into", "is", "isnull", "join",
-      "lateral", "leading", "left", "like", "limit", "localtime", "localtimestamp", "natural",
-      "not", "notnull", "null", "offset", "on", "only", "or", "order", "outer", "overlaps",
-      "placing", "primary", "references", "returning", "right", "select", "session_user",
-      "similar", "some", "symmetric", "table", "tablesample", "then", "to", "trailing", "true",
-      "union", "unique", "user", "using", "variadic", "verbose", "when", "where", "window",
-      "with"};
-  if (kReserved.count(name)) {
+  if (pg::sql::IsReservedWord(name)) {
     return Status::InvalidArgument("schema \"" + name +
                                    "\" is a reserved word in PostgreSQL; choose another name "
                                    "(e.g. \"" + name + "_outbox\")");

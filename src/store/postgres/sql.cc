@@ -1,9 +1,38 @@
 #include "sql.h"
 
-namespace outbox::pg::sql {
-namespace {
+#include <set>
 
-// Replaces every "{S}" in `text` with the (validated) schema name.
+namespace outbox::pg::sql {
+
+bool IsIdentifier(std::string_view name, std::size_t max_bytes) {
+  bool ok = !name.empty() && name.size() <= max_bytes &&
+            ((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_');
+  for (char c : name) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+  }
+  return ok;
+}
+
+bool IsReservedWord(std::string_view name) {
+  // PostgreSQL's reserved key words (PostgreSQL 15, appendix C): unquoted, they
+  // cannot name a schema, table or column ("order.outbox" is a syntax error).
+  static const std::set<std::string, std::less<>> kReserved = {
+      "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric",
+      "authorization", "binary", "both", "case", "cast", "check", "collate", "collation",
+      "column", "concurrently", "constraint", "create", "cross", "current_catalog",
+      "current_date", "current_role", "current_schema", "current_time", "current_timestamp",
+      "current_user", "default", "deferrable", "desc", "distinct", "do", "else", "end",
+      "except", "false", "fetch", "for", "foreign", "freeze", "from", "full", "grant", "group",
+      "having", "ilike", "in", "initially", "inner", "intersect", "into", "is", "isnull", "join",
+      "lateral", "leading", "left", "like", "limit", "localtime", "localtimestamp", "natural",
+      "not", "notnull", "null", "offset", "on", "only", "or", "order", "outer", "overlaps",
+      "placing", "primary", "references", "returning", "right", "select", "session_user",
+      "similar", "some", "symmetric", "table", "tablesample", "then", "to", "trailing", "true",
+      "union", "unique", "user", "using", "variadic", "verbose", "when", "where", "window",
+      "with"};
+  return kReserved.count(name) > 0;
+}
+
 std::string WithSchema(std::string text, const std::string& schema) {
   const std::string marker = "{S}";
   for (std::size_t pos = text.find(marker); pos != std::string::npos;
@@ -12,6 +41,8 @@ std::string WithSchema(std::string text, const std::string& schema) {
   }
   return text;
 }
+
+namespace {
 
 // Version 1: the outbox table, its indexes and the enqueue function.
 //
@@ -425,8 +456,8 @@ std::string EnqueueFunction(bool replace, bool notify) {
   return t;
 }
 
-std::vector<Migration> Migrations(const std::string& schema) {
-  return {
+MigrationSet OutboxMigrations(const std::string& schema) {
+  return {"outbox.migrate", "schema_migrations", {
       {1, "outbox table, indexes, enqueue()",
        WithSchema(std::string(kMigration1) + EnqueueFunction(false, false), schema)},
       {2, "claim_ordered()", WithSchema(ClaimFunction(/*replace=*/false), schema)},
@@ -437,32 +468,96 @@ std::vector<Migration> Migrations(const std::string& schema) {
        WithSchema(std::string(kMigration4) + ClaimFunction(/*replace=*/true) +
                       EnqueueFunction(true, true),
                   schema)},
-  };
+  }};
 }
 
-std::string MigrateLock(const std::string& schema) {
-  return WithSchema("SELECT pg_advisory_xact_lock(hashtext('outbox.migrate'), hashtext('{S}'))",
+namespace {
+
+constexpr const char* kInboxMigration1 = R"SQL(
+CREATE TABLE {S}.inbox_stamps (
+  consumer   text        NOT NULL,
+  dedup_key  text        NOT NULL,
+  topic      text,
+  partition  integer,
+  "offset"   bigint,
+  applied_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (consumer, dedup_key)
+);
+CREATE INDEX inbox_stamps_age_idx ON {S}.inbox_stamps (consumer, applied_at);
+)SQL";
+
+// Duplicates absorbed, per stamp: operators see how often an event came again
+// (outboxctl trace), and reports can count absorbed copies from the database.
+constexpr const char* kInboxMigration2 = R"SQL(
+ALTER TABLE {S}.inbox_stamps ADD COLUMN duplicates integer NOT NULL DEFAULT 0,
+                             ADD COLUMN last_duplicate_at timestamptz;
+)SQL";
+
+}  // namespace
+
+MigrationSet InboxMigrations(const std::string& schema) {
+  return {"outbox.inbox.migrate", "inbox_migrations", {
+      {1, "inbox_stamps", WithSchema(kInboxMigration1, schema)},
+      {2, "inbox_stamps counts duplicates", WithSchema(kInboxMigration2, schema)},
+  }};
+}
+
+std::string InboxInsertStamps(const std::string& schema) {
+  return WithSchema(
+      "INSERT INTO {S}.inbox_stamps (consumer, dedup_key, topic, partition, \"offset\") "
+      "SELECT $1, k, t, p, o FROM unnest($2::text[], $3::text[], $4::int[], $5::bigint[]) "
+      "AS x(k, t, p, o) ON CONFLICT DO NOTHING RETURNING dedup_key",
+      schema);
+}
+
+std::string InboxInsertStamp(const std::string& schema) {
+  return WithSchema(
+      "INSERT INTO {S}.inbox_stamps (consumer, dedup_key, topic, partition, \"offset\") "
+      "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+      schema);
+}
+
+std::string InboxCountDuplicates(const std::string& schema) {
+  return WithSchema(
+      "UPDATE {S}.inbox_stamps s SET duplicates = s.duplicates + d.n, last_duplicate_at = now() "
+      "FROM (SELECT k, count(*)::int AS n FROM unnest($2::text[]) AS k GROUP BY k) d "
+      "WHERE s.consumer = $1 AND s.dedup_key = d.k",
+      schema);
+}
+
+std::string InboxPurgeStamps(const std::string& schema) {
+  return WithSchema(
+      "DELETE FROM {S}.inbox_stamps WHERE (consumer, dedup_key) IN (SELECT consumer, dedup_key "
+      "FROM {S}.inbox_stamps WHERE consumer = $1 AND applied_at < now() - $2 * interval '1 second' "
+      "ORDER BY applied_at LIMIT $3)",
+      schema);
+}
+
+std::string MigrateLock(const std::string& schema, const MigrationSet& set) {
+  return WithSchema("SELECT pg_advisory_xact_lock(hashtext('" + set.lock_name + "'), hashtext('{S}'))",
                     schema);
 }
 
-std::string EnsureMigrationsTable(const std::string& schema) {
+std::string EnsureMigrationsTable(const std::string& schema, const MigrationSet& set) {
+  // The description column came later to the inbox's table: added if missing.
   return WithSchema(R"SQL(
 CREATE SCHEMA IF NOT EXISTS {S};
-CREATE TABLE IF NOT EXISTS {S}.schema_migrations (
+CREATE TABLE IF NOT EXISTS {S}.)SQL" + set.table + R"SQL( (
   version     integer PRIMARY KEY,
   description text NOT NULL,
   applied_at  timestamptz NOT NULL DEFAULT now()
 );
+ALTER TABLE {S}.)SQL" + set.table + R"SQL( ADD COLUMN IF NOT EXISTS description text NOT NULL DEFAULT '';
 )SQL",
                     schema);
 }
 
-std::string AppliedVersions(const std::string& schema) {
-  return WithSchema("SELECT version FROM {S}.schema_migrations ORDER BY version", schema);
+std::string AppliedVersions(const std::string& schema, const MigrationSet& set) {
+  return WithSchema("SELECT version FROM {S}." + set.table + " ORDER BY version", schema);
 }
 
-std::string RecordMigration(const std::string& schema) {
-  return WithSchema("INSERT INTO {S}.schema_migrations (version, description) VALUES ($1, $2)",
+std::string RecordMigration(const std::string& schema, const MigrationSet& set) {
+  return WithSchema("INSERT INTO {S}." + set.table + " (version, description) VALUES ($1, $2)",
                     schema);
 }
 

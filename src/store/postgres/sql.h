@@ -5,9 +5,19 @@
 #define OUTBOX_SRC_STORE_POSTGRES_SQL_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace outbox::pg::sql {
+
+// True when `name` is a safe unquoted identifier: [a-z_][a-z0-9_]*, at most
+// `max_bytes` long.
+bool IsIdentifier(std::string_view name, std::size_t max_bytes = 63);
+// PostgreSQL's reserved key words, which an unquoted identifier cannot be.
+bool IsReservedWord(std::string_view name);
+
+// Replaces every "{S}" in `text` with the (validated) schema name.
+std::string WithSchema(std::string text, const std::string& schema);
 
 struct Migration {
   int version;
@@ -15,13 +25,22 @@ struct Migration {
   std::string script;
 };
 
-// Ordered, append-only list. Never edit a released migration; add a new one.
-std::vector<Migration> Migrations(const std::string& schema);
+// One schema's migrations: applied in order under an advisory lock named
+// `lock_name`, each recorded in <schema>.<table>. Ordered, append-only lists:
+// never edit a released migration; add a new one.
+struct MigrationSet {
+  std::string lock_name;
+  std::string table;
+  std::vector<Migration> migrations;
+};
 
-std::string MigrateLock(const std::string& schema);
-std::string EnsureMigrationsTable(const std::string& schema);
-std::string AppliedVersions(const std::string& schema);
-std::string RecordMigration(const std::string& schema);
+MigrationSet OutboxMigrations(const std::string& schema);  // <schema>.schema_migrations
+MigrationSet InboxMigrations(const std::string& schema);   // <schema>.inbox_migrations
+
+std::string MigrateLock(const std::string& schema, const MigrationSet& set);
+std::string EnsureMigrationsTable(const std::string& schema, const MigrationSet& set);
+std::string AppliedVersions(const std::string& schema, const MigrationSet& set);
+std::string RecordMigration(const std::string& schema, const MigrationSet& set);
 
 // $1 event payload fields ... see enqueue.cc
 std::string Enqueue(const std::string& schema);
@@ -41,6 +60,16 @@ std::string MarkFailed(const std::string& schema);
 std::string PurgeSent(const std::string& schema);
 std::string Stats(const std::string& schema);
 std::string CountSent(const std::string& schema);
+
+// Inbox. $1 consumer, $2 text[] keys, $3 text[] topics, $4 int[] partitions,
+// $5 bigint[] offsets; returns the keys that were new.
+std::string InboxInsertStamps(const std::string& schema);
+// $1 consumer, $2 key, $3 topic, $4 partition, $5 offset
+std::string InboxInsertStamp(const std::string& schema);
+// $1 consumer, $2 text[] keys (one entry per absorbed copy)
+std::string InboxCountDuplicates(const std::string& schema);
+// $1 consumer, $2 horizon seconds, $3 batch
+std::string InboxPurgeStamps(const std::string& schema);
 
 }  // namespace outbox::pg::sql
 

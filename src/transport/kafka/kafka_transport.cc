@@ -11,6 +11,7 @@
 #include <shared_mutex>
 #include <thread>
 
+#include "common.h"
 #include "outbox/kafka.h"
 
 namespace outbox {
@@ -87,17 +88,6 @@ std::string ConfValue(rd_kafka_conf_t* conf, const char* name) {
   return buf;
 }
 
-std::string Rfc3339(std::chrono::system_clock::time_point tp) {
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(tp.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<long long>(us % 1'000'000));
-  return buf;
-}
 
 // One Publish call's results, shared with the delivery-report callback (which
 // may run after Publish gave up waiting, hence shared ownership).
@@ -214,30 +204,11 @@ class KafkaTransport final : public Transport {
   Status CreateProducer() {
     char err[512];
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    const std::map<std::string, std::string> defaults = {
-        {"enable.idempotence", "true"},
-        {"acks", "all"},
-        {"message.timeout.ms", "10000"},
-        // Admits every event enqueue() accepts (outbox.max_event_bytes, 1,000,000
-        // bytes of payload + key + headers) plus the relay's own headers; below
-        // the broker's default message.max.bytes (1,048,588).
-        {"message.max.bytes", std::to_string(kDefaultMessageMaxBytes)},
-        {"linger.ms", "5"},
-        {"queue.buffering.max.kbytes", "65536"},
-        {"queue.buffering.max.messages", "100000"},
-        {"log_level", "4"},
-        // Nagle + delayed ACKs stall small produce requests by ~40 ms.
-        {"socket.nagle.disable", "true"},
-    };
-    using Props = std::map<std::string, std::string>;
-    const Props* layers[] = {&defaults, &options_.properties};  // ours, then the user's
-    for (const Props* m : layers) {
-      for (const auto& [k, v] : *m) {
-        if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) {
-          rd_kafka_conf_destroy(conf);
-          return Status::InvalidArgument("kafka property " + k + "=\"" + v + "\": " + err);
-        }
-      }
+    if (Status st = kafka_internal::SetProperties(
+            conf, {&kafka_internal::ProducerDefaults(), &options_.properties});  // ours, then the user's
+        !st.ok()) {
+      rd_kafka_conf_destroy(conf);
+      return st;
     }
     // Every property that bounds a message's life, aliases included, resolves to
     // message.timeout.ms in librdkafka; read the effective value from it. Read
@@ -349,7 +320,7 @@ class KafkaTransport final : public Transport {
     add("outbox-aggregate-type", e.aggregate_type);
     add("outbox-aggregate-id", e.aggregate_id);
     if (e.dedup_key) add("outbox-dedup-key", *e.dedup_key);
-    add("outbox-created-at", Rfc3339(ce.created_at));
+    add("outbox-created-at", kafka_internal::Rfc3339(ce.created_at));
     add("outbox-attempt", std::to_string(ce.attempts));
     for (const Header& h : e.headers) add(h.name.c_str(), h.value);
 

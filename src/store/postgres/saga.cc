@@ -1,19 +1,17 @@
+// Saga guards (include/outbox/saga.h): single conditional UPDATEs on the
+// handler's transaction.
 #include "outbox/saga.h"
 
 #include <libpq-fe.h>
 
 #include "session.h"
+#include "sql.h"
 
 namespace outbox::saga {
 namespace {
 
 bool IsIdent(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  if (!((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) return false;
-  for (char c : s) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
-  }
-  return true;
+  return pg::sql::IsIdentifier(s) && !pg::sql::IsReservedWord(s);
 }
 
 bool IsTableName(const std::string& s) {

@@ -1,0 +1,68 @@
+// The PostgreSQL side of the inbox: an InboxStore whose stamps live in the
+// consumer's own PostgreSQL database, next to the tables its handler writes.
+//
+// Per batch: one statement inserts the stamps of all messages (ON CONFLICT DO
+// NOTHING ... RETURNING tells which are new), the handler runs for each new
+// one on the same open transaction, one COMMIT. If a handler fails, the batch is
+// redone with a savepoint per message, so a failure undoes only its own stamp
+// and writes. If the COMMIT itself fails (a deferred constraint, a
+// serialization failure), the batch is redone with one transaction per message,
+// so the message whose commit fails gets its own outcome (kPermanent, or
+// kTransient for a serialization failure or deadlock) and the others apply.
+//
+// This header does not include libpq: the connection is the opaque `pg_conn`
+// that libpq's PGconn is a typedef of.
+//
+// Thread-safety: the store owns one database session; not safe for concurrent
+// use. Handlers run on the thread that calls Apply().
+#ifndef OUTBOX_POSTGRES_INBOX_H_
+#define OUTBOX_POSTGRES_INBOX_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "outbox/inbox.h"
+#include "outbox/status.h"
+
+struct pg_conn;  // libpq's PGconn
+
+namespace outbox {
+
+// Runs inside the open transaction on `txn` (a libpq connection in a
+// transaction block, maybe inside a savepoint). It must not COMMIT or ROLLBACK.
+// A thrown exception is treated as kTransient. It may run more than once for
+// one delivery when its batch is redone (only its committed run counts).
+using Handler = std::function<HandlerResult(const InboundMessage& msg, pg_conn* txn)>;
+
+// Optional, for throughput: applies the effects of all new messages of a batch
+// at once (e.g. one multi-row INSERT) on `txn`. Used on the fast path; if it
+// fails, the batch is redone message by message with the per-message Handler.
+// It must do exactly what the Handler would do for each.
+using BatchHandler =
+    std::function<HandlerResult(std::span<const InboundMessage* const> msgs, pg_conn* txn)>;
+
+struct PostgresInboxOptions {
+  std::string conninfo;
+  std::string schema = "inbox";  // validated like the outbox schema (ValidateSchemaName)
+  std::string consumer;          // consumer name, part of the stamp key; required
+  std::chrono::milliseconds statement_timeout{30'000};
+  std::chrono::seconds connect_timeout{5};
+  // Count each absorbed copy on its stamp (`duplicates`, `last_duplicate_at`;
+  // shown by `outboxctl trace`). One UPDATE per batch that holds duplicates;
+  // off saves that write when whole topics are replayed (docs/benchmarks.md).
+  bool count_duplicates = true;
+};
+
+// Connects at once (a failed connection is Unavailable; later calls reconnect).
+// `handler` is required; `batch_handler` optional. Both are kept (copied) by the
+// store; what they capture must outlive it.
+Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
+                                                      Handler handler,
+                                                      BatchHandler batch_handler = nullptr);
+
+}  // namespace outbox
+
+#endif  // OUTBOX_POSTGRES_INBOX_H_

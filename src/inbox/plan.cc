@@ -1,0 +1,143 @@
+#include "plan.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <set>
+
+#include "outbox/event.h"
+
+namespace outbox::inbox_internal {
+
+std::pair<std::string, int> SplitRetry(const std::string& topic) {
+  auto pos = topic.rfind(".retry.");
+  if (pos == std::string::npos) return {topic, 0};
+  const std::string digits = topic.substr(pos + 7);
+  if (digits.empty() || digits.size() > 4 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return {topic, 0};
+  }
+  const int n = std::atoi(digits.c_str());
+  if (n <= 0) return {topic, 0};
+  return {topic.substr(0, pos), n};
+}
+
+Result<std::string> DedupKey(const DedupKeyFn& dedup, const InboundMessage& m) {
+  Result<std::string> k = Status::Internal("no dedup key function");
+  try {
+    k = dedup(m);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("dedup key function threw: ") + e.what());
+  } catch (...) {
+    return Status::InvalidArgument("dedup key function threw a non-standard exception");
+  }
+  if (!k.ok()) return Status::InvalidArgument("no dedup key: " + k.status().message());
+  if (k->empty()) return Status::InvalidArgument("no dedup key: empty");
+  if (!IsValidText(*k)) {
+    return Status::InvalidArgument("dedup key is not valid UTF-8 text (or holds a NUL byte)");
+  }
+  return k;
+}
+
+Intake PlanIntake(std::span<const InboundMessage> messages, std::int64_t now_ms,
+                  const DedupKeyFn& dedup) {
+  Intake in;
+  in.outcomes.resize(messages.size());
+  in.taken.assign(messages.size(), false);
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const InboundMessage& m = messages[i];
+    TopicPartition tp{m.topic, m.partition};
+    if (in.pauses.count(tp)) continue;  // behind a held message of its partition
+    in.first_offsets.emplace(tp, m.offset);
+    if (SplitRetry(m.topic).second > 0) {
+      const std::string* due = m.Header(kDueAt);
+      const std::int64_t due_ms = due ? std::atoll(due->c_str()) : 0;
+      if (due_ms > now_ms) {
+        in.pauses[tp] = {m.offset, due_ms};
+        continue;
+      }
+    }
+    in.taken[i] = true;
+    Result<std::string> key = DedupKey(dedup, m);
+    if (!key.ok()) {
+      in.outcomes[i] = MessageOutcome{Outcome::kPermanent, key.status().message()};
+      continue;
+    }
+    in.apply.push_back(i);
+    in.keys.push_back(std::move(key).value());
+  }
+  return in;
+}
+
+std::string CutUtf8(const std::string& text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::size_t n = max_bytes;
+  // Step back over continuation bytes so a multi-byte character is not split.
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  return text.substr(0, n);
+}
+
+std::string FirstLine(const std::string& text, std::size_t max_bytes) {
+  std::string line = text.substr(0, text.find_first_of("\r\n"));
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
+  return CutUtf8(line, max_bytes);
+}
+
+Forwards PlanForwards(std::span<const InboundMessage> messages,
+                      std::span<const std::optional<MessageOutcome>> outcomes,
+                      const ConsumerOptions& options, std::int64_t now_ms,
+                      const std::string& now_rfc3339) {
+  Forwards f;
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (!outcomes[i]) continue;
+    const MessageOutcome& o = *outcomes[i];
+    if (o.outcome != Outcome::kPermanent && o.outcome != Outcome::kTransient) continue;
+    const InboundMessage& m = messages[i];
+    auto [base, retry_n] = SplitRetry(m.topic);
+    OutboundMessage out;
+    out.key = m.key;
+    out.payload = m.payload;
+    out.payload_is_null = m.payload_is_null;
+    out.headers = m.headers;
+    if (!m.Header(kOrigTopic)) {
+      out.headers[kOrigTopic] = m.topic;
+      out.headers[kOrigPartition] = std::to_string(m.partition);
+      out.headers[kOrigOffset] = std::to_string(m.offset);
+      out.headers[kFirstFailure] = now_rfc3339;
+    }
+    const int attempt = retry_n + 1;
+    out.headers[kAttempt] = std::to_string(attempt);
+    out.headers[kErrClass] = o.outcome == Outcome::kPermanent ? "permanent" : "transient";
+    out.headers[kErrMessage] = FirstLine(o.error, kErrMessageMaxBytes);
+    out.headers[kErrDetail] = CutUtf8(o.error, kErrDetailMaxBytes);
+    out.headers.erase(kDueAt);
+    ForwardKind kind;
+    if (o.outcome == Outcome::kTransient &&
+        static_cast<std::size_t>(attempt) <= options.retry_delays.size()) {
+      out.topic = base + ".retry." + std::to_string(attempt);
+      out.headers[kDueAt] = std::to_string(
+          now_ms + options.retry_delays[static_cast<std::size_t>(attempt - 1)].count());
+      kind = ForwardKind::kRetry;
+    } else {
+      out.topic = base + options.dlt_suffix;
+      kind = ForwardKind::kDeadLetter;
+    }
+    f.messages.push_back(std::move(out));
+    f.kinds.push_back(kind);
+    f.classes.push_back(o.outcome);
+  }
+  return f;
+}
+
+std::map<TopicPartition, std::int64_t> PlanCommit(std::span<const InboundMessage> messages,
+                                                  const std::vector<bool>& taken) {
+  std::map<TopicPartition, std::int64_t> next;
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (!taken[i]) continue;
+    auto& v = next[{messages[i].topic, messages[i].partition}];
+    v = std::max(v, messages[i].offset + 1);
+  }
+  return next;
+}
+
+}  // namespace outbox::inbox_internal

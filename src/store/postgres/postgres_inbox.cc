@@ -1,0 +1,342 @@
+// The PostgreSQL inbox: stamps and effects in one transaction, with three ways
+// through a batch (postgres_inbox.h): fast (one transaction, no savepoints),
+// careful (a savepoint per message, after a handler failed) and single (a
+// transaction per message, after a COMMIT failed).
+#include "outbox/postgres_inbox.h"
+
+#include <libpq-fe.h>
+
+#include <exception>
+#include <map>
+#include <set>
+
+#include "migrate.h"
+#include "outbox/event.h"
+#include "outbox/fault.h"
+#include "outbox/postgres.h"
+#include "session.h"
+#include "sql.h"
+
+namespace outbox {
+namespace {
+
+using pg::Param;
+
+// How a pass over the batch ended when it did not return an error.
+enum class Pass { kCommitted, kHandlerFailed, kCommitFailed };
+
+// A COMMIT (or statement) error that a per-message redo can isolate: anything
+// but a lost connection or a timeout, which say nothing about one message.
+bool Isolable(const Status& st) {
+  return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded;
+}
+
+MessageOutcome FromHandler(const HandlerResult& hr) {
+  if (hr.error == ErrorClass::kPermanent) return {Outcome::kPermanent, hr.message};
+  return {Outcome::kTransient,
+          hr.error == ErrorClass::kNone ? "handler left its statement failed" : hr.message};
+}
+
+class PostgresInbox final : public InboxStore {
+ public:
+  PostgresInbox(PostgresInboxOptions o, std::unique_ptr<pg::Session> s, Handler h, BatchHandler b)
+      : options_(std::move(o)),
+        session_(std::move(s)),
+        handler_(std::move(h)),
+        batch_handler_(std::move(b)),
+        insert_many_(pg::sql::InboxInsertStamps(options_.schema)),
+        insert_one_(pg::sql::InboxInsertStamp(options_.schema)),
+        count_duplicates_(pg::sql::InboxCountDuplicates(options_.schema)),
+        purge_(pg::sql::InboxPurgeStamps(options_.schema)) {}
+
+  Status Migrate() override {
+    return pg::RunMigrations(*session_, options_.schema, pg::sql::InboxMigrations(options_.schema));
+  }
+
+  Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,
+                                            std::span<const std::string> keys) override {
+    if (keys.size() != msgs.size()) {
+      return Status::InvalidArgument("inbox apply: one key per message is required");
+    }
+    std::vector<MessageOutcome> out(msgs.size());
+    // The engine checks keys; a direct caller may not have: a key PostgreSQL
+    // cannot store would fail the whole batch, so it fails alone here.
+    std::vector<bool> todo(msgs.size(), true);
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (keys[i].empty() || !IsValidText(keys[i])) {
+        out[i] = {Outcome::kPermanent, "dedup key is empty or not valid UTF-8 text"};
+        todo[i] = false;
+      }
+    }
+    std::map<std::size_t, HandlerResult> failed;
+    auto fast = Fast(msgs, keys, todo, out, failed);
+    if (!fast.ok()) return fast.status();
+    if (*fast == Pass::kCommitted) return out;
+    if (*fast == Pass::kHandlerFailed) {
+      // Redo with a savepoint per message. The failed message keeps its outcome
+      // (its handler is not run twice for one delivery); the ones before it run
+      // again, their first writes having been rolled back.
+      auto careful = Careful(msgs, keys, todo, failed, out);
+      if (!careful.ok()) return careful.status();
+      if (*careful == Pass::kCommitted) return out;
+    }
+    // The COMMIT failed: which message's writes broke it is unknown. One
+    // transaction per message finds it; the others apply.
+    OUTBOX_RETURN_IF_ERROR(Single(msgs, keys, todo, failed, out));
+    return out;
+  }
+
+  Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) override {
+    auto r = session_->Exec("inbox purge", purge_,
+                            {Param::Text(options_.consumer), Param::Text(std::to_string(horizon.count())),
+                             Param::Text(std::to_string(batch))},
+                            {pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid});
+    if (!r.ok()) return r.status();
+    return static_cast<std::int64_t>(std::strtoll(PQcmdTuples(r->get()), nullptr, 10));
+  }
+
+ private:
+  // Runs the handler; exceptions become transient errors; a handler that
+  // returned OK but left the transaction failed is a transient error too.
+  HandlerResult RunHandler(const InboundMessage& m) {
+    HandlerResult hr;
+    try {
+      hr = handler_(m, session_->raw());
+    } catch (const std::exception& e) {
+      return HandlerResult::Transient(std::string("handler threw: ") + e.what());
+    } catch (...) {
+      return HandlerResult::Transient("handler threw a non-standard exception");
+    }
+    if (hr.error == ErrorClass::kNone && PQtransactionStatus(session_->raw()) != PQTRANS_INTRANS) {
+      return HandlerResult::Transient("handler left its statement failed");
+    }
+    return hr;
+  }
+
+  Status Begin() {
+    OUTBOX_RETURN_IF_ERROR(session_->EnsureConnected());
+    return session_->ExecScript("inbox begin", "BEGIN");
+  }
+
+  void Rollback() { (void)session_->ExecScript("inbox rollback", "ROLLBACK"); }
+
+  Status Commit() {
+    if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
+      Rollback();
+      return Status::Internal("fault point " + std::string(fault::kInboxInsideTransaction), true);
+    }
+    Status st = session_->ExecScript("inbox commit", "COMMIT");
+    // A COMMIT that fails ends the transaction on the server; make sure of it.
+    if (!st.ok()) Rollback();
+    return st;
+  }
+
+  // Inside the open transaction: one more absorbed copy per entry of `keys`.
+  Status CountDuplicates(std::span<const std::string> keys) {
+    if (!options_.count_duplicates || keys.empty()) return Status::Ok();
+    return session_
+        ->Exec("inbox count duplicates", count_duplicates_,
+               {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(keys))})
+        .status();
+  }
+
+  // Inserts the stamp of message i inside the open transaction; true when new.
+  Result<bool> InsertStamp(const InboundMessage& m, const std::string& key) {
+    auto ins = session_->Exec("inbox stamp", insert_one_,
+                              {Param::Text(options_.consumer), Param::Text(key),
+                               Param::Text(m.topic), Param::Text(std::to_string(m.partition)),
+                               Param::Text(std::to_string(m.offset))});
+    if (!ins.ok()) return ins.status();
+    return std::string(PQcmdTuples(ins->get())) != "0";
+  }
+
+  // Status error: the database could not be used; rolled back.
+  Result<Pass> Fast(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
+                    const std::vector<bool>& todo, std::vector<MessageOutcome>& out,
+                    std::map<std::size_t, HandlerResult>& failed) {
+    OUTBOX_RETURN_IF_ERROR(Begin());
+    std::vector<std::string> ks, topics;
+    std::vector<std::int64_t> parts, offsets;
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (!todo[i]) continue;
+      ks.push_back(keys[i]);
+      topics.push_back(msgs[i].topic);
+      parts.push_back(msgs[i].partition);
+      offsets.push_back(msgs[i].offset);
+    }
+    std::set<std::string> fresh;
+    if (!ks.empty()) {
+      auto r = session_->Exec("inbox stamps", insert_many_,
+                              {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(ks)),
+                               Param::Text(pg::TextArrayLiteral(topics)),
+                               Param::Text(pg::Int64ArrayLiteral(parts)),
+                               Param::Text(pg::Int64ArrayLiteral(offsets))});
+      if (!r.ok()) {
+        Rollback();
+        return r.status();
+      }
+      for (int i = 0; i < PQntuples(r->get()); ++i) fresh.insert(pg::GetText(r->get(), i, 0));
+    }
+    std::set<std::string> used;  // a key twice in one batch: the first applies
+    std::vector<const InboundMessage*> new_msgs;
+    std::vector<std::string> dups;
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (!todo[i]) continue;
+      if (!fresh.count(keys[i]) || !used.insert(keys[i]).second) {
+        out[i] = {Outcome::kDuplicate, ""};
+        dups.push_back(keys[i]);
+        continue;
+      }
+      out[i] = {Outcome::kApplied, ""};
+      if (batch_handler_) {
+        new_msgs.push_back(&msgs[i]);
+        continue;
+      }
+      HandlerResult hr = RunHandler(msgs[i]);
+      if (hr.error != ErrorClass::kNone) {
+        failed[i] = hr;
+        Rollback();
+        return Pass::kHandlerFailed;
+      }
+    }
+    if (Status st = CountDuplicates(dups); !st.ok()) {
+      Rollback();
+      return st;
+    }
+    if (batch_handler_ && !new_msgs.empty()) {
+      HandlerResult hr;
+      try {
+        hr = batch_handler_(new_msgs, session_->raw());
+      } catch (...) {
+        hr = HandlerResult::Transient("batch handler threw");
+      }
+      if (hr.error != ErrorClass::kNone || PQtransactionStatus(session_->raw()) != PQTRANS_INTRANS) {
+        Rollback();
+        return Pass::kHandlerFailed;  // redo message by message: which one failed is unknown
+      }
+    }
+    Status st = Commit();
+    if (st.ok()) return Pass::kCommitted;
+    if (!Isolable(st)) return st;
+    return Pass::kCommitFailed;
+  }
+
+  // A savepoint per message. Status error: rolled back, nothing took effect.
+  Result<Pass> Careful(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
+                       const std::vector<bool>& todo,
+                       const std::map<std::size_t, HandlerResult>& failed,
+                       std::vector<MessageOutcome>& out) {
+    OUTBOX_RETURN_IF_ERROR(Begin());
+    auto abort = [&](Status st) -> Result<Pass> {
+      Rollback();
+      return st;
+    };
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (!todo[i]) continue;
+      if (auto f = failed.find(i); f != failed.end()) {
+        out[i] = FromHandler(f->second);
+        continue;
+      }
+      if (Status sp = session_->ExecScript("inbox savepoint", "SAVEPOINT m"); !sp.ok()) {
+        return abort(sp);
+      }
+      auto fresh = InsertStamp(msgs[i], keys[i]);
+      if (!fresh.ok()) return abort(fresh.status());
+      if (!*fresh) {
+        out[i] = {Outcome::kDuplicate, ""};
+        if (Status cd = CountDuplicates(std::span(&keys[i], 1)); !cd.ok()) return abort(cd);
+        (void)session_->ExecScript("inbox release", "RELEASE SAVEPOINT m");
+        continue;
+      }
+      HandlerResult hr = RunHandler(msgs[i]);
+      if (hr.error == ErrorClass::kNone) {
+        out[i] = {Outcome::kApplied, ""};
+        if (Status rel = session_->ExecScript("inbox release", "RELEASE SAVEPOINT m"); !rel.ok()) {
+          return abort(rel);
+        }
+        continue;
+      }
+      // Undo this message's stamp and writes only.
+      if (Status rb = session_->ExecScript("inbox rollback to savepoint",
+                                           "ROLLBACK TO SAVEPOINT m; RELEASE SAVEPOINT m");
+          !rb.ok()) {
+        return abort(rb);
+      }
+      out[i] = FromHandler(hr);
+    }
+    Status st = Commit();
+    if (st.ok()) return Pass::kCommitted;
+    if (!Isolable(st)) return st;
+    return Pass::kCommitFailed;
+  }
+
+  // A transaction per message: a failing COMMIT is that message's own outcome.
+  Status Single(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
+                const std::vector<bool>& todo, const std::map<std::size_t, HandlerResult>& failed,
+                std::vector<MessageOutcome>& out) {
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (!todo[i]) continue;
+      if (auto f = failed.find(i); f != failed.end()) {
+        out[i] = FromHandler(f->second);
+        continue;
+      }
+      OUTBOX_RETURN_IF_ERROR(Begin());
+      auto fresh = InsertStamp(msgs[i], keys[i]);
+      if (!fresh.ok()) {
+        Rollback();
+        return fresh.status();
+      }
+      if (!*fresh) {
+        out[i] = {Outcome::kDuplicate, ""};
+        if (Status cd = CountDuplicates(std::span(&keys[i], 1)); !cd.ok()) {
+          Rollback();
+          return cd;
+        }
+      } else {
+        HandlerResult hr = RunHandler(msgs[i]);
+        if (hr.error != ErrorClass::kNone) {
+          Rollback();
+          out[i] = FromHandler(hr);
+          continue;
+        }
+        out[i] = {Outcome::kApplied, ""};
+      }
+      Status st = Commit();
+      if (st.ok()) continue;
+      if (!Isolable(st)) return st;  // earlier messages are committed: redelivery absorbs them
+      out[i] = {st.retryable() ? Outcome::kTransient : Outcome::kPermanent,
+                "commit failed: " + st.message()};
+    }
+    return Status::Ok();
+  }
+
+  PostgresInboxOptions options_;
+  std::unique_ptr<pg::Session> session_;
+  Handler handler_;
+  BatchHandler batch_handler_;
+  const std::string insert_many_, insert_one_, count_duplicates_, purge_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
+                                                      Handler handler,
+                                                      BatchHandler batch_handler) {
+  OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(options.schema));
+  if (options.consumer.empty()) return Status::InvalidArgument("inbox: consumer name is required");
+  if (options.conninfo.empty()) {
+    return Status::InvalidArgument("inbox: conninfo is empty: set the PostgreSQL URL");
+  }
+  if (!handler) return Status::InvalidArgument("inbox: a handler is required");
+  pg::Session::Options so;
+  so.conninfo = options.conninfo;
+  so.statement_timeout = options.statement_timeout;
+  so.connect_timeout = options.connect_timeout;
+  so.application_name = "outbox-inbox";
+  auto s = pg::Session::Connect(so);
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<InboxStore>(std::make_unique<PostgresInbox>(
+      options, std::move(s).value(), std::move(handler), std::move(batch_handler)));
+}
+
+}  // namespace outbox

@@ -1,0 +1,66 @@
+#include "common.h"
+
+#include <cstdio>
+#include <ctime>
+
+#include "outbox/kafka.h"
+
+namespace outbox::kafka_internal {
+
+const Props& ProducerDefaults() {
+  static const Props kDefaults = {
+      {"enable.idempotence", "true"},
+      {"acks", "all"},
+      {"message.timeout.ms", "10000"},
+      // Admits every event enqueue() accepts (outbox.max_event_bytes, 1,000,000
+      // bytes of payload + key + headers) plus the relay's own headers; below
+      // the broker's default message.max.bytes (1,048,588).
+      {"message.max.bytes", std::to_string(kDefaultMessageMaxBytes)},
+      {"linger.ms", "5"},
+      {"queue.buffering.max.kbytes", "65536"},
+      {"queue.buffering.max.messages", "100000"},
+      {"log_level", "4"},
+      // Nagle + delayed ACKs stall small produce requests by ~40 ms.
+      {"socket.nagle.disable", "true"},
+  };
+  return kDefaults;
+}
+
+Status SetProperties(rd_kafka_conf_t* conf, std::initializer_list<const Props*> layers) {
+  char err[512];
+  for (const Props* m : layers) {
+    for (const auto& [k, v] : *m) {
+      if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) {
+        // The value is not echoed: it may be a secret (sasl.password).
+        return Status::InvalidArgument("kafka property " + k + ": " + err);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Props ConnectionProperties(const Props& props) {
+  Props out;
+  for (const auto& [k, v] : props) {
+    if (k == "bootstrap.servers" || k == "metadata.broker.list" || k == "client.id" ||
+        k.rfind("security.", 0) == 0 || k.rfind("sasl.", 0) == 0 || k.rfind("ssl.", 0) == 0 ||
+        k.rfind("ssl_", 0) == 0 || k == "broker.address.family") {
+      out[k] = v;
+    }
+  }
+  return out;
+}
+
+std::string Rfc3339(std::chrono::system_clock::time_point tp) {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(tp.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<long long>(us % 1'000'000));
+  return buf;
+}
+
+}  // namespace outbox::kafka_internal
