@@ -26,6 +26,9 @@ class InboxE2ETest : public ::testing::Test {
                            ".effects (k text, payload text, applied_at timestamptz DEFAULT clock_timestamp())");
     Exec(admin_.get(), "CREATE TABLE " + schema_ + ".attempts (k text PRIMARY KEY, n int)");
     Exec(admin_.get(), "CREATE TABLE " + schema_ + ".blocklist (k text PRIMARY KEY)");
+    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".parent (id text PRIMARY KEY)");
+    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".child (pid text REFERENCES " + schema_ +
+                           ".parent DEFERRABLE INITIALLY DEFERRED)");
     kafka_ = std::make_unique<MockKafka>(
         1, std::vector<std::string>{"orders:4", "orders.retry.1:2", "orders.retry.2:2", "orders.dlt:2"});
     ASSERT_FALSE(kafka_->bootstrap().empty());
@@ -168,6 +171,51 @@ TEST_F(InboxE2ETest, PermanentErrorGoesToTheDeadLetterTopicAtOnceWithHeaders) {
   auto counters = StopAndCount(c);
   EXPECT_EQ(counters["dead_lettered"], 1);
   EXPECT_EQ(counters["retried"], 0) << "permanent errors are not retried";
+}
+
+// Messages that used to stop the consumer: an event id that is not UTF-8 (threw
+// out of Run, then crash-looped on the uncommitted offset), a NULL value
+// (forwarded as an empty value), a multi-line error (written into one header),
+// and an effect that breaks a deferred constraint at COMMIT (failed the whole
+// batch, consumed again forever). Each goes to the dead-letter topic alone; the
+// events around them apply.
+TEST_F(InboxE2ETest, PoisonMessagesAreDeadLetteredAloneAndTheConsumerKeepsGoing) {
+  Subprocess& c = StartConsumer();
+  std::vector<Message> poison(4);
+  poison[0].key = "p-utf8";
+  poison[0].value = "ok";
+  poison[0].headers["outbox-event-id"] = std::string("ev-\x80\xfe\xff", 6);
+  poison[1].key = "p-null";
+  poison[1].value_null = true;
+  poison[1].headers["outbox-event-id"] = "p-null";
+  poison[2].key = "p-multi";
+  poison[2].value = "multiline";
+  poison[2].headers["outbox-event-id"] = "p-multi";
+  poison[3].key = "p-orphan";
+  poison[3].value = "orphan";
+  poison[3].headers["outbox-event-id"] = "p-orphan";
+  ProduceEvents(3, "ok", 1, "before-");
+  ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", poison), 4);
+  ProduceEvents(3, "ok", 1, "after-");
+  auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 4, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 4u) << c.Log();
+  std::map<std::string, Message> by_key;
+  for (const auto& m : dlt) by_key[m.key] = m;
+  EXPECT_EQ(by_key["p-utf8"].headers.at("outbox-event-id"), std::string("ev-\x80\xfe\xff", 6))
+      << "the header is forwarded as the bytes it was";
+  EXPECT_NE(by_key["p-utf8"].headers.at("outbox-error-message").find("UTF-8"), std::string::npos);
+  EXPECT_TRUE(by_key["p-null"].value_null) << "a NULL value stays NULL in the dead-letter topic";
+  EXPECT_EQ(by_key["p-multi"].headers.at("outbox-error-message"), "ERROR:  value out of range");
+  EXPECT_NE(by_key["p-multi"].headers.at("outbox-error-detail").find("CONTEXT:"), std::string::npos);
+  EXPECT_EQ(by_key["p-orphan"].headers.at("outbox-error-class"), "permanent");
+  EXPECT_NE(by_key["p-orphan"].headers.at("outbox-error-message").find("foreign key"),
+            std::string::npos)
+      << by_key["p-orphan"].headers.at("outbox-error-message");
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 6; }, 30s)) << c.Log();
+  EXPECT_EQ(Count("SELECT count(*) FROM " + schema_ + ".child"), 0);
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["dead_lettered"], 4);
+  EXPECT_EQ(counters["applied"], 6);
 }
 
 TEST_F(InboxE2ETest, TransientErrorIsRetriedAfterADelayThenSucceeds) {

@@ -49,7 +49,20 @@ int main(int argc, char** argv) {
   PGconn* side = PQconnectdb(a["db"].c_str());
 
   outbox::Handler handler = [&](const outbox::InboundMessage& m, pg_conn* txn) {
+    if (m.payload_is_null) return outbox::HandlerResult::Permanent("a tombstone was not expected");
     if (m.payload == "permanent") return outbox::HandlerResult::Permanent("contract violation");
+    if (m.payload == "multiline") {
+      return outbox::HandlerResult::Permanent(
+          "ERROR:  value out of range\nCONTEXT:  PL/pgSQL function f() line 3");
+    }
+    if (m.payload == "orphan") {  // breaks a deferred foreign key: fails at COMMIT
+      const std::string sql = "INSERT INTO " + schema + ".child VALUES ($1)";
+      const char* v[] = {m.key.c_str()};
+      PGresult* r = PQexecParams(txn, sql.c_str(), 1, nullptr, v, nullptr, nullptr, 0);
+      const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+      PQclear(r);
+      if (!ok) return outbox::HandlerResult::Transient("child insert failed");
+    }
     if (m.payload == "transient-forever") return outbox::HandlerResult::Transient("always down");
     if (m.payload == "transient-once") {
       std::string n = Scalar(side, "INSERT INTO " + schema + ".attempts VALUES ($1, 1) "

@@ -90,6 +90,7 @@ class MockKafka {
 
 struct Message {
   std::string key, value;
+  bool value_null = false;  // a NULL value (tombstone), not an empty one
   int partition = 0;
   long long offset = 0;
   std::map<std::string, std::string> headers;
@@ -131,7 +132,11 @@ inline std::vector<Message> ReadTopic(const std::string& bootstrap, const std::s
     if (!m->err) {
       Message msg;
       if (m->key) msg.key.assign(static_cast<const char*>(m->key), m->key_len);
-      if (m->payload) msg.value.assign(static_cast<const char*>(m->payload), m->len);
+      if (m->payload) {
+        msg.value.assign(static_cast<const char*>(m->payload), m->len);
+      } else {
+        msg.value_null = true;
+      }
       msg.partition = m->partition;
       msg.offset = m->offset;
       rd_kafka_headers_t* hdrs = nullptr;
@@ -181,7 +186,8 @@ inline int Produce(const std::string& bootstrap, const std::string& topic,
 #pragma GCC diagnostic ignored "-Wold-style-cast"
     rd_kafka_producev(p, RD_KAFKA_V_TOPIC(topic.c_str()),
                       RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
-                      RD_KAFKA_V_VALUE(const_cast<char*>(m.value.data()), m.value.size()),
+                      RD_KAFKA_V_VALUE(m.value_null ? nullptr : const_cast<char*>(m.value.data()),
+                                       m.value_null ? 0 : m.value.size()),
                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
                       RD_KAFKA_V_END);
 #pragma GCC diagnostic pop

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <ctime>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -78,23 +79,25 @@ class Metrics {
         {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
     batches_failed_ = &r->AddCounter("outbox_inbox_batches_failed_total",
                                      "Batches that could not complete and are consumed again");
+    // The registry may render after the consumer is gone: the read functions
+    // share ownership of what they read.
     r->AddGaugeFunction("outbox_inbox_consumer_lag",
                         "Messages behind the high watermark, per owned partition",
-                        [this] {
-                          std::lock_guard<std::mutex> l(mu_);
-                          return lag_;
+                        [live = live_] {
+                          std::lock_guard<std::mutex> l(live->mu);
+                          return live->lag;
                         });
     r->AddGaugeFunction(
         "outbox_inbox_seconds_since_last_apply",
-        "Seconds since the last applied effect (since start when none yet)", [this] {
-          const auto last = last_apply_ms_.load(std::memory_order_relaxed);
+        "Seconds since the last applied effect (since start when none yet)", [live = live_] {
+          const auto last = live->last_apply_ms.load(std::memory_order_relaxed);
           return MetricsRegistry::GaugeSamples{
               {"", static_cast<double>(NowMs() - last) / 1000.0}};
         });
   }
 
   void Applied(std::uint64_t n) {
-    if (n > 0) last_apply_ms_.store(NowMs(), std::memory_order_relaxed);
+    if (n > 0) live_->last_apply_ms.store(NowMs(), std::memory_order_relaxed);
     if (applied_) applied_->Inc(n);
   }
   void Duplicates(std::uint64_t n) {
@@ -121,8 +124,8 @@ class Metrics {
                          std::to_string(p.tp.partition) + "\"",
                      static_cast<double>(p.lag));
     }
-    std::lock_guard<std::mutex> l(mu_);
-    lag_ = std::move(s);
+    std::lock_guard<std::mutex> l(live_->mu);
+    live_->lag = std::move(s);
   }
 
  private:
@@ -134,9 +137,12 @@ class Metrics {
   Counter* dead_transient_ = nullptr;
   Histogram* batch_seconds_ = nullptr;
   Counter* batches_failed_ = nullptr;
-  std::mutex mu_;
-  MetricsRegistry::GaugeSamples lag_;
-  std::atomic<std::int64_t> last_apply_ms_{NowMs()};
+  struct Live {
+    std::mutex mu;
+    MetricsRegistry::GaugeSamples lag;  // GUARDED_BY(mu)
+    std::atomic<std::int64_t> last_apply_ms{NowMs()};
+  };
+  std::shared_ptr<Live> live_ = std::make_shared<Live>();
 };
 
 class Engine final : public Consumer {

@@ -1,0 +1,335 @@
+// The inbox engine without processes: its pure plan (plan.h), and its loop with
+// in-process fakes of InboxSource and InboxStore. Runs under ASan and TSan.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "outbox/consumer.h"
+#include "plan.h"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace inbox_internal;
+
+InboundMessage Msg(const std::string& topic, int partition, std::int64_t offset,
+                   const std::string& id, const std::string& payload = "ok") {
+  InboundMessage m;
+  m.topic = topic;
+  m.partition = partition;
+  m.offset = offset;
+  m.key = "k-" + id;
+  m.payload = payload;
+  m.headers["outbox-event-id"] = id;
+  return m;
+}
+
+// ---- the plan ------------------------------------------------------------
+
+TEST(InboxPlanTest, RetryTopicsAreRecognisedStrictly) {
+  EXPECT_EQ(SplitRetry("orders.retry.2"), std::make_pair(std::string("orders"), 2));
+  EXPECT_EQ(SplitRetry("orders"), std::make_pair(std::string("orders"), 0));
+  EXPECT_EQ(SplitRetry("orders.retry.x"), std::make_pair(std::string("orders.retry.x"), 0));
+  EXPECT_EQ(SplitRetry("orders.retry.2b"), std::make_pair(std::string("orders.retry.2b"), 0));
+  EXPECT_EQ(SplitRetry("orders.retry.0"), std::make_pair(std::string("orders.retry.0"), 0));
+}
+
+TEST(InboxPlanTest, KeysThatAreNotTextOrThrowAreRejectedBeforeTheStore) {
+  std::vector<InboundMessage> msgs = {Msg("t", 0, 0, "good")};
+  for (int b = 0x80; b <= 0xff; ++b) {  // every byte that cannot start valid UTF-8 alone
+    msgs.push_back(Msg("t", 0, static_cast<std::int64_t>(msgs.size()),
+                       std::string("id-") + static_cast<char>(b)));
+  }
+  msgs.push_back(Msg("t", 0, static_cast<std::int64_t>(msgs.size()), std::string("a\0b", 3)));
+  InboundMessage no_id = Msg("t", 0, static_cast<std::int64_t>(msgs.size()), "x");
+  no_id.headers.clear();
+  msgs.push_back(no_id);
+  Intake in = PlanIntake(msgs, 0, DedupByEventId());
+  ASSERT_EQ(in.apply.size(), 1u);
+  EXPECT_EQ(in.keys[0], "good");
+  for (std::size_t i = 1; i < msgs.size(); ++i) {
+    ASSERT_TRUE(in.outcomes[i].has_value()) << i;
+    EXPECT_EQ(in.outcomes[i]->outcome, Outcome::kPermanent) << i;
+    EXPECT_TRUE(in.taken[i]) << "rejected messages are consumed (dead-lettered), not held";
+  }
+  EXPECT_NE(in.outcomes[1]->error.find("UTF-8"), std::string::npos) << in.outcomes[1]->error;
+  EXPECT_NE(in.outcomes.back()->error.find("outbox-event-id"), std::string::npos);
+
+  DedupKeyFn throws = [](const InboundMessage&) -> Result<std::string> {
+    throw std::runtime_error("bad payload");
+  };
+  DedupKeyFn throws_int = [](const InboundMessage&) -> Result<std::string> { throw 42; };
+  for (const DedupKeyFn& fn : {throws, throws_int}) {
+    Intake t = PlanIntake(std::span(msgs.data(), 1), 0, fn);
+    EXPECT_TRUE(t.apply.empty());
+    ASSERT_TRUE(t.outcomes[0].has_value());
+    EXPECT_EQ(t.outcomes[0]->outcome, Outcome::kPermanent);
+    EXPECT_NE(t.outcomes[0]->error.find("threw"), std::string::npos);
+  }
+}
+
+TEST(InboxPlanTest, ARetryNotYetDueHoldsItsPartitionOnly) {
+  std::vector<InboundMessage> msgs = {Msg("t.retry.1", 0, 5, "a"), Msg("t.retry.1", 0, 6, "b"),
+                                      Msg("t.retry.1", 1, 9, "c"), Msg("t", 0, 1, "d")};
+  msgs[0].headers[kDueAt] = "2000";  // due
+  msgs[1].headers[kDueAt] = "9000";  // not yet: holds partition 0 from offset 6
+  msgs[2].headers[kDueAt] = "1000";
+  Intake in = PlanIntake(msgs, 5000, DedupByEventId());
+  EXPECT_EQ(in.apply, (std::vector<std::size_t>{0, 2, 3}));
+  ASSERT_EQ(in.pauses.size(), 1u);
+  EXPECT_EQ(in.pauses.begin()->first, (TopicPartition{"t.retry.1", 0}));
+  EXPECT_EQ(in.pauses.begin()->second, std::make_pair(std::int64_t{6}, std::int64_t{9000}));
+  auto next = PlanCommit(msgs, in.taken);
+  EXPECT_EQ(next.at({"t.retry.1", 0}), 6) << "commit stops before the held message";
+  EXPECT_EQ(next.at({"t.retry.1", 1}), 10);
+  EXPECT_EQ(next.at({"t", 0}), 2);
+}
+
+TEST(InboxPlanTest, ForwardsKeepANullValueAndPutOneLineInTheErrorMessage) {
+  ConsumerOptions o;
+  o.retry_delays = {100ms, 200ms};
+  std::vector<InboundMessage> msgs = {Msg("t", 0, 0, "a"), Msg("t.retry.2", 1, 3, "b"),
+                                      Msg("t", 0, 1, "c")};
+  msgs[0].payload.clear();
+  msgs[0].payload_is_null = true;
+  msgs[1].headers[kOrigTopic] = "t";
+  msgs[1].headers[kFirstFailure] = "earlier";
+  msgs[1].headers[kDueAt] = "1";
+  const std::string libpq =
+      "insert failed: ERROR:  duplicate key value violates unique constraint \"x\"\n"
+      "DETAIL:  Key (k)=(1) already exists.\nCONTEXT:  SQL function \"f\" statement 1";
+  std::vector<std::optional<MessageOutcome>> out = {
+      MessageOutcome{Outcome::kTransient, libpq}, MessageOutcome{Outcome::kTransient, "again"},
+      MessageOutcome{Outcome::kApplied, ""}};
+  Forwards f = PlanForwards(msgs, out, o, 1000, "2026-11-30T00:00:00Z");
+  ASSERT_EQ(f.messages.size(), 2u);
+  const OutboundMessage& a = f.messages[0];
+  EXPECT_EQ(a.topic, "t.retry.1");
+  EXPECT_TRUE(a.payload_is_null) << "a tombstone stays a tombstone";
+  EXPECT_EQ(a.headers.at(kErrMessage),
+            "insert failed: ERROR:  duplicate key value violates unique constraint \"x\"");
+  EXPECT_EQ(a.headers.at(kErrDetail), libpq);
+  EXPECT_EQ(a.headers.at(kDueAt), "1100");
+  EXPECT_EQ(a.headers.at(kOrigTopic), "t");
+  EXPECT_EQ(a.headers.at(kAttempt), "1");
+  EXPECT_EQ(f.kinds[0], ForwardKind::kRetry);
+  const OutboundMessage& b = f.messages[1];
+  EXPECT_EQ(b.topic, "t.dlt") << "after the last retry topic";
+  EXPECT_EQ(b.headers.at(kAttempt), "3");
+  EXPECT_EQ(b.headers.at(kFirstFailure), "earlier") << "the first failure is kept";
+  EXPECT_EQ(b.headers.count(kDueAt), 0u);
+  EXPECT_EQ(f.kinds[1], ForwardKind::kDeadLetter);
+  EXPECT_EQ(f.classes[1], Outcome::kTransient);
+}
+
+TEST(InboxPlanTest, LongErrorsAreCutOnACharacterBoundary) {
+  const std::string han = "\xED\x95\x9C";  // one Hangul syllable, 3 bytes
+  std::string s;
+  for (int i = 0; i < 400; ++i) s += han;  // 1200 bytes
+  const std::string cut = FirstLine(s, 1000);
+  EXPECT_EQ(cut.size(), 999u);
+  EXPECT_EQ(CutUtf8(s, 8000), s);
+  EXPECT_EQ(FirstLine("  one  \r\ntwo", 100), "  one");
+}
+
+// ---- the loop, with fakes ---------------------------------------------------
+
+// A broker in memory: per partition a log; the fake hands out batches from the
+// consumer's positions, records forwards and commits.
+class FakeSource final : public InboxSource {
+ public:
+  std::mutex mu;
+  std::deque<InboundMessage> pending;  // handed out by Poll, in order
+  std::vector<OutboundMessage> forwarded;
+  std::map<TopicPartition, std::int64_t> committed;
+  std::vector<std::string> subscribed;
+  int rewinds = 0;
+  bool fail_forward = false;
+
+  Status Subscribe(const std::vector<std::string>& topics) override {
+    subscribed = topics;
+    return Status::Ok();
+  }
+  std::vector<InboundMessage> Poll(int max, std::chrono::milliseconds) override {
+    std::vector<InboundMessage> out;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      while (!pending.empty() && static_cast<int>(out.size()) < max) {
+        out.push_back(pending.front());
+        pending.pop_front();
+      }
+    }
+    if (out.empty()) std::this_thread::sleep_for(1ms);
+    return out;
+  }
+  Status Forward(std::span<const OutboundMessage> messages) override {
+    std::lock_guard<std::mutex> l(mu);
+    if (fail_forward) return Status::Unavailable("broker down");
+    forwarded.insert(forwarded.end(), messages.begin(), messages.end());
+    return Status::Ok();
+  }
+  Status Commit(const std::map<TopicPartition, std::int64_t>& next) override {
+    std::lock_guard<std::mutex> l(mu);
+    for (const auto& [tp, off] : next) committed[tp] = off;
+    return Status::Ok();
+  }
+  void Rewind(const std::map<TopicPartition, std::int64_t>&) override {
+    std::lock_guard<std::mutex> l(mu);
+    ++rewinds;
+  }
+  void Pause(const TopicPartition&, std::int64_t) override {}
+  void Resume(const TopicPartition&) override {}
+  std::vector<PartitionLag> Lag() override { return {{{"t", 0}, 7}}; }
+
+  void Add(InboundMessage m) {
+    std::lock_guard<std::mutex> l(mu);
+    pending.push_back(std::move(m));
+  }
+  std::size_t Committed(const TopicPartition& tp) {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = committed.find(tp);
+    return it == committed.end() ? 0 : static_cast<std::size_t>(it->second);
+  }
+};
+
+// Stamps in memory; payload "permanent" / "transient" fail; "down" fails the
+// whole call as a database outage would.
+class FakeStore final : public InboxStore {
+ public:
+  std::mutex mu;
+  std::set<std::string> stamps;
+  std::vector<std::string> applied;  // keys, in order
+
+  Status Migrate() override { return Status::Ok(); }
+  Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,
+                                            std::span<const std::string> keys) override {
+    std::lock_guard<std::mutex> l(mu);
+    std::vector<MessageOutcome> out;
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (msgs[i].payload == "down") return Status::Unavailable("database down");
+    }
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (msgs[i].payload == "permanent") {
+        out.push_back({Outcome::kPermanent, "bad"});
+      } else if (msgs[i].payload == "transient") {
+        out.push_back({Outcome::kTransient, "later"});
+      } else if (!stamps.insert(keys[i]).second) {
+        out.push_back({Outcome::kDuplicate, ""});
+      } else {
+        applied.push_back(keys[i]);
+        out.push_back({Outcome::kApplied, ""});
+      }
+    }
+    return out;
+  }
+  Result<std::int64_t> PurgeStamps(std::chrono::seconds, int) override { return 0; }
+};
+
+class NullLog final : public Logger {
+ public:
+  void Log(LogLevel, std::string_view, std::initializer_list<LogField>) override {}
+};
+
+class InboxEngineTest : public ::testing::Test {
+ protected:
+  // Runs the consumer until `done` holds (or 10 s), then stops it.
+  void RunUntil(const std::function<bool()>& done, DedupKeyFn dedup = DedupByEventId()) {
+    ConsumerOptions o;
+    o.topics = {"t"};
+    o.retry_delays = {10ms};
+    auto c = Consumer::Create(o, source_, store_, std::move(dedup), log_, &metrics_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    Status result;
+    std::thread t([&] { result = (*c)->Run(); });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    (*c)->Stop();
+    t.join();
+    EXPECT_TRUE(result.ok()) << "Run() returns, it does not throw or fail: " << result.ToString();
+    counters_ = (*c)->counters();
+  }
+
+  FakeSource source_;
+  FakeStore store_;
+  NullLog log_;
+  MetricsRegistry metrics_;
+  ConsumerCounters counters_;
+};
+
+TEST_F(InboxEngineTest, PoisonMessagesAreDeadLetteredAndTheConsumerGoesOn) {
+  source_.Add(Msg("t", 0, 0, "a"));
+  source_.Add(Msg("t", 0, 1, std::string("\x80\xff", 2)));  // event id not UTF-8
+  InboundMessage null_value = Msg("t", 0, 2, "c", "");
+  null_value.payload_is_null = true;
+  null_value.headers.erase("outbox-event-id");  // and no identity
+  source_.Add(null_value);
+  source_.Add(Msg("t", 0, 3, "d"));
+  RunUntil([&] { return source_.Committed({"t", 0}) == 4; });
+  EXPECT_EQ(source_.subscribed, (std::vector<std::string>{"t", "t.retry.1"}));
+  EXPECT_EQ(store_.applied, (std::vector<std::string>{"a", "d"}));
+  ASSERT_EQ(source_.forwarded.size(), 2u);
+  EXPECT_EQ(source_.forwarded[0].topic, "t.dlt");
+  EXPECT_EQ(source_.forwarded[0].headers.at("outbox-error-class"), "permanent");
+  EXPECT_EQ(source_.forwarded[0].headers.at("outbox-event-id"), std::string("\x80\xff", 2))
+      << "headers are forwarded as the bytes they were";
+  EXPECT_TRUE(source_.forwarded[1].payload_is_null);
+  EXPECT_EQ(counters_.dead_lettered, 2u);
+  EXPECT_EQ(counters_.applied, 2u);
+}
+
+TEST_F(InboxEngineTest, AThrowingDedupFunctionDeadLettersTheMessage) {
+  source_.Add(Msg("t", 0, 0, "a"));
+  source_.Add(Msg("t", 0, 1, "b", "explode"));
+  source_.Add(Msg("t", 0, 2, "c"));
+  DedupKeyFn fn = [](const InboundMessage& m) -> Result<std::string> {
+    if (m.payload == "explode") throw std::runtime_error("cannot decode");
+    return *m.Header("outbox-event-id");
+  };
+  RunUntil([&] { return source_.Committed({"t", 0}) == 3; }, fn);
+  EXPECT_EQ(store_.applied, (std::vector<std::string>{"a", "c"}));
+  ASSERT_EQ(source_.forwarded.size(), 1u);
+  EXPECT_NE(source_.forwarded[0].headers.at("outbox-error-message").find("cannot decode"),
+            std::string::npos);
+}
+
+TEST_F(InboxEngineTest, NothingIsCommittedWhenTheStoreOrTheForwardFails) {
+  source_.Add(Msg("t", 0, 0, "a", "down"));
+  RunUntil([&] { return source_.rewinds >= 1; });
+  EXPECT_EQ(source_.Committed({"t", 0}), 0u);
+  source_.fail_forward = true;
+  source_.Add(Msg("t", 0, 1, "b", "permanent"));
+  RunUntil([&] {
+    std::lock_guard<std::mutex> l(source_.mu);
+    return source_.rewinds >= 2;
+  });
+  EXPECT_EQ(source_.Committed({"t", 0}), 0u) << "a forward that was not acked moves no offset";
+}
+
+TEST_F(InboxEngineTest, MetricsCountOutcomesPerRetryTopicAndClass) {
+  source_.Add(Msg("t", 0, 0, "a"));
+  source_.Add(Msg("t", 0, 1, "a"));  // duplicate
+  source_.Add(Msg("t", 0, 2, "b", "transient"));
+  source_.Add(Msg("t", 0, 3, "c", "permanent"));
+  RunUntil([&] { return source_.Committed({"t", 0}) == 4; });
+  const std::string text = metrics_.RenderPrometheus();
+  EXPECT_NE(text.find("outbox_inbox_applied_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("outbox_inbox_duplicates_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("outbox_inbox_retried_total{topic=\"t.retry.1\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("outbox_inbox_dead_lettered_total{class=\"permanent\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("outbox_inbox_consumer_lag{topic=\"t\",partition=\"0\"} 7\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("outbox_inbox_seconds_since_last_apply "), std::string::npos) << text;
+  EXPECT_NE(text.find("outbox_inbox_batch_seconds_count "), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace outbox
