@@ -38,10 +38,15 @@ class InboxE2ETest : public ::testing::Test {
     if (admin_) Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
   }
 
-  Subprocess& StartConsumer(const std::string& faults = "", const std::string& retry = "700,700") {
+  Subprocess& StartConsumer(const std::string& faults = "", const std::string& retry = "700,700",
+                            bool ordered = false) {
     std::vector<std::string> argv = {OUTBOX_INBOX_CONSUMER_BIN, "--db", url_, "--bootstrap",
                                      kafka_->bootstrap(), "--schema", schema_, "--topic", "orders",
                                      "--group", "g-" + schema_, "--retry-delays", retry};
+    if (ordered) {
+      argv.push_back("--ordered");
+      argv.push_back("1");
+    }
     std::map<std::string, std::string> env;
     if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
     const std::string log = (std::filesystem::temp_directory_path() /
@@ -216,6 +221,53 @@ TEST_F(InboxE2ETest, PoisonMessagesAreDeadLetteredAloneAndTheConsumerKeepsGoing)
   auto counters = StopAndCount(c);
   EXPECT_EQ(counters["dead_lettered"], 4);
   EXPECT_EQ(counters["applied"], 6);
+}
+
+// Retry topics reorder a key: X1 fails and waits in .retry.1 while X2 applies.
+// In ordered mode X1 waits in the inbox database with X2 behind it; Y, another
+// key, is not held. Effects: Y, then X1, then X2.
+TEST_F(InboxE2ETest, OrderedModeAppliesAKeyInOrderAcrossRetries) {
+  Subprocess& c = StartConsumer("", "300,300,300", /*ordered=*/true);
+  std::vector<Message> msgs(3);
+  msgs[0].key = "X";
+  msgs[0].value = "fail-twice";
+  msgs[0].headers["outbox-event-id"] = "x1";
+  msgs[1].key = "X";
+  msgs[1].value = "ok";
+  msgs[1].headers["outbox-event-id"] = "x2";
+  msgs[2].key = "Y";
+  msgs[2].value = "ok";
+  msgs[2].headers["outbox-event-id"] = "y1";
+  ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 3);
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 60s)) << c.Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(k || ':' || payload, ',' ORDER BY applied_at) FROM " +
+                                   schema_ + ".effects"),
+            "Y:ok,X:fail-twice,X:ok");
+  EXPECT_EQ(Count("SELECT n FROM " + schema_ + ".attempts WHERE k = 'x1'"), 3);
+  EXPECT_EQ(Count("SELECT count(*) FROM " + schema_ + ".inbox_parked"), 0);
+  auto retry = ReadTopic(kafka_->bootstrap(), "orders.retry.1", 2, 0, Scaled(3s));
+  EXPECT_TRUE(retry.empty()) << "ordered mode keeps its retries in the database";
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["applied"], 3);
+  EXPECT_EQ(counters["dead_lettered"], 0);
+}
+
+// The same events without ordered mode: the documented reordering.
+TEST_F(InboxE2ETest, UnorderedModeLetsALaterEventOvertakeARetriedOne) {
+  Subprocess& c = StartConsumer("", "300,300,300");
+  std::vector<Message> msgs(2);
+  msgs[0].key = "X";
+  msgs[0].value = "fail-twice";
+  msgs[0].headers["outbox-event-id"] = "x1";
+  msgs[1].key = "X";
+  msgs[1].value = "ok";
+  msgs[1].headers["outbox-event-id"] = "x2";
+  ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 2);
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 2; }, 60s)) << c.Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(payload, ',' ORDER BY applied_at) FROM " +
+                                   schema_ + ".effects"),
+            "ok,fail-twice");
+  StopAndCount(c);
 }
 
 TEST_F(InboxE2ETest, TransientErrorIsRetriedAfterADelayThenSucceeds) {

@@ -2,6 +2,7 @@
 // in-process fakes of InboxSource and InboxStore. Runs under ASan and TSan.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -197,27 +198,42 @@ class FakeSource final : public InboxSource {
   }
 };
 
-// Stamps in memory; payload "permanent" / "transient" fail; "down" fails the
-// whole call as a database outage would.
+// Stamps and the parked queue in memory; payload "permanent" / "transient"
+// fail; "fail-N" fails its first N tries; "down" fails the whole call as a
+// database outage would.
 class FakeStore final : public InboxStore {
  public:
   std::mutex mu;
   std::set<std::string> stamps;
   std::vector<std::string> applied;  // keys, in order
+  std::map<std::string, int> tries;  // per dedup key
+  std::map<std::int64_t, ParkedMessage> parked;
+  std::map<std::int64_t, std::chrono::steady_clock::time_point> due_at;
+  std::int64_t next_id = 1;
 
   Status Migrate() override { return Status::Ok(); }
   Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,
-                                            std::span<const std::string> keys) override {
+                                            std::span<const std::string> keys,
+                                            std::span<const std::string> order_keys) override {
     std::lock_guard<std::mutex> l(mu);
     std::vector<MessageOutcome> out;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (msgs[i].payload == "down") return Status::Unavailable("database down");
     }
+    std::set<std::string> blocked;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (!order_keys.empty() && blocked.count(order_keys[i])) {
+        out.push_back({Outcome::kHeld, ""});
+        continue;
+      }
+      const int tried = ++tries[keys[i]];
       if (msgs[i].payload == "permanent") {
         out.push_back({Outcome::kPermanent, "bad"});
-      } else if (msgs[i].payload == "transient") {
+      } else if (msgs[i].payload == "transient" ||
+                 (msgs[i].payload.rfind("fail-", 0) == 0 &&
+                  tried <= std::stoi(msgs[i].payload.substr(5)))) {
         out.push_back({Outcome::kTransient, "later"});
+        if (!order_keys.empty()) blocked.insert(order_keys[i]);
       } else if (!stamps.insert(keys[i]).second) {
         out.push_back({Outcome::kDuplicate, ""});
       } else {
@@ -228,6 +244,65 @@ class FakeStore final : public InboxStore {
     return out;
   }
   Result<std::int64_t> PurgeStamps(std::chrono::seconds, int) override { return 0; }
+
+  Result<std::set<std::string>> ParkedKeys(std::span<const std::string> order_keys) override {
+    std::lock_guard<std::mutex> l(mu);
+    std::set<std::string> out;
+    for (const auto& [id, p] : parked) {
+      if (std::find(order_keys.begin(), order_keys.end(), p.order_key) != order_keys.end()) {
+        out.insert(p.order_key);
+      }
+    }
+    return out;
+  }
+  Status Park(std::span<const ParkedMessage> messages) override {
+    std::lock_guard<std::mutex> l(mu);
+    for (const ParkedMessage& m : messages) {
+      bool known = false;
+      for (const auto& [id, p] : parked) known = known || p.dedup_key == m.dedup_key;
+      if (known) continue;
+      ParkedMessage p = m;
+      p.id = next_id++;
+      due_at[p.id] = std::chrono::steady_clock::now() + m.delay;
+      parked[p.id] = std::move(p);
+    }
+    return Status::Ok();
+  }
+  Result<std::vector<ParkedMessage>> Due(int limit) override {
+    std::lock_guard<std::mutex> l(mu);
+    std::map<std::string, std::int64_t> head;  // order key -> smallest id
+    for (const auto& [id, p] : parked) head.emplace(p.order_key, id);
+    std::vector<ParkedMessage> out;
+    for (const auto& [id, p] : parked) {  // by id: queue order within each key
+      if (due_at[head[p.order_key]] > std::chrono::steady_clock::now()) continue;
+      if (static_cast<int>(out.size()) < limit) out.push_back(p);
+    }
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+      return a.order_key < b.order_key;
+    });
+    return out;
+  }
+  Status Unpark(std::span<const std::int64_t> ids) override {
+    std::lock_guard<std::mutex> l(mu);
+    for (auto id : ids) parked.erase(id);
+    return Status::Ok();
+  }
+  Status Reschedule(std::int64_t id, int attempts, const std::string& error,
+                    std::chrono::milliseconds delay) override {
+    std::lock_guard<std::mutex> l(mu);
+    parked[id].attempts = attempts;
+    parked[id].last_error = error;
+    due_at[id] = std::chrono::steady_clock::now() + delay;
+    return Status::Ok();
+  }
+  std::size_t Parked() {
+    std::lock_guard<std::mutex> l(mu);
+    return parked.size();
+  }
+  std::vector<std::string> Applied() {
+    std::lock_guard<std::mutex> l(mu);
+    return applied;
+  }
 };
 
 class NullLog final : public Logger {
@@ -238,10 +313,15 @@ class NullLog final : public Logger {
 class InboxEngineTest : public ::testing::Test {
  protected:
   // Runs the consumer until `done` holds (or 10 s), then stops it.
-  void RunUntil(const std::function<bool()>& done, DedupKeyFn dedup = DedupByEventId()) {
+  void RunUntil(const std::function<bool()>& done, DedupKeyFn dedup = DedupByEventId(),
+                bool ordered = false) {
     ConsumerOptions o;
     o.topics = {"t"};
     o.retry_delays = {10ms};
+    if (ordered) {
+      o.ordered = true;
+      o.retry_delays = {20ms, 20ms, 20ms};
+    }
     auto c = Consumer::Create(o, source_, store_, std::move(dedup), log_, &metrics_);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     Status result;
@@ -329,6 +409,50 @@ TEST_F(InboxEngineTest, MetricsCountOutcomesPerRetryTopicAndClass) {
       << text;
   EXPECT_NE(text.find("outbox_inbox_seconds_since_last_apply "), std::string::npos) << text;
   EXPECT_NE(text.find("outbox_inbox_batch_seconds_count "), std::string::npos) << text;
+}
+
+// Ordered mode: X1 fails twice then succeeds, X2 (same key, behind it) waits
+// and applies after it; Y flows at once; a key whose head runs out of retries
+// is dead-lettered and releases the key.
+TEST_F(InboxEngineTest, OrderedModeHoldsOnlyTheKeyOfAFailedMessage) {
+  auto keyed = [](const std::string& key, std::int64_t offset, const std::string& id,
+                  const std::string& payload) {
+    InboundMessage m = Msg("t", 0, offset, id, payload);
+    m.key = key;
+    return m;
+  };
+  source_.Add(keyed("X", 0, "x1", "fail-2"));
+  source_.Add(keyed("X", 1, "x2", "ok"));
+  source_.Add(keyed("Y", 2, "y1", "ok"));
+  source_.Add(keyed("Z", 3, "z1", "fail-9"));  // more failures than retries
+  source_.Add(keyed("Z", 4, "z2", "ok"));
+  RunUntil(
+      [&] {
+        std::lock_guard<std::mutex> l(source_.mu);
+        return store_.applied.size() == 4 && !source_.forwarded.empty();
+      },
+      DedupByEventId(), /*ordered=*/true);
+  const auto applied = store_.Applied();
+  ASSERT_EQ(applied.size(), 4u);
+  EXPECT_EQ(applied[0], "y1") << "other keys flow while X and Z wait";
+  auto pos = [&](const std::string& k) {
+    return std::find(applied.begin(), applied.end(), k) - applied.begin();
+  };
+  EXPECT_LT(pos("x1"), pos("x2")) << "x2 waits for x1";
+  EXPECT_LT(pos("y1"), pos("x1"));
+  EXPECT_EQ(store_.tries["x1"], 3);
+  EXPECT_EQ(store_.tries["x2"], 1) << "a held message is not tried while it waits";
+  ASSERT_EQ(source_.forwarded.size(), 1u);
+  EXPECT_EQ(source_.forwarded[0].topic, "t.dlt");
+  EXPECT_EQ(source_.forwarded[0].headers.at("outbox-event-id"), "z1");
+  EXPECT_EQ(source_.forwarded[0].headers.at("outbox-attempt"), "4");
+  EXPECT_NE(std::find(applied.begin(), applied.end(), "z2"), applied.end())
+      << "a dead-lettered head releases its key";
+  EXPECT_EQ(store_.Parked(), 0u);
+  EXPECT_EQ(source_.Committed({"t", 0}), 5u) << "parked messages' offsets are committed";
+  for (const auto& f : source_.forwarded) {
+    EXPECT_EQ(f.topic.find(".retry."), std::string::npos) << "ordered mode uses no retry topics";
+  }
 }
 
 }  // namespace

@@ -7,8 +7,12 @@
 //   "transient-once"     fail transiently on the first attempt, then apply
 //   "transient-forever"  always fail transiently
 //   "blocked"            permanent while the key is in <schema>.blocklist
+//   "fail-twice"         fail transiently on the first two attempts (per event id)
+//   "multiline"          permanent, with a two-line error
+//   "orphan"             breaks a deferred foreign key (<schema>.child): fails at COMMIT
+//   a NULL value         permanent
 // Arguments: --db URL --bootstrap B --schema S --topic T --group G
-//            [--retry-delays MS,MS,...] [--batch N]
+//            [--retry-delays MS,MS,...] [--batch N] [--ordered 1]
 // On SIGTERM it stops and prints "counters applied=.. duplicates=.. retried=.. dead_lettered=..".
 #include <libpq-fe.h>
 #include <signal.h>
@@ -64,6 +68,13 @@ int main(int argc, char** argv) {
       if (!ok) return outbox::HandlerResult::Transient("child insert failed");
     }
     if (m.payload == "transient-forever") return outbox::HandlerResult::Transient("always down");
+    if (m.payload == "fail-twice") {  // counted per event id, on the side connection
+      const std::string* id = m.Header("outbox-event-id");
+      std::string n = Scalar(side, "INSERT INTO " + schema + ".attempts VALUES ($1, 1) "
+                                   "ON CONFLICT (k) DO UPDATE SET n = attempts.n + 1 RETURNING n",
+                             id ? *id : m.key);
+      if (n == "1" || n == "2") return outbox::HandlerResult::Transient("attempt " + n + " fails");
+    }
     if (m.payload == "transient-once") {
       std::string n = Scalar(side, "INSERT INTO " + schema + ".attempts VALUES ($1, 1) "
                                    "ON CONFLICT (k) DO UPDATE SET n = attempts.n + 1 RETURNING n",
@@ -109,6 +120,7 @@ int main(int argc, char** argv) {
     }
   }
   if (a.count("batch")) co.batch_size = std::atoi(a["batch"].c_str());
+  co.ordered = a.count("ordered") && a["ordered"] == "1";
   auto consumer = outbox::Consumer::Create(co, **source, **inbox, outbox::DedupByEventId(), logger);
   if (!consumer.ok()) {
     std::cerr << "consumer: " << consumer.status().ToString() << "\n";

@@ -120,6 +120,14 @@ struct ConsumerOptions {
                                                          std::chrono::seconds(10),
                                                          std::chrono::seconds(60)};
   std::string dlt_suffix = ".dlt";
+  // Ordered mode (docs/inbox.md): effects of one message key (the aggregate id
+  // the relay sets) apply in the order of the main topic. A message that fails
+  // transiently is parked in the inbox database with the later messages of its
+  // key behind it; other keys flow. Parked messages are retried from the
+  // database after retry_delays (retry topics are not used), then
+  // dead-lettered, which releases the key. Off by default; consumers that need
+  // per-aggregate order (sagas, state machines) turn it on.
+  bool ordered = false;
   int batch_size = 500;                      // messages per inbox transaction
   std::chrono::milliseconds batch_wait{20};  // how long to fill a batch
   // Stamps older than this are purged (in batches, every purge_interval). 0 keeps

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -72,12 +73,32 @@ using DedupKeyFn = std::function<Result<std::string>(const InboundMessage& msg)>
 // The event id the relay puts in the `outbox-event-id` header.
 DedupKeyFn DedupByEventId();
 
-enum class Outcome { kApplied, kDuplicate, kPermanent, kTransient };
+enum class Outcome {
+  kApplied,
+  kDuplicate,
+  kPermanent,
+  kTransient,
+  // Not tried: an earlier message of its order key in the same Apply call failed
+  // transiently (ordered mode only; see InboxStore::Apply).
+  kHeld,
+};
 std::string_view OutcomeName(Outcome o);
 
 struct MessageOutcome {
   Outcome outcome = Outcome::kTransient;
   std::string error;  // for kPermanent / kTransient; may span lines
+};
+
+// A message waiting in the inbox database (ordered mode): its order key has an
+// earlier message that failed and waits for its retry, or it is that message.
+struct ParkedMessage {
+  std::int64_t id = 0;  // assigned by the store; increasing in parking order
+  std::string order_key;
+  std::string dedup_key;
+  InboundMessage message;
+  int attempts = 0;  // failed tries so far
+  std::string last_error;
+  std::chrono::milliseconds delay{0};  // Park: due this long from now
 };
 
 // The database side of the inbox.
@@ -102,8 +123,34 @@ class InboxStore {
   // Status means the database could not be used at all (connection lost,
   // schema missing) and nothing took effect: the caller must not commit those
   // offsets and tries again later.
+  //
+  // Ordered mode: when `order_keys` is given (same index), a message whose
+  // order key had an earlier message fail transiently in this call is not
+  // tried: kHeld, no stamp, no effect.
   virtual Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> messages,
-                                                    std::span<const std::string> keys) = 0;
+                                                    std::span<const std::string> keys,
+                                                    std::span<const std::string> order_keys) = 0;
+  Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> messages,
+                                            std::span<const std::string> keys) {
+    return Apply(messages, keys, {});
+  }
+
+  // Ordered mode: the parked queue, one FIFO per order key, in the inbox
+  // database so that parking commits before the offset does.
+  //
+  // The keys among `order_keys` that have parked messages.
+  virtual Result<std::set<std::string>> ParkedKeys(std::span<const std::string> order_keys) = 0;
+  // Appends `messages` in order (one transaction). A dedup key already parked is
+  // left as it is, so parking a redelivered message again changes nothing.
+  virtual Status Park(std::span<const ParkedMessage> messages) = 0;
+  // The parked messages of every order key whose head (oldest) is due, at most
+  // `limit`, in queue order per key (the head first). `delay` is not read back.
+  virtual Result<std::vector<ParkedMessage>> Due(int limit) = 0;
+  // Removes parked messages (applied, or dead-lettered and acked).
+  virtual Status Unpark(std::span<const std::int64_t> ids) = 0;
+  // A head that failed again: due again after `delay`.
+  virtual Status Reschedule(std::int64_t id, int attempts, const std::string& error,
+                            std::chrono::milliseconds delay) = 0;
 
   // Deletes at most `batch` stamps of this consumer older than `horizon`.
   // The horizon must exceed the longest time after which anything can deliver

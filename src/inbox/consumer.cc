@@ -77,6 +77,8 @@ class Metrics {
     batch_seconds_ = &r->AddHistogram(
         "outbox_inbox_batch_seconds", "Time to apply, forward and commit one batch",
         {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+    parked_ = &r->AddCounter("outbox_inbox_parked_total",
+                             "Messages parked in the inbox database (ordered mode)");
     batches_failed_ = &r->AddCounter("outbox_inbox_batches_failed_total",
                                      "Batches that could not complete and are consumed again");
     // The registry may render after the consumer is gone: the read functions
@@ -111,6 +113,9 @@ class Metrics {
     Counter* c = cls == Outcome::kPermanent ? dead_permanent_ : dead_transient_;
     if (c) c->Inc();
   }
+  void Parked(std::uint64_t n) {
+    if (parked_) parked_->Inc(n);
+  }
   void Batch(double seconds, bool ok) {
     if (batch_seconds_ && ok) batch_seconds_->Observe(seconds);
     if (batches_failed_ && !ok) batches_failed_->Inc();
@@ -137,6 +142,7 @@ class Metrics {
   Counter* dead_transient_ = nullptr;
   Histogram* batch_seconds_ = nullptr;
   Counter* batches_failed_ = nullptr;
+  Counter* parked_ = nullptr;
   struct Live {
     std::mutex mu;
     MetricsRegistry::GaugeSamples lag;  // GUARDED_BY(mu)
@@ -177,6 +183,7 @@ class Engine final : public Consumer {
         metrics_.Lag(source_.Lag());
       }
       ResumeDue();
+      if (options_.ordered) DrainParked();
       std::vector<InboundMessage> batch = source_.Poll(options_.batch_size, options_.batch_wait);
       if (batch.empty()) continue;
       const auto start = Steady::now();
@@ -246,19 +253,51 @@ class Engine final : public Consumer {
       return Status::Ok();
     }
 
-    // 2. Effects and stamps.
-    if (!in.apply.empty()) {
+    // 2. Effects and stamps. Ordered mode: a message whose key has parked
+    //    messages is parked behind them instead.
+    std::vector<bool> pre_parked(msgs.size(), false);
+    std::vector<std::string> dedup_keys(msgs.size());
+    for (std::size_t j = 0; j < in.apply.size(); ++j) dedup_keys[in.apply[j]] = in.keys[j];
+    std::vector<std::size_t> apply = in.apply;
+    if (options_.ordered && !apply.empty()) {
+      std::vector<std::string> order_keys;
+      for (std::size_t i : apply) order_keys.push_back(OrderKey(msgs[i]));
+      auto parked = store_.ParkedKeys(order_keys);
+      if (!parked.ok()) {
+        source_.Rewind(rewind);
+        return parked.status();
+      }
+      std::erase_if(apply, [&](std::size_t i) {
+        if (!parked->count(OrderKey(msgs[i]))) return false;
+        pre_parked[i] = true;
+        in.outcomes[i] = MessageOutcome{Outcome::kHeld, ""};
+        return true;
+      });
+    }
+    if (!apply.empty()) {
       std::vector<InboundMessage> to_store;
-      to_store.reserve(in.apply.size());
-      for (std::size_t i : in.apply) to_store.push_back(msgs[i]);
-      auto outcomes = store_.Apply(to_store, in.keys);
+      std::vector<std::string> keys, order_keys;
+      for (std::size_t i : apply) {
+        to_store.push_back(msgs[i]);
+        keys.push_back(dedup_keys[i]);
+        if (options_.ordered) order_keys.push_back(OrderKey(msgs[i]));
+      }
+      auto outcomes = store_.Apply(to_store, keys, order_keys);
       if (!outcomes.ok()) {
         source_.Rewind(rewind);
         return outcomes.status();
       }
-      for (std::size_t j = 0; j < in.apply.size(); ++j) {
-        in.outcomes[in.apply[j]] = std::move((*outcomes)[j]);
+      for (std::size_t j = 0; j < apply.size(); ++j) {
+        in.outcomes[apply[j]] = std::move((*outcomes)[j]);
       }
+    }
+    if (options_.ordered) {
+      std::vector<ParkedMessage> park = PlanParking(msgs, in, dedup_keys, pre_parked, options_);
+      if (Status st = store_.Park(park); !st.ok()) {
+        source_.Rewind(rewind);
+        return st;
+      }
+      metrics_.Parked(park.size());
     }
 
     // 3. Forward failures to retry / dead-letter topics and wait for the acks.
@@ -309,6 +348,54 @@ class Engine final : public Consumer {
     return Status::Ok();
   }
 
+  // Ordered mode: applies the parked messages whose key's head is due, in
+  // queue order; a failure reschedules or dead-letters. Bounded work per call.
+  void DrainParked() {
+    for (int round = 0; round < 20 && !stop_; ++round) {
+      auto due = store_.Due(options_.batch_size);
+      if (!due.ok()) {
+        log_.Warn("parked messages not read", {{"error", due.status().ToString()}});
+        return;
+      }
+      if (due->empty()) return;
+      std::vector<InboundMessage> msgs;
+      std::vector<std::string> keys, order_keys;
+      for (const ParkedMessage& p : *due) {
+        msgs.push_back(p.message);
+        keys.push_back(p.dedup_key);
+        order_keys.push_back(p.order_key);
+      }
+      auto outcomes = store_.Apply(msgs, keys, order_keys);
+      if (!outcomes.ok()) {
+        log_.Warn("parked messages not applied", {{"error", outcomes.status().ToString()}});
+        return;
+      }
+      ParkedPlan plan = PlanParked(*due, *outcomes, options_, Rfc3339Now());
+      Status st = store_.Unpark(plan.unpark);
+      for (const auto& r : plan.retries) {
+        if (st.ok()) st = store_.Reschedule(r.id, r.attempts, r.error, r.delay);
+      }
+      if (st.ok() && !plan.dead_letters.empty()) {
+        st = source_.Forward(plan.dead_letters);
+        if (st.ok()) st = store_.Unpark(plan.dead_ids);
+      }
+      if (!st.ok()) {
+        // Applied ones left parked are absorbed as duplicates next time.
+        log_.Warn("parked messages not settled", {{"error", st.ToString()}});
+        return;
+      }
+      applied_ += plan.applied;
+      duplicates_ += plan.duplicates;
+      metrics_.Applied(plan.applied);
+      metrics_.Duplicates(plan.duplicates);
+      dead_lettered_ += plan.dead_letters.size();
+      for (Outcome c : plan.dead_classes) metrics_.DeadLettered(c);
+      retried_ += plan.retries.size();
+      // Another round only when a key's queue moved (its next head is due now).
+      if (plan.unpark.empty() && plan.dead_ids.empty()) return;
+    }
+  }
+
   ConsumerOptions options_;
   InboxSource& source_;
   InboxStore& store_;
@@ -352,6 +439,7 @@ std::string_view OutcomeName(Outcome o) {
     case Outcome::kDuplicate: return "duplicate";
     case Outcome::kPermanent: return "permanent";
     case Outcome::kTransient: return "transient";
+    case Outcome::kHeld: return "held";
   }
   return "unknown";
 }

@@ -83,6 +83,39 @@ std::string FirstLine(const std::string& text, std::size_t max_bytes) {
   return CutUtf8(line, max_bytes);
 }
 
+std::string OrderKey(const InboundMessage& m) {
+  if (IsValidText(m.key)) return m.key;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = "hex:";
+  for (char ch : m.key) {
+    const auto c = static_cast<unsigned char>(ch);
+    out += kHex[c >> 4];
+    out += kHex[c & 0xf];
+  }
+  return out;
+}
+
+OutboundMessage FailureCopy(const InboundMessage& m, const MessageOutcome& o, int attempt,
+                            const std::string& now_rfc3339) {
+  OutboundMessage out;
+  out.key = m.key;
+  out.payload = m.payload;
+  out.payload_is_null = m.payload_is_null;
+  out.headers = m.headers;
+  if (!m.Header(kOrigTopic)) {
+    out.headers[kOrigTopic] = m.topic;
+    out.headers[kOrigPartition] = std::to_string(m.partition);
+    out.headers[kOrigOffset] = std::to_string(m.offset);
+    out.headers[kFirstFailure] = now_rfc3339;
+  }
+  out.headers[kAttempt] = std::to_string(attempt);
+  out.headers[kErrClass] = o.outcome == Outcome::kPermanent ? "permanent" : "transient";
+  out.headers[kErrMessage] = FirstLine(o.error, kErrMessageMaxBytes);
+  out.headers[kErrDetail] = CutUtf8(o.error, kErrDetailMaxBytes);
+  out.headers.erase(kDueAt);
+  return out;
+}
+
 Forwards PlanForwards(std::span<const InboundMessage> messages,
                       std::span<const std::optional<MessageOutcome>> outcomes,
                       const ConsumerOptions& options, std::int64_t now_ms,
@@ -94,23 +127,8 @@ Forwards PlanForwards(std::span<const InboundMessage> messages,
     if (o.outcome != Outcome::kPermanent && o.outcome != Outcome::kTransient) continue;
     const InboundMessage& m = messages[i];
     auto [base, retry_n] = SplitRetry(m.topic);
-    OutboundMessage out;
-    out.key = m.key;
-    out.payload = m.payload;
-    out.payload_is_null = m.payload_is_null;
-    out.headers = m.headers;
-    if (!m.Header(kOrigTopic)) {
-      out.headers[kOrigTopic] = m.topic;
-      out.headers[kOrigPartition] = std::to_string(m.partition);
-      out.headers[kOrigOffset] = std::to_string(m.offset);
-      out.headers[kFirstFailure] = now_rfc3339;
-    }
     const int attempt = retry_n + 1;
-    out.headers[kAttempt] = std::to_string(attempt);
-    out.headers[kErrClass] = o.outcome == Outcome::kPermanent ? "permanent" : "transient";
-    out.headers[kErrMessage] = FirstLine(o.error, kErrMessageMaxBytes);
-    out.headers[kErrDetail] = CutUtf8(o.error, kErrDetailMaxBytes);
-    out.headers.erase(kDueAt);
+    OutboundMessage out = FailureCopy(m, o, attempt, now_rfc3339);
     ForwardKind kind;
     if (o.outcome == Outcome::kTransient &&
         static_cast<std::size_t>(attempt) <= options.retry_delays.size()) {
@@ -127,6 +145,67 @@ Forwards PlanForwards(std::span<const InboundMessage> messages,
     f.classes.push_back(o.outcome);
   }
   return f;
+}
+
+std::vector<ParkedMessage> PlanParking(std::span<const InboundMessage> messages, Intake& in,
+                                       const std::vector<std::string>& dedup_keys,
+                                       const std::vector<bool>& pre_parked,
+                                       const ConsumerOptions& options) {
+  std::vector<ParkedMessage> park;
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (!in.taken[i] || !in.outcomes[i]) continue;
+    MessageOutcome& o = *in.outcomes[i];
+    ParkedMessage p;
+    if (pre_parked[i] || o.outcome == Outcome::kHeld) {
+      p.attempts = 0;  // waits behind its key's head; due when it is the head
+    } else if (o.outcome == Outcome::kTransient && !options.retry_delays.empty()) {
+      p.attempts = 1;
+      p.last_error = o.error;
+      p.delay = options.retry_delays[0];
+    } else {
+      continue;
+    }
+    p.order_key = OrderKey(messages[i]);
+    p.dedup_key = dedup_keys[i];
+    p.message = messages[i];
+    park.push_back(std::move(p));
+    o = {Outcome::kHeld, ""};
+  }
+  return park;
+}
+
+ParkedPlan PlanParked(std::span<const ParkedMessage> due, std::span<const MessageOutcome> outcomes,
+                      const ConsumerOptions& options, const std::string& now_rfc3339) {
+  ParkedPlan plan;
+  for (std::size_t i = 0; i < due.size(); ++i) {
+    const ParkedMessage& p = due[i];
+    const MessageOutcome& o = outcomes[i];
+    switch (o.outcome) {
+      case Outcome::kApplied:
+      case Outcome::kDuplicate:
+        (o.outcome == Outcome::kApplied ? plan.applied : plan.duplicates) += 1;
+        plan.unpark.push_back(p.id);
+        break;
+      case Outcome::kHeld:
+        break;
+      case Outcome::kTransient:
+        if (static_cast<std::size_t>(p.attempts) < options.retry_delays.size()) {
+          plan.retries.push_back(
+              {p.id, p.attempts + 1, o.error, options.retry_delays[static_cast<std::size_t>(p.attempts)]});
+          break;
+        }
+        [[fallthrough]];
+      case Outcome::kPermanent: {
+        OutboundMessage out = FailureCopy(p.message, o, p.attempts + 1, now_rfc3339);
+        out.topic = SplitRetry(p.message.topic).first + options.dlt_suffix;
+        plan.dead_letters.push_back(std::move(out));
+        plan.dead_ids.push_back(p.id);
+        plan.dead_classes.push_back(o.outcome);
+        break;
+      }
+    }
+  }
+  return plan;
 }
 
 std::map<TopicPartition, std::int64_t> PlanCommit(std::span<const InboundMessage> messages,

@@ -64,6 +64,48 @@ Forwards PlanForwards(std::span<const InboundMessage> messages,
 std::string FirstLine(const std::string& text, std::size_t max_bytes);
 std::string CutUtf8(const std::string& text, std::size_t max_bytes);
 
+// The order key of a message: its broker key when that is text, else "hex:"
+// and the key's bytes in hex (the store keeps order keys as text).
+std::string OrderKey(const InboundMessage& m);
+
+// The copy of a failed message for a retry or dead-letter topic: its key, value
+// and headers, plus the failure headers (see consumer.h). `attempt` is 1 for
+// the first failure. The caller sets topic (and outbox-retry-due-at).
+OutboundMessage FailureCopy(const InboundMessage& m, const MessageOutcome& o, int attempt,
+                            const std::string& now_rfc3339);
+
+// Ordered mode, after the store: the taken messages to park, in batch order —
+// those whose key already had parked messages (`pre_parked`), those that
+// failed transiently (the new heads, due after retry_delays[0]; with no retry
+// delays they are dead-lettered instead) and those held behind them. Their
+// outcomes become kHeld so that PlanForwards leaves them alone.
+// `dedup_keys[i]` is message i's key (empty when it has none).
+std::vector<ParkedMessage> PlanParking(std::span<const InboundMessage> messages, Intake& in,
+                                       const std::vector<std::string>& dedup_keys,
+                                       const std::vector<bool>& pre_parked,
+                                       const ConsumerOptions& options);
+
+// Ordered mode, after the store applied due parked messages: what becomes of
+// each. Applied and duplicates leave the queue; a transient failure is tried
+// again later (attempts + 1) or, past the last retry delay, dead-lettered;
+// a permanent one is dead-lettered; kHeld ones stay as they are.
+struct ParkedPlan {
+  std::vector<std::int64_t> unpark;  // now
+  struct Retry {
+    std::int64_t id;
+    int attempts;
+    std::string error;
+    std::chrono::milliseconds delay;
+  };
+  std::vector<Retry> retries;
+  std::vector<OutboundMessage> dead_letters;  // unparked once acked
+  std::vector<std::int64_t> dead_ids;
+  std::vector<Outcome> dead_classes;
+  std::uint64_t applied = 0, duplicates = 0;
+};
+ParkedPlan PlanParked(std::span<const ParkedMessage> due, std::span<const MessageOutcome> outcomes,
+                      const ConsumerOptions& options, const std::string& now_rfc3339);
+
 // Next offsets to commit: per partition, one past the last taken message.
 std::map<TopicPartition, std::int64_t> PlanCommit(std::span<const InboundMessage> messages,
                                                   const std::vector<bool>& taken);

@@ -31,6 +31,55 @@ bool Isolable(const Status& st) {
   return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded;
 }
 
+// Headers as one bytea: per header, 4-byte big-endian lengths and the bytes
+// of name and value (names and values are bytes, not necessarily text).
+void PutLength(std::string& out, std::size_t n) {
+  for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((n >> shift) & 0xff);
+}
+
+std::string EncodeHeaders(const std::map<std::string, std::string>& headers) {
+  std::string out;
+  for (const auto& [k, v] : headers) {
+    PutLength(out, k.size());
+    out += k;
+    PutLength(out, v.size());
+    out += v;
+  }
+  return out;
+}
+
+Result<std::map<std::string, std::string>> DecodeHeaders(std::string_view in) {
+  std::map<std::string, std::string> out;
+  auto take = [&](std::string& field) -> bool {
+    if (in.size() < 4) return false;
+    std::size_t n = 0;
+    for (int i = 0; i < 4; ++i) n = (n << 8) | static_cast<unsigned char>(in[static_cast<std::size_t>(i)]);
+    in.remove_prefix(4);
+    if (in.size() < n) return false;
+    field.assign(in.substr(0, n));
+    in.remove_prefix(n);
+    return true;
+  };
+  while (!in.empty()) {
+    std::string k, v;
+    if (!take(k) || !take(v)) return Status::Internal("inbox_parked.headers: malformed");
+    out[std::move(k)] = std::move(v);
+  }
+  return out;
+}
+
+// Error texts come from handlers and servers; keep them storable as text.
+std::string StorableText(const std::string& s) {
+  if (IsValidText(s)) return s.substr(0, 8000);
+  std::string out;
+  for (char c : s) out += (static_cast<unsigned char>(c) < 0x80 && c != 0) ? c : '?';
+  return out.substr(0, 8000);
+}
+
+std::string GetBytes(const PGresult* r, int row, int col) {
+  return std::string(PQgetvalue(r, row, col), static_cast<std::size_t>(PQgetlength(r, row, col)));
+}
+
 MessageOutcome FromHandler(const HandlerResult& hr) {
   if (hr.error == ErrorClass::kPermanent) return {Outcome::kPermanent, hr.message};
   return {Outcome::kTransient,
@@ -47,17 +96,24 @@ class PostgresInbox final : public InboxStore {
         insert_many_(pg::sql::InboxInsertStamps(options_.schema)),
         insert_one_(pg::sql::InboxInsertStamp(options_.schema)),
         count_duplicates_(pg::sql::InboxCountDuplicates(options_.schema)),
-        purge_(pg::sql::InboxPurgeStamps(options_.schema)) {}
+        purge_(pg::sql::InboxPurgeStamps(options_.schema)),
+        parked_keys_(pg::sql::InboxParkedKeys(options_.schema)),
+        park_(pg::sql::InboxPark(options_.schema)),
+        due_(pg::sql::InboxDue(options_.schema)),
+        unpark_(pg::sql::InboxUnpark(options_.schema)),
+        reschedule_(pg::sql::InboxReschedule(options_.schema)) {}
 
   Status Migrate() override {
     return pg::RunMigrations(*session_, options_.schema, pg::sql::InboxMigrations(options_.schema));
   }
 
   Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,
-                                            std::span<const std::string> keys) override {
-    if (keys.size() != msgs.size()) {
-      return Status::InvalidArgument("inbox apply: one key per message is required");
+                                            std::span<const std::string> keys,
+                                            std::span<const std::string> order_keys) override {
+    if (keys.size() != msgs.size() || (!order_keys.empty() && order_keys.size() != msgs.size())) {
+      return Status::InvalidArgument("inbox apply: one key (and order key) per message is required");
     }
+    order_keys_ = order_keys;
     std::vector<MessageOutcome> out(msgs.size());
     // The engine checks keys; a direct caller may not have: a key PostgreSQL
     // cannot store would fail the whole batch, so it fails alone here.
@@ -95,6 +151,93 @@ class PostgresInbox final : public InboxStore {
     return static_cast<std::int64_t>(std::strtoll(PQcmdTuples(r->get()), nullptr, 10));
   }
 
+  Result<std::set<std::string>> ParkedKeys(std::span<const std::string> order_keys) override {
+    std::set<std::string> out;
+    if (order_keys.empty()) return out;
+    auto r = session_->Exec("inbox parked keys", parked_keys_,
+                            {Param::Text(options_.consumer),
+                             Param::Text(pg::TextArrayLiteral(order_keys))});
+    if (!r.ok()) return r.status();
+    for (int i = 0; i < PQntuples(r->get()); ++i) out.insert(pg::GetText(r->get(), i, 0));
+    return out;
+  }
+
+  Status Park(std::span<const ParkedMessage> messages) override {
+    if (messages.empty()) return Status::Ok();
+    OUTBOX_RETURN_IF_ERROR(Begin());
+    for (const ParkedMessage& p : messages) {
+      const InboundMessage& m = p.message;
+      const auto ts_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(m.timestamp.time_since_epoch());
+      auto r = session_->Exec(
+          "inbox park", park_,
+          {Param::Text(options_.consumer), Param::Text(p.order_key), Param::Text(p.dedup_key),
+           Param::Text(m.topic), Param::Text(std::to_string(m.partition)),
+           Param::Text(std::to_string(m.offset)), Param::Binary(m.key),
+           m.payload_is_null ? Param::Null() : Param::Binary(m.payload),
+           Param::Binary(EncodeHeaders(m.headers)), Param::Text(std::to_string(ts_ms.count())),
+           Param::Text(std::to_string(p.attempts)),
+           p.last_error.empty() ? Param::Null() : Param::Text(StorableText(p.last_error)),
+           Param::Text(std::to_string(p.delay.count()))});
+      if (!r.ok()) {
+        Rollback();
+        return r.status();
+      }
+    }
+    Status st = session_->ExecScript("inbox park commit", "COMMIT");
+    if (!st.ok()) Rollback();
+    return st;
+  }
+
+  Result<std::vector<ParkedMessage>> Due(int limit) override {
+    auto r = session_->Exec("inbox due parked", due_,
+                            {Param::Text(options_.consumer), Param::Text(std::to_string(limit))},
+                            {}, /*result_format=*/1);
+    if (!r.ok()) return r.status();
+    std::vector<ParkedMessage> out;
+    const PGresult* res = r->get();
+    for (int i = 0; i < PQntuples(res); ++i) {
+      ParkedMessage p;
+      p.id = std::stoll(GetBytes(res, i, 0));
+      p.order_key = GetBytes(res, i, 1);
+      p.dedup_key = GetBytes(res, i, 2);
+      p.message.topic = GetBytes(res, i, 3);
+      p.message.partition = std::stoi(GetBytes(res, i, 4));
+      p.message.offset = std::stoll(GetBytes(res, i, 5));
+      p.message.key = GetBytes(res, i, 6);
+      p.message.payload_is_null = GetBytes(res, i, 8) == "true";
+      if (!p.message.payload_is_null) p.message.payload = GetBytes(res, i, 7);
+      auto headers = DecodeHeaders(GetBytes(res, i, 9));
+      if (!headers.ok()) return headers.status();
+      p.message.headers = std::move(headers).value();
+      p.message.timestamp = std::chrono::system_clock::time_point(
+          std::chrono::milliseconds(std::stoll(GetBytes(res, i, 10))));
+      p.attempts = std::stoi(GetBytes(res, i, 11));
+      p.last_error = GetBytes(res, i, 12);
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  Status Unpark(std::span<const std::int64_t> ids) override {
+    if (ids.empty()) return Status::Ok();
+    return session_
+        ->Exec("inbox unpark", unpark_,
+               {Param::Text(options_.consumer),
+                Param::Text(pg::Int64ArrayLiteral(std::vector<std::int64_t>(ids.begin(), ids.end())))})
+        .status();
+  }
+
+  Status Reschedule(std::int64_t id, int attempts, const std::string& error,
+                    std::chrono::milliseconds delay) override {
+    return session_
+        ->Exec("inbox reschedule parked", reschedule_,
+               {Param::Text(options_.consumer), Param::Text(std::to_string(id)),
+                Param::Text(std::to_string(attempts)), Param::Text(StorableText(error)),
+                Param::Text(std::to_string(delay.count()))})
+        .status();
+  }
+
  private:
   // Runs the handler; exceptions become transient errors; a handler that
   // returned OK but left the transaction failed is a transient error too.
@@ -129,6 +272,15 @@ class PostgresInbox final : public InboxStore {
     // A COMMIT that fails ends the transaction on the server; make sure of it.
     if (!st.ok()) Rollback();
     return st;
+  }
+
+  // Ordered mode: message i waits when an earlier message of its order key
+  // failed transiently in this pass; a transient failure blocks its key.
+  bool Held(std::size_t i, const std::set<std::string>& blocked) const {
+    return !order_keys_.empty() && blocked.count(order_keys_[i]) > 0;
+  }
+  void Block(std::size_t i, const MessageOutcome& o, std::set<std::string>& blocked) const {
+    if (!order_keys_.empty() && o.outcome == Outcome::kTransient) blocked.insert(order_keys_[i]);
   }
 
   // Inside the open transaction: one more absorbed copy per entry of `keys`.
@@ -231,10 +383,16 @@ class PostgresInbox final : public InboxStore {
       Rollback();
       return st;
     };
+    std::set<std::string> blocked;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!todo[i]) continue;
+      if (Held(i, blocked)) {
+        out[i] = {Outcome::kHeld, ""};
+        continue;
+      }
       if (auto f = failed.find(i); f != failed.end()) {
         out[i] = FromHandler(f->second);
+        Block(i, out[i], blocked);
         continue;
       }
       if (Status sp = session_->ExecScript("inbox savepoint", "SAVEPOINT m"); !sp.ok()) {
@@ -263,6 +421,7 @@ class PostgresInbox final : public InboxStore {
         return abort(rb);
       }
       out[i] = FromHandler(hr);
+      Block(i, out[i], blocked);
     }
     Status st = Commit();
     if (st.ok()) return Pass::kCommitted;
@@ -274,10 +433,16 @@ class PostgresInbox final : public InboxStore {
   Status Single(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
                 const std::vector<bool>& todo, const std::map<std::size_t, HandlerResult>& failed,
                 std::vector<MessageOutcome>& out) {
+    std::set<std::string> blocked;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!todo[i]) continue;
+      if (Held(i, blocked)) {
+        out[i] = {Outcome::kHeld, ""};
+        continue;
+      }
       if (auto f = failed.find(i); f != failed.end()) {
         out[i] = FromHandler(f->second);
+        Block(i, out[i], blocked);
         continue;
       }
       OUTBOX_RETURN_IF_ERROR(Begin());
@@ -297,6 +462,7 @@ class PostgresInbox final : public InboxStore {
         if (hr.error != ErrorClass::kNone) {
           Rollback();
           out[i] = FromHandler(hr);
+          Block(i, out[i], blocked);
           continue;
         }
         out[i] = {Outcome::kApplied, ""};
@@ -306,15 +472,18 @@ class PostgresInbox final : public InboxStore {
       if (!Isolable(st)) return st;  // earlier messages are committed: redelivery absorbs them
       out[i] = {st.retryable() ? Outcome::kTransient : Outcome::kPermanent,
                 "commit failed: " + st.message()};
+      Block(i, out[i], blocked);
     }
     return Status::Ok();
   }
 
   PostgresInboxOptions options_;
   std::unique_ptr<pg::Session> session_;
+  std::span<const std::string> order_keys_;  // of the Apply call in progress
   Handler handler_;
   BatchHandler batch_handler_;
-  const std::string insert_many_, insert_one_, count_duplicates_, purge_;
+  const std::string insert_many_, insert_one_, count_duplicates_, purge_, parked_keys_, park_,
+      due_, unpark_, reschedule_;
 };
 
 }  // namespace

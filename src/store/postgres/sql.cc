@@ -493,12 +493,39 @@ ALTER TABLE {S}.inbox_stamps ADD COLUMN duplicates integer NOT NULL DEFAULT 0,
                              ADD COLUMN last_duplicate_at timestamptz;
 )SQL";
 
+// Ordered mode's parked queue: per (consumer, order key) a FIFO by id of the
+// messages that wait behind a failed one (and that one, the head, with its due
+// time). The whole message is kept: it is applied from here, never consumed
+// again.
+constexpr const char* kInboxMigration3 = R"SQL(
+CREATE TABLE {S}.inbox_parked (
+  id          bigserial   PRIMARY KEY,
+  consumer    text        NOT NULL,
+  order_key   text        NOT NULL,
+  dedup_key   text        NOT NULL,
+  topic       text        NOT NULL,
+  partition   integer     NOT NULL,
+  "offset"    bigint      NOT NULL,
+  msg_key     bytea       NOT NULL,
+  payload     bytea,
+  headers     bytea       NOT NULL,
+  ts_ms       bigint      NOT NULL,
+  attempts    integer     NOT NULL DEFAULT 0,
+  last_error  text,
+  due_at      timestamptz NOT NULL,
+  parked_at   timestamptz NOT NULL DEFAULT now(),
+  UNIQUE (consumer, dedup_key)
+);
+CREATE INDEX inbox_parked_key_idx ON {S}.inbox_parked (consumer, order_key, id);
+)SQL";
+
 }  // namespace
 
 MigrationSet InboxMigrations(const std::string& schema) {
   return {"outbox.inbox.migrate", "inbox_migrations", {
       {1, "inbox_stamps", WithSchema(kInboxMigration1, schema)},
       {2, "inbox_stamps counts duplicates", WithSchema(kInboxMigration2, schema)},
+      {3, "inbox_parked: ordered mode's queue per order key", WithSchema(kInboxMigration3, schema)},
   }};
 }
 
@@ -522,6 +549,45 @@ std::string InboxCountDuplicates(const std::string& schema) {
       "UPDATE {S}.inbox_stamps s SET duplicates = s.duplicates + d.n, last_duplicate_at = now() "
       "FROM (SELECT k, count(*)::int AS n FROM unnest($2::text[]) AS k GROUP BY k) d "
       "WHERE s.consumer = $1 AND s.dedup_key = d.k",
+      schema);
+}
+
+std::string InboxParkedKeys(const std::string& schema) {
+  return WithSchema(
+      "SELECT DISTINCT order_key FROM {S}.inbox_parked WHERE consumer = $1 "
+      "AND order_key = ANY($2::text[])",
+      schema);
+}
+
+std::string InboxPark(const std::string& schema) {
+  return WithSchema(
+      "INSERT INTO {S}.inbox_parked (consumer, order_key, dedup_key, topic, partition, \"offset\", "
+      "msg_key, payload, headers, ts_ms, attempts, last_error, due_at) VALUES ($1, $2, $3, $4, "
+      "$5, $6, $7, $8, $9, $10, $11, $12, now() + $13 * interval '1 millisecond') "
+      "ON CONFLICT (consumer, dedup_key) DO NOTHING",
+      schema);
+}
+
+std::string InboxDue(const std::string& schema) {
+  return WithSchema(
+      "SELECT id::text, order_key, dedup_key, topic, partition::text, \"offset\"::text, msg_key, "
+      "payload, (payload IS NULL)::text, headers, ts_ms::text, attempts::text, "
+      "coalesce(last_error, '') FROM {S}.inbox_parked WHERE consumer = $1 AND order_key IN ("
+      "SELECT order_key FROM (SELECT DISTINCT ON (order_key) order_key, due_at FROM "
+      "{S}.inbox_parked WHERE consumer = $1 ORDER BY order_key, id) h WHERE h.due_at <= now()) "
+      "ORDER BY order_key, id LIMIT $2",
+      schema);
+}
+
+std::string InboxUnpark(const std::string& schema) {
+  return WithSchema("DELETE FROM {S}.inbox_parked WHERE consumer = $1 AND id = ANY($2::bigint[])",
+                    schema);
+}
+
+std::string InboxReschedule(const std::string& schema) {
+  return WithSchema(
+      "UPDATE {S}.inbox_parked SET attempts = $3, last_error = $4, "
+      "due_at = now() + $5 * interval '1 millisecond' WHERE consumer = $1 AND id = $2",
       schema);
 }
 

@@ -70,6 +70,12 @@ std::string InboxInsertStamp(const std::string& schema);
 std::string InboxCountDuplicates(const std::string& schema);
 // $1 consumer, $2 horizon seconds, $3 batch
 std::string InboxPurgeStamps(const std::string& schema);
+// Ordered mode's parked queue. $1 consumer, then see sql.cc.
+std::string InboxParkedKeys(const std::string& schema);
+std::string InboxPark(const std::string& schema);
+std::string InboxDue(const std::string& schema);
+std::string InboxUnpark(const std::string& schema);
+std::string InboxReschedule(const std::string& schema);
 
 }  // namespace outbox::pg::sql
 
