@@ -27,16 +27,19 @@ Command: \`bench/run_inbox_bench.sh --events $EVENTS --runs $RUNS --batch $BATCH
 \`build/release/bench/inbox_bench\`: a topic of $EVENTS events with 200-byte payloads on a
 private \`outbox-mock-kafka\`, 64 partitions; one consumer in-process; per batch one
 transaction: one statement for all stamps, the effects, commit, then the offset commit).
-Two handlers with the same effect, alternating run by run: the per-message \`Handler\`
-(one \`INSERT\` per event) and a \`BatchHandler\` (one multi-row \`INSERT\` per batch).
+Three handlers with the same effect, taking turns run by run: the per-message \`Handler\`
+(one synchronous \`INSERT\` per event), the per-message \`SinkHandler\` (the same
+\`INSERT\` queued on a \`StatementSink\`; the batch's statements go in one libpq pipeline
+inside its transaction) and a \`BatchHandler\` (one multi-row \`INSERT\` per batch).
 $machine
 
 $out
 
 Timed from the first applied effect to the last (the mock's consumer-group join, ~3 s,
 is left out); a fresh consumer group and empty tables per run; median of $RUNS runs.
-What limits the per-message handler: its own round trip per event (one synchronous
-\`INSERT\` each, as a typical handler does); stamps cost one statement per batch.
+What limits the per-message \`Handler\`: its own round trip per event (one synchronous
+\`INSERT\` each, as a typical handler does); the sink handler sends the same statements
+without waiting for each; stamps cost one statement per batch.
 The replay rows: after each batch-handler run, fresh consumer groups read the whole
 topic again (every message already stamped, as after an offset reset or a full
 re-publish); one counts each absorbed copy on its stamp (one \`UPDATE\` per batch, the

@@ -280,6 +280,45 @@ TEST_F(InboxTest, BatchHandlerAppliesAllAtOnceAndFallsBackPerMessageOnFailure) {
   EXPECT_EQ(Effects("k = 'b4'"), "0");
 }
 
+// A handler that queues its statement on the sink: the statements of a batch go
+// in one pipeline; one that PostgreSQL rejects fails its message alone
+// (permanent for bad data), and the others apply, each exactly once.
+TEST_F(InboxTest, SinkHandlerStatementsRunInOnePipelineAndFailAlone) {
+  Exec(conn_.get(), "CREATE TABLE " + schema_ + ".sunk (k text PRIMARY KEY, v int CHECK (v >= 0))");
+  const std::string insert = "INSERT INTO " + schema_ + ".sunk VALUES ($1, $2::int)";
+  int calls = 0;
+  SinkHandler sink_handler = [&](const InboundMessage& m, StatementSink& sink) {
+    ++calls;
+    if (m.payload == "permanent") return HandlerResult::Permanent("contract violation");
+    sink.Add(insert, {m.key, m.payload == "negative" ? "-1" : "1"});
+    if (m.payload == "null") sink.Add("SELECT $1::text IS NULL", {std::nullopt});
+    return HandlerResult::Ok();
+  };
+  auto sunk = OpenPostgresInbox(Options("sink-consumer"), sink_handler);
+  ASSERT_TRUE(sunk.ok()) << sunk.status().ToString();
+  std::vector<InboundMessage> good = {Msg("s1", "ok"), Msg("s2", "null"), Msg("s1", "ok")};
+  auto r = Process(good, DedupByEventId(), sunk->get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[2].outcome, Outcome::kDuplicate);
+  EXPECT_EQ(calls, 2) << "the handler runs once per new message on the fast path";
+  std::vector<InboundMessage> mixed = {Msg("s3", "ok"), Msg("s4", "negative"), Msg("s5", "permanent"),
+                                       Msg("s6", "ok")};
+  auto r2 = Process(mixed, DedupByEventId(), sunk->get());
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ((*r2)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r2)[1].outcome, Outcome::kPermanent) << "a CHECK violation is bad data";
+  EXPECT_NE((*r2)[1].error.find("check constraint"), std::string::npos) << (*r2)[1].error;
+  EXPECT_EQ((*r2)[2].outcome, Outcome::kPermanent);
+  EXPECT_EQ((*r2)[3].outcome, Outcome::kApplied);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(k, ',' ORDER BY k) FROM " + schema_ + ".sunk"),
+            "s1,s2,s3,s6");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ +
+                                  ".inbox_stamps WHERE consumer = 'sink-consumer'"),
+            "4");
+}
+
 // ---- saga guards --------------------------------------------------------
 
 class SagaTest : public InboxTest {

@@ -21,7 +21,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <vector>
 #include <string>
 
 #include "outbox/inbox.h"
@@ -44,6 +46,26 @@ using Handler = std::function<HandlerResult(const InboundMessage& msg, pg_conn* 
 using BatchHandler =
     std::function<HandlerResult(std::span<const InboundMessage* const> msgs, pg_conn* txn)>;
 
+// For a handler that only writes (the common case: insert a row, bump a
+// counter): instead of running its statements, it queues them on the sink. The
+// inbox sends the statements of every new message of a batch in one pipeline
+// (libpq pipeline mode: one round trip) inside the batch's transaction. If one
+// fails, the batch is redone message by message, each message's statements in
+// its own savepoint. A failed statement is kPermanent when PostgreSQL says the
+// data is wrong (SQLSTATE class 22 or 23), else kTransient.
+//
+// Thread-safety: a sink is valid only during the handler call that received it.
+class StatementSink {
+ public:
+  // `sql` with $1..$n placeholders; parameters as text, std::nullopt for NULL.
+  virtual void Add(std::string sql, std::vector<std::optional<std::string>> params = {}) = 0;
+
+ protected:
+  ~StatementSink() = default;
+};
+
+using SinkHandler = std::function<HandlerResult(const InboundMessage& msg, StatementSink& sink)>;
+
 struct PostgresInboxOptions {
   std::string conninfo;
   std::string schema = "inbox";  // validated like the outbox schema (ValidateSchemaName)
@@ -62,6 +84,10 @@ struct PostgresInboxOptions {
 Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
                                                       Handler handler,
                                                       BatchHandler batch_handler = nullptr);
+
+// The same with a handler that queues its statements (see StatementSink).
+Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
+                                                      SinkHandler handler);
 
 }  // namespace outbox
 

@@ -89,67 +89,18 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
     types.push_back(e.aggregate_type);
     ids.push_back(e.aggregate_id);
   }
-  if (PQenterPipelineMode(conn) != 1) {
-    return Status::FailedPrecondition("enqueue: cannot enter pipeline mode: " +
-                                      std::string(PQerrorMessage(conn)));
-  }
-  Status first_error;
-  auto send = [&](const std::string& text, const std::vector<pg::Param>& params,
-                  const Oid* param_types) {
-    std::vector<const char*> values(params.size());
-    std::vector<int> lengths(params.size()), formats(params.size());
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      values[p] = params[p].null ? nullptr : params[p].value.c_str();
-      lengths[p] = static_cast<int>(params[p].value.size());
-      formats[p] = params[p].binary ? 1 : 0;
-    }
-    if (PQsendQueryParams(conn, text.c_str(), static_cast<int>(params.size()), param_types,
-                          values.data(), lengths.data(), formats.data(), 0) != 1) {
-      first_error = pg::StatusFromResult(conn, nullptr, "enqueue batch: send");
-      return false;
-    }
-    return true;
-  };
   // First in the pipeline (same round trip): the aggregate locks in key order.
-  bool sent = send(pg::sql::LockAggregates(options.schema),
-                   {pg::Param::Text(pg::TextArrayLiteral(types)),
-                    pg::Param::Text(pg::TextArrayLiteral(ids))},
-                   nullptr);
-  for (std::size_t i = 0; sent && i < order.size(); ++i) {
-    sent = send(sql, EnqueueParams(events[order[i]]), kEnqueueTypes.data());
+  std::vector<pg::Statement> statements;
+  statements.push_back({pg::sql::LockAggregates(options.schema),
+                        {pg::Param::Text(pg::TextArrayLiteral(types)),
+                         pg::Param::Text(pg::TextArrayLiteral(ids))},
+                        nullptr});
+  for (std::size_t i : order) {
+    statements.push_back({sql, EnqueueParams(events[i]), kEnqueueTypes.data()});
   }
-  if (PQpipelineSync(conn) != 1) {
-    // Nothing will arrive; the connection is broken and the caller must roll back.
-    Status st = pg::StatusFromResult(conn, nullptr, "enqueue batch: sync");
-    PQexitPipelineMode(conn);
-    return first_error.ok() ? st : first_error;
-  }
-  // Drain every result up to the sync point, whatever happened. The first
-  // result is the lock statement's.
-  bool lock_result_seen = false;
-  std::size_t k = 0;
-  for (;;) {
-    pg::ResultPtr res(PQgetResult(conn));
-    if (!res) {
-      if (PQstatus(conn) != CONNECTION_OK) {
-        if (first_error.ok()) first_error = pg::StatusFromResult(conn, nullptr, "enqueue batch");
-        break;
-      }
-      continue;  // end of one query's results
-    }
-    ExecStatusType st = PQresultStatus(res.get());
-    if (st == PGRES_PIPELINE_SYNC) break;
-    if (st == PGRES_TUPLES_OK && !lock_result_seen) {
-      lock_result_seen = true;
-    } else if (st == PGRES_TUPLES_OK && k < order.size()) {
-      out[order[k]] = ReadRow(res.get());
-      ++k;
-    } else if (st != PGRES_TUPLES_OK && first_error.ok()) {
-      first_error = pg::StatusFromResult(conn, res.get(), "enqueue batch");
-    }
-  }
-  PQexitPipelineMode(conn);
-  if (!first_error.ok()) return first_error;
+  pg::PipelineResult pr = pg::RunPipeline(conn, "enqueue batch", statements);
+  if (!pr.status.ok()) return pr.status;
+  for (std::size_t k = 0; k < order.size(); ++k) out[order[k]] = ReadRow(pr.results[k + 1].get());
   return out;
 }
 

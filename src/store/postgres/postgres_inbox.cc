@@ -86,13 +86,36 @@ MessageOutcome FromHandler(const HandlerResult& hr) {
           hr.error == ErrorClass::kNone ? "handler left its statement failed" : hr.message};
 }
 
+// Collects a SinkHandler's statements.
+class CollectingSink final : public StatementSink {
+ public:
+  explicit CollectingSink(std::vector<pg::Statement>& out) : out_(out) {}
+  void Add(std::string sql, std::vector<std::optional<std::string>> params) override {
+    pg::Statement st;
+    st.sql = std::move(sql);
+    for (auto& p : params) st.params.push_back(p ? pg::Param::Text(std::move(*p)) : pg::Param::Null());
+    out_.push_back(std::move(st));
+  }
+
+ private:
+  std::vector<pg::Statement>& out_;
+};
+
+// A handler's failed statement: the data is wrong (class 22/23) or not.
+HandlerResult FromStatement(const Status& st) {
+  if (st.code() == Code::kInvalidArgument) return HandlerResult::Permanent(st.message());
+  return HandlerResult::Transient(st.message());
+}
+
 class PostgresInbox final : public InboxStore {
  public:
-  PostgresInbox(PostgresInboxOptions o, std::unique_ptr<pg::Session> s, Handler h, BatchHandler b)
+  PostgresInbox(PostgresInboxOptions o, std::unique_ptr<pg::Session> s, Handler h, BatchHandler b,
+                SinkHandler sink)
       : options_(std::move(o)),
         session_(std::move(s)),
         handler_(std::move(h)),
         batch_handler_(std::move(b)),
+        sink_handler_(std::move(sink)),
         insert_many_(pg::sql::InboxInsertStamps(options_.schema)),
         insert_one_(pg::sql::InboxInsertStamp(options_.schema)),
         count_duplicates_(pg::sql::InboxCountDuplicates(options_.schema)),
@@ -242,6 +265,13 @@ class PostgresInbox final : public InboxStore {
   // Runs the handler; exceptions become transient errors; a handler that
   // returned OK but left the transaction failed is a transient error too.
   HandlerResult RunHandler(const InboundMessage& m) {
+    if (sink_handler_) {  // its statements, in one round trip, now
+      std::vector<pg::Statement> statements;
+      HandlerResult hr = RunSinkHandler(m, statements);
+      if (hr.error != ErrorClass::kNone) return hr;
+      pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handler", statements);
+      return pr.status.ok() ? hr : FromStatement(pr.status);
+    }
     HandlerResult hr;
     try {
       hr = handler_(m, session_->raw());
@@ -254,6 +284,18 @@ class PostgresInbox final : public InboxStore {
       return HandlerResult::Transient("handler left its statement failed");
     }
     return hr;
+  }
+
+  // Calls the sink handler, which queues its statements on `out`.
+  HandlerResult RunSinkHandler(const InboundMessage& m, std::vector<pg::Statement>& out) {
+    CollectingSink sink(out);
+    try {
+      return sink_handler_(m, sink);
+    } catch (const std::exception& e) {
+      return HandlerResult::Transient(std::string("handler threw: ") + e.what());
+    } catch (...) {
+      return HandlerResult::Transient("handler threw a non-standard exception");
+    }
   }
 
   Status Begin() {
@@ -331,6 +373,8 @@ class PostgresInbox final : public InboxStore {
     }
     std::set<std::string> used;  // a key twice in one batch: the first applies
     std::vector<const InboundMessage*> new_msgs;
+    std::vector<pg::Statement> statements;     // sink mode: all new messages' statements
+    std::vector<std::size_t> statement_owner;  // the message of each statement
     std::vector<std::string> dups;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!todo[i]) continue;
@@ -344,6 +388,18 @@ class PostgresInbox final : public InboxStore {
         new_msgs.push_back(&msgs[i]);
         continue;
       }
+      if (sink_handler_) {
+        const std::size_t first = statements.size();
+        HandlerResult hr = RunSinkHandler(msgs[i], statements);
+        statement_owner.resize(statements.size(), i);
+        if (hr.error != ErrorClass::kNone) {
+          statements.resize(first);
+          failed[i] = hr;
+          Rollback();
+          return Pass::kHandlerFailed;
+        }
+        continue;
+      }
       HandlerResult hr = RunHandler(msgs[i]);
       if (hr.error != ErrorClass::kNone) {
         failed[i] = hr;
@@ -354,6 +410,15 @@ class PostgresInbox final : public InboxStore {
     if (Status st = CountDuplicates(dups); !st.ok()) {
       Rollback();
       return st;
+    }
+    if (!statements.empty()) {
+      pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements);
+      if (!pr.status.ok()) {
+        Rollback();
+        if (!Isolable(pr.status)) return pr.status;
+        failed[statement_owner[pr.failed]] = FromStatement(pr.status);
+        return Pass::kHandlerFailed;
+      }
     }
     if (batch_handler_ && !new_msgs.empty()) {
       HandlerResult hr;
@@ -482,21 +547,18 @@ class PostgresInbox final : public InboxStore {
   std::span<const std::string> order_keys_;  // of the Apply call in progress
   Handler handler_;
   BatchHandler batch_handler_;
+  SinkHandler sink_handler_;
   const std::string insert_many_, insert_one_, count_duplicates_, purge_, parked_keys_, park_,
       due_, unpark_, reschedule_;
 };
 
-}  // namespace
-
-Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
-                                                      Handler handler,
-                                                      BatchHandler batch_handler) {
+Result<std::unique_ptr<InboxStore>> OpenInbox(const PostgresInboxOptions& options, Handler handler,
+                                              BatchHandler batch_handler, SinkHandler sink) {
   OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(options.schema));
   if (options.consumer.empty()) return Status::InvalidArgument("inbox: consumer name is required");
   if (options.conninfo.empty()) {
     return Status::InvalidArgument("inbox: conninfo is empty: set the PostgreSQL URL");
   }
-  if (!handler) return Status::InvalidArgument("inbox: a handler is required");
   pg::Session::Options so;
   so.conninfo = options.conninfo;
   so.statement_timeout = options.statement_timeout;
@@ -505,7 +567,22 @@ Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions
   auto s = pg::Session::Connect(so);
   if (!s.ok()) return s.status();
   return std::unique_ptr<InboxStore>(std::make_unique<PostgresInbox>(
-      options, std::move(s).value(), std::move(handler), std::move(batch_handler)));
+      options, std::move(s).value(), std::move(handler), std::move(batch_handler), std::move(sink)));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
+                                                      Handler handler,
+                                                      BatchHandler batch_handler) {
+  if (!handler) return Status::InvalidArgument("inbox: a handler is required");
+  return OpenInbox(options, std::move(handler), std::move(batch_handler), nullptr);
+}
+
+Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
+                                                      SinkHandler handler) {
+  if (!handler) return Status::InvalidArgument("inbox: a handler is required");
+  return OpenInbox(options, nullptr, nullptr, std::move(handler));
 }
 
 }  // namespace outbox

@@ -43,6 +43,71 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what
   return Status::Internal(msg);
 }
 
+PipelineResult RunPipeline(PGconn* conn, std::string_view what,
+                           std::span<const Statement> statements) {
+  PipelineResult out;
+  out.results.resize(statements.size());
+  if (statements.empty()) return out;
+  if (PQenterPipelineMode(conn) != 1) {
+    out.status = Status::FailedPrecondition(std::string(what) + ": cannot enter pipeline mode: " +
+                                            PQerrorMessage(conn));
+    return out;
+  }
+  auto fail = [&](Status st, std::size_t i) {
+    if (out.status.ok()) {
+      out.status = std::move(st);
+      out.failed = i;
+    }
+  };
+  for (std::size_t i = 0; i < statements.size(); ++i) {
+    const Statement& s = statements[i];
+    std::vector<const char*> values(s.params.size());
+    std::vector<int> lengths(s.params.size()), formats(s.params.size());
+    for (std::size_t p = 0; p < s.params.size(); ++p) {
+      values[p] = s.params[p].null ? nullptr : s.params[p].value.c_str();
+      lengths[p] = static_cast<int>(s.params[p].value.size());
+      formats[p] = s.params[p].binary ? 1 : 0;
+    }
+    if (PQsendQueryParams(conn, s.sql.c_str(), static_cast<int>(s.params.size()), s.types,
+                          values.data(), lengths.data(), formats.data(), 0) != 1) {
+      fail(StatusFromResult(conn, nullptr, std::string(what) + ": send"), i);
+      break;
+    }
+  }
+  if (PQpipelineSync(conn) != 1) {
+    // Nothing will arrive; the connection is broken and the caller must roll back.
+    fail(StatusFromResult(conn, nullptr, std::string(what) + ": sync"), 0);
+    PQexitPipelineMode(conn);
+    return out;
+  }
+  // Drain every result up to the sync point, whatever happened: each statement
+  // gives one result, then a null.
+  std::size_t k = 0;
+  for (;;) {
+    ResultPtr res(PQgetResult(conn));
+    if (!res) {
+      if (PQstatus(conn) != CONNECTION_OK) {
+        fail(StatusFromResult(conn, nullptr, what), k);
+        break;
+      }
+      continue;  // end of one statement's results
+    }
+    const ExecStatusType st = PQresultStatus(res.get());
+    if (st == PGRES_PIPELINE_SYNC) break;
+    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+      if (st == PGRES_PIPELINE_ABORTED) {
+        fail(Status::Internal(std::string(what) + ": aborted by an earlier failure"), k);
+      } else {
+        fail(StatusFromResult(conn, res.get(), what), k);
+      }
+    }
+    if (k < out.results.size()) out.results[k] = std::move(res);
+    ++k;
+  }
+  PQexitPipelineMode(conn);
+  return out;
+}
+
 Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what) {
   if (res != nullptr) {
     ExecStatusType st = PQresultStatus(res);

@@ -52,6 +52,26 @@ Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::str
                              const std::vector<Param>& params, const std::vector<Oid>& types = {},
                              int result_format = 0);
 
+// One statement of a pipeline.
+struct Statement {
+  std::string sql;
+  std::vector<Param> params;
+  const Oid* types = nullptr;  // params.size() entries, or null (the server infers)
+};
+
+struct PipelineResult {
+  std::vector<ResultPtr> results;  // one per statement (those after a failure: aborted)
+  Status status;                   // the first failure, or OK
+  std::size_t failed = 0;          // index of the first failed statement (when !status.ok())
+};
+
+// Sends `statements` in libpq pipeline mode (one round trip), then reads every
+// result up to the sync point. REQUIRES: `conn` is idle (not in pipeline mode).
+// Inside a transaction block, a failure aborts the rest (they are not run) and
+// leaves the transaction failed; the caller rolls back (to a savepoint).
+PipelineResult RunPipeline(PGconn* conn, std::string_view what,
+                           std::span<const Statement> statements);
+
 class Session {
  public:
   struct Options {
