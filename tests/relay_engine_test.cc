@@ -69,6 +69,11 @@ class FakeStore final : public Store {
   Result<std::int64_t> PurgeSent(std::chrono::seconds, int) override { return 0; }
   Result<StoreStats> Stats() override { return StoreStats{}; }
   Result<std::int64_t> CountSent() override { return 0; }
+  Result<ReplayCounts> ReplayFailed(const ReplaySelection&) override { return ReplayCounts{}; }
+  Result<SkipResult> Skip(const SkipRequest&) override { return SkipResult{}; }
+  Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
+    return std::optional<std::chrono::system_clock::time_point>();
+  }
   Result<bool> WaitForWork(std::chrono::milliseconds timeout) override {
     std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(20)));
     return false;

@@ -528,3 +528,68 @@ TEST_P(StoreContractTest, ConcurrentRelaysNeverShareAClaimAndKeepAggregateOrder)
 }
 
 }  // namespace outbox::testing
+
+namespace outbox::testing {
+namespace {
+
+// Operator operations: replay, skip, and the oldest event that may still be
+// published (what bounds consumers' stamp retention).
+TEST_P(StoreContractTest, ReplayAndSkipReleaseTheAggregateAndOldestUnsentCoversFailed) {
+  auto none = store_->OldestUnsent();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  std::vector<Event> evs = {Ev("a", 1), Ev("a", 2), Ev("b", 1)};
+  auto enq = harness_->Enqueue(evs, /*one_txn=*/false);
+  ASSERT_TRUE(enq.ok());
+  auto c = store_->Claim(Opts(1));
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 1u);
+  FailItem fi{c->events[0].ticket, "fatal"};
+  ASSERT_TRUE(store_->MarkFailed(std::span(&fi, 1)).ok());
+  // b/1 is sent: a FAILED a/1 is now the oldest event that may still be published.
+  auto rest = store_->Claim(Opts(100));
+  ASSERT_TRUE(rest.ok());
+  ASSERT_EQ(rest->events.size(), 1u) << "a/2 is held behind the FAILED a/1";
+  std::vector<Ticket> sent = {rest->events[0].ticket};
+  ASSERT_TRUE(store_->MarkSent(sent).ok());
+  auto oldest = store_->OldestUnsent();
+  ASSERT_TRUE(oldest.ok());
+  ASSERT_TRUE(oldest->has_value());
+  EXPECT_LE(std::chrono::system_clock::now() - **oldest, std::chrono::minutes(5));
+
+  ReplaySelection dry;
+  dry.event_id = (*enq)[0].event_id;
+  dry.dry_run = true;
+  auto d = store_->ReplayFailed(dry);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->matched, 1);
+  EXPECT_EQ(d->replayed, 0);
+  EXPECT_EQ(harness_->Row(c->events[0].ticket.seq)->status, "FAILED") << "a dry run changes nothing";
+  ReplaySelection by_aggregate;
+  by_aggregate.aggregate_id = "a";
+  auto r = store_->ReplayFailed(by_aggregate);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->replayed, 1);
+  EXPECT_EQ(r->released, 1) << "a/2's attempts were reset";
+  EXPECT_GE(r->oldest_age.count(), 0);
+  auto again = store_->Claim(Opts(100));
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->events.size(), 2u) << "the replayed head and the event behind it";
+
+  SkipRequest missing;
+  missing.event_id = "00000000-0000-0000-0000-000000000000";
+  auto m = store_->Skip(missing);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->was, "") << "no such event";
+  SkipRequest skip;
+  skip.event_id = (*enq)[1].event_id;  // a/2: claimed just now, cannot be skipped
+  skip.by = "test";
+  skip.reason = "test";
+  auto s = store_->Skip(skip);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->was, "PROCESSING");
+  EXPECT_EQ(s->skipped, 0);
+}
+
+}  // namespace
+}  // namespace outbox::testing

@@ -118,6 +118,36 @@ struct StoreStats {
   std::int64_t held_aggregates = 0;
 };
 
+// Operator operations (outboxctl replay / skip).
+struct ReplaySelection {
+  std::string event_id;      // "" = any FAILED event (then the filters below)
+  std::string aggregate_id;  // "" = any
+  std::string event_type;    // "" = any
+  bool dry_run = false;
+};
+
+struct ReplayCounts {
+  std::int64_t matched = 0;   // FAILED rows selected
+  std::int64_t replayed = 0;  // back to PENDING (0 on a dry run)
+  std::int64_t released = 0;  // PENDING rows behind them whose attempts were reset
+  // Age of the oldest matched event (since it was enqueued): consumers must
+  // still hold stamps that old (docs/inbox.md, "Stamp retention").
+  std::chrono::seconds oldest_age{0};
+};
+
+struct SkipRequest {
+  std::string event_id;
+  std::string by;      // who, for the audit columns
+  std::string reason;
+  bool dry_run = false;
+};
+
+struct SkipResult {
+  std::string was;  // the event's state before; "" = no such event
+  std::int64_t skipped = 0;
+  std::int64_t released = 0;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -141,6 +171,19 @@ class Store {
   virtual Result<StoreStats> Stats() = 0;
   // SENT rows kept for retention: reads all of them (for operators, not gauges).
   virtual Result<std::int64_t> CountSent() = 0;
+
+  // FAILED rows back to PENDING, due now, attempts reset (the error is kept,
+  // prefixed); the PENDING rows held behind them get their attempts reset too,
+  // so one replay releases the whole aggregate.
+  virtual Result<ReplayCounts> ReplayFailed(const ReplaySelection& selection) = 0;
+  // One FAILED or PENDING event set aside for good: SKIPPED, with who, when and
+  // why; the rows held behind it get their attempts reset. An event in another
+  // state is left as it is (SkipResult::was says which).
+  virtual Result<SkipResult> Skip(const SkipRequest& request) = 0;
+  // When the oldest event that may still be published was enqueued (PENDING,
+  // PROCESSING or FAILED, which replay can publish); nullopt when there is none.
+  // Consumers' stamps must reach back to it (docs/inbox.md, "Stamp retention").
+  virtual Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() = 0;
 
   // Blocks up to `timeout` for a sign of new work from enqueue; true if woken,
   // false on timeout. PostgreSQL: LISTEN on channel outbox_<schema>, which

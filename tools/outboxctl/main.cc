@@ -142,65 +142,6 @@ LIMIT $5::int
 )SQL", s);
 }
 
-// FAILED rows back to PENDING, due now, attempts reset (the error is kept,
-// prefixed). The rows held behind them get their attempts reset too, so one
-// replay releases the whole aggregate.
-// $1 event id ('' = any), $2 aggregate id, $3 event type, $4 dry run
-std::string Replay(const std::string& s) {
-  return With(R"SQL(
-WITH target AS (
-  SELECT seq, aggregate_type, aggregate_id FROM {S}.outbox
-  WHERE status = 'FAILED' AND ($1 = '' OR event_id::text = $1)
-    AND ($2 = '' OR aggregate_id = $2) AND ($3 = '' OR event_type = $3)
-  ORDER BY seq
-  FOR UPDATE
-), done AS (
-  UPDATE {S}.outbox o SET status = 'PENDING', attempts = 0, available_at = now(),
-                          lease_owner = NULL, failed_at = NULL,
-                          last_error = 'replayed by outboxctl; before: ' || coalesce(o.last_error, '')
-  FROM target t WHERE o.seq = t.seq AND NOT $4::boolean
-  RETURNING o.seq
-), followers AS (
-  UPDATE {S}.outbox o SET attempts = 0
-  FROM (SELECT aggregate_type, aggregate_id, min(seq) AS first_seq FROM target
-        GROUP BY aggregate_type, aggregate_id) t
-  WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
-    AND o.seq > t.first_seq AND o.status = 'PENDING' AND NOT $4::boolean
-  RETURNING o.seq
-)
-SELECT (SELECT count(*) FROM target) AS matched, (SELECT count(*) FROM done) AS replayed,
-       (SELECT count(*) FROM followers) AS released
-)SQL", s);
-}
-
-// One FAILED or PENDING event set aside for good: SKIPPED, with who, when and
-// why; the rows held behind it get their attempts reset (as on replay).
-// $1 event id, $2 who, $3 reason, $4 dry run
-std::string Skip(const std::string& s) {
-  return With(R"SQL(
-WITH target AS (
-  SELECT seq, status, aggregate_type, aggregate_id FROM {S}.outbox
-  WHERE event_id::text = $1
-  FOR UPDATE
-), done AS (
-  UPDATE {S}.outbox o SET status = 'SKIPPED', skipped_at = now(), skipped_by = $2,
-                          skip_reason = $3, lease_owner = NULL
-  FROM target t
-  WHERE o.seq = t.seq AND t.status IN ('FAILED', 'PENDING') AND NOT $4::boolean
-  RETURNING o.seq
-), followers AS (
-  UPDATE {S}.outbox o SET attempts = 0
-  FROM target t
-  WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
-    AND o.seq > t.seq AND o.status = 'PENDING' AND t.status IN ('FAILED', 'PENDING')
-    AND NOT $4::boolean
-  RETURNING o.seq
-)
-SELECT coalesce((SELECT status FROM target), '') AS status,
-       (SELECT count(*) FROM done) AS skipped, (SELECT count(*) FROM followers) AS released
-)SQL", s);
-}
-
 // $1 key: an event id or a dedup key
 std::string Trace(const std::string& s) {
   return With(R"SQL(
@@ -416,6 +357,80 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
 
+  if (command == "replay") {
+    const std::string id = a.Flag("event-id");
+    if (id.empty() && !a.Has("failed")) {
+      return Usage("replay: pass --event-id ID, or --failed (with optional --aggregate/--type filters)");
+    }
+    outbox::ReplaySelection sel;
+    sel.event_id = id;
+    sel.aggregate_id = a.Flag("aggregate");
+    sel.event_type = a.Flag("type");
+    sel.dry_run = a.Has("dry-run");
+    auto store = outbox::OpenPostgresStore(o);
+    if (!store.ok()) return Fail(store.status(), json);
+    auto r = (*store)->ReplayFailed(sel);
+    if (!r.ok()) return Fail(r.status(), json);
+    if (json) {
+      std::cout << nlohmann::json{{"ok", true},
+                                  {"matched", r->matched},
+                                  {"replayed", r->replayed},
+                                  {"released", r->released},
+                                  {"oldest_age_seconds", r->oldest_age.count()}}
+                       .dump()
+                << "\n";
+    } else {
+      std::cout << (sel.dry_run ? "would replay " + std::to_string(r->matched)
+                                : "replayed " + std::to_string(r->replayed))
+                << " FAILED row(s): back to PENDING, due now\n";
+      if (r->matched > 0) {
+        std::cout << "the oldest was enqueued " << r->oldest_age.count()
+                  << " s ago: consumers must still hold inbox stamps that old, or they may "
+                     "apply an earlier copy again (docs/inbox.md, \"Stamp retention\")\n";
+      }
+    }
+    return kExitOk;
+  }
+  if (command == "skip") {
+    const std::string id = a.Flag("event-id");
+    if (id.empty()) return Usage("skip: pass --event-id ID (one event at a time, on purpose)");
+    outbox::SkipRequest req;
+    req.event_id = id;
+    req.by = a.Flag("by");
+    if (req.by.empty()) {
+      const char* user = std::getenv("USER");
+      char host[256] = "";
+      gethostname(host, sizeof host - 1);
+      req.by = std::string(user ? user : "unknown") + "@" + host + " (outboxctl)";
+    }
+    req.reason = a.Flag("reason", "skipped by an operator (no reason given)");
+    req.dry_run = a.Has("dry-run");
+    auto store = outbox::OpenPostgresStore(o);
+    if (!store.ok()) return Fail(store.status(), json);
+    auto r = (*store)->Skip(req);
+    if (!r.ok()) return Fail(r.status(), json);
+    if (r->was.empty()) {
+      if (json) std::cout << nlohmann::json{{"ok", false}, {"error", "no such event"}}.dump() << "\n";
+      std::cerr << "outboxctl: skip: no event with id " << id << "\n";
+      return kExitNotFound;
+    }
+    if (r->was != "FAILED" && r->was != "PENDING") {
+      return Fail("skip: event " + id + " is " + r->was +
+                      "; only FAILED or PENDING events can be skipped (nothing changed)",
+                  json);
+    }
+    if (json) {
+      std::cout << nlohmann::json{{"ok", true},          {"event_id", id},
+                                  {"was", r->was},       {"skipped", r->skipped},
+                                  {"dry_run", req.dry_run}, {"released", r->released}}
+                       .dump()
+                << "\n";
+    } else {
+      std::cout << (req.dry_run ? "would skip " : "skipped ") << r->was << " event " << id
+                << ": SKIPPED (kept for audit); later events of its aggregate go ahead\n";
+    }
+    return kExitOk;
+  }
   Pg pg;
   if (!pg.Connect(db)) return Fail("connect: " + pg.error, json);
   if (command == "list") {
@@ -431,70 +446,6 @@ int main(int argc, char** argv) {
     } else {
       PrintRows(rows, {"seq", "event_id", "aggregate_type", "aggregate_id", "event_type", "status",
                        "attempts", "age_s", "last_error"});
-    }
-    return kExitOk;
-  }
-  if (command == "replay") {
-    const std::string id = a.Flag("event-id");
-    if (id.empty() && !a.Has("failed")) {
-      return Usage("replay: pass --event-id ID, or --failed (with optional --aggregate/--type filters)");
-    }
-    std::vector<Row> rows;
-    if (!pg.Query(sql::Replay(schema),
-                  {id, a.Flag("aggregate"), a.Flag("type"), a.Has("dry-run") ? "true" : "false"}, &rows)) {
-      return Fail(pg.error, json);
-    }
-    const std::string matched = rows.empty() ? "0" : rows[0]["matched"];
-    const std::string replayed = rows.empty() ? "0" : rows[0]["replayed"];
-    if (json) {
-      std::cout << nlohmann::json{{"ok", true}, {"matched", std::stol(matched)},
-                                  {"replayed", std::stol(replayed)},
-                                  {"released", std::stol(rows.empty() ? "0" : rows[0]["released"])}}
-                       .dump()
-                << "\n";
-    } else {
-      std::cout << (a.Has("dry-run") ? "would replay " + matched : "replayed " + replayed)
-                << " FAILED row(s): back to PENDING, due now\n";
-    }
-    return kExitOk;
-  }
-  if (command == "skip") {
-    const std::string id = a.Flag("event-id");
-    if (id.empty()) return Usage("skip: pass --event-id ID (one event at a time, on purpose)");
-    std::string who = a.Flag("by");
-    if (who.empty()) {
-      const char* user = std::getenv("USER");
-      char host[256] = "";
-      gethostname(host, sizeof host - 1);
-      who = std::string(user ? user : "unknown") + "@" + host + " (outboxctl)";
-    }
-    const std::string reason = a.Flag("reason", "skipped by an operator (no reason given)");
-    std::vector<Row> rows;
-    if (!pg.Query(sql::Skip(schema), {id, who, reason, a.Has("dry-run") ? "true" : "false"},
-                  &rows)) {
-      return Fail(pg.error, json);
-    }
-    const std::string status = rows.empty() ? "" : rows[0]["status"];
-    if (status.empty()) {
-      if (json) std::cout << nlohmann::json{{"ok", false}, {"error", "no such event"}}.dump() << "\n";
-      std::cerr << "outboxctl: skip: no event with id " << id << "\n";
-      return kExitNotFound;
-    }
-    if (status != "FAILED" && status != "PENDING") {
-      return Fail("skip: event " + id + " is " + status +
-                      "; only FAILED or PENDING events can be skipped (nothing changed)",
-                  json);
-    }
-    const bool dry = a.Has("dry-run");
-    if (json) {
-      std::cout << nlohmann::json{{"ok", true}, {"event_id", id}, {"was", status},
-                                  {"skipped", dry ? 0 : 1}, {"dry_run", dry},
-                                  {"released", std::stol(rows[0]["released"])}}
-                       .dump()
-                << "\n";
-    } else {
-      std::cout << (dry ? "would skip " : "skipped ") << status << " event " << id
-                << ": SKIPPED (kept for audit); later events of its aggregate go ahead\n";
     }
     return kExitOk;
   }

@@ -206,6 +206,46 @@ class PostgresStore final : public Store {
     return pg::GetInt64(res->get(), 0, 0);
   }
 
+  Result<ReplayCounts> ReplayFailed(const ReplaySelection& sel) override {
+    if (!IsValidText(sel.event_id) || !IsValidText(sel.aggregate_id) ||
+        !IsValidText(sel.event_type)) {
+      return Status::InvalidArgument("replay: --event-id, --aggregate and --type must be text");
+    }
+    auto res = session_->Exec("replay", pg::sql::ReplayFailed(options_.schema),
+                              {Param::Text(sel.event_id), Param::Text(sel.aggregate_id),
+                               Param::Text(sel.event_type), Param::Text(sel.dry_run ? "true" : "false")});
+    if (!res.ok()) return res.status();
+    ReplayCounts c;
+    c.matched = pg::GetInt64(res->get(), 0, 0);
+    c.replayed = pg::GetInt64(res->get(), 0, 1);
+    c.released = pg::GetInt64(res->get(), 0, 2);
+    c.oldest_age = std::chrono::seconds(pg::GetInt64(res->get(), 0, 3));
+    return c;
+  }
+
+  Result<SkipResult> Skip(const SkipRequest& req) override {
+    if (req.event_id.empty()) return Status::InvalidArgument("skip: event id is required");
+    if (!IsValidText(req.event_id)) return Status::InvalidArgument("skip: event id must be text");
+    auto res = session_->Exec("skip", pg::sql::Skip(options_.schema),
+                              {Param::Text(req.event_id), Param::Text(SafeText(req.by)),
+                               Param::Text(SafeText(req.reason)),
+                               Param::Text(req.dry_run ? "true" : "false")});
+    if (!res.ok()) return res.status();
+    SkipResult r;
+    r.was = pg::GetText(res->get(), 0, 0);
+    r.skipped = pg::GetInt64(res->get(), 0, 1);
+    r.released = pg::GetInt64(res->get(), 0, 2);
+    return r;
+  }
+
+  Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
+    auto res = session_->Exec("oldest unsent", pg::sql::OldestUnsent(options_.schema));
+    if (!res.ok()) return res.status();
+    if (PQntuples(res->get()) == 0) return std::optional<std::chrono::system_clock::time_point>();
+    return std::optional<std::chrono::system_clock::time_point>(
+        std::chrono::system_clock::time_point(std::chrono::microseconds(pg::GetInt64(res->get(), 0, 0))));
+  }
+
  private:
   // Error texts come from brokers and exceptions; keep them storable as text.
   static std::string SafeText(const std::string& s) {

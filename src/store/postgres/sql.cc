@@ -529,6 +529,78 @@ MigrationSet InboxMigrations(const std::string& schema) {
   }};
 }
 
+// FAILED rows back to PENDING, due now, attempts reset (the error is kept,
+// prefixed). The rows held behind them get their attempts reset too, so one
+// replay releases the whole aggregate.
+// $1 event id ('' = any), $2 aggregate id, $3 event type, $4 dry run
+std::string ReplayFailed(const std::string& s) {
+  return WithSchema(R"SQL(
+WITH target AS (
+  SELECT seq, aggregate_type, aggregate_id FROM {S}.outbox
+  WHERE status = 'FAILED' AND ($1 = '' OR event_id::text = $1)
+    AND ($2 = '' OR aggregate_id = $2) AND ($3 = '' OR event_type = $3)
+  ORDER BY seq
+  FOR UPDATE
+), done AS (
+  UPDATE {S}.outbox o SET status = 'PENDING', attempts = 0, available_at = now(),
+                          lease_owner = NULL, failed_at = NULL,
+                          last_error = 'replayed by outboxctl; before: ' || coalesce(o.last_error, '')
+  FROM target t WHERE o.seq = t.seq AND NOT $4::boolean
+  RETURNING o.seq
+), followers AS (
+  UPDATE {S}.outbox o SET attempts = 0
+  FROM (SELECT aggregate_type, aggregate_id, min(seq) AS first_seq FROM target
+        GROUP BY aggregate_type, aggregate_id) t
+  WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
+    AND o.seq > t.first_seq AND o.status = 'PENDING' AND NOT $4::boolean
+  RETURNING o.seq
+)
+SELECT (SELECT count(*) FROM target) AS matched, (SELECT count(*) FROM done) AS replayed,
+       (SELECT count(*) FROM followers) AS released,
+       coalesce((SELECT extract(epoch FROM now() - min(o.created_at))::bigint FROM {S}.outbox o
+                 JOIN target t ON o.seq = t.seq), 0) AS oldest_age_s
+)SQL", s);
+}
+
+// One FAILED or PENDING event set aside for good: SKIPPED, with who, when and
+// why; the rows held behind it get their attempts reset (as on replay).
+// $1 event id, $2 who, $3 reason, $4 dry run
+std::string Skip(const std::string& s) {
+  return WithSchema(R"SQL(
+WITH target AS (
+  SELECT seq, status, aggregate_type, aggregate_id FROM {S}.outbox
+  WHERE event_id::text = $1
+  FOR UPDATE
+), done AS (
+  UPDATE {S}.outbox o SET status = 'SKIPPED', skipped_at = now(), skipped_by = $2,
+                          skip_reason = $3, lease_owner = NULL
+  FROM target t
+  WHERE o.seq = t.seq AND t.status IN ('FAILED', 'PENDING') AND NOT $4::boolean
+  RETURNING o.seq
+), followers AS (
+  UPDATE {S}.outbox o SET attempts = 0
+  FROM target t
+  WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
+    AND o.seq > t.seq AND o.status = 'PENDING' AND t.status IN ('FAILED', 'PENDING')
+    AND NOT $4::boolean
+  RETURNING o.seq
+)
+SELECT coalesce((SELECT status FROM target), '') AS status,
+       (SELECT count(*) FROM done) AS skipped, (SELECT count(*) FROM followers) AS released
+)SQL", s);
+}
+
+std::string OldestUnsent(const std::string& s) {
+  // The smallest seq of each partial index, then that row's enqueue time.
+  return WithSchema(R"SQL(
+SELECT (extract(epoch FROM created_at) * 1000000)::bigint FROM {S}.outbox
+WHERE seq = (SELECT min(seq) FROM (
+  (SELECT min(seq) AS seq FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING'))
+  UNION ALL
+  (SELECT min(seq) FROM {S}.outbox WHERE status = 'FAILED')) m)
+)SQL", s);
+}
+
 std::string InboxInsertStamps(const std::string& schema) {
   return WithSchema(
       "INSERT INTO {S}.inbox_stamps (consumer, dedup_key, topic, partition, \"offset\") "

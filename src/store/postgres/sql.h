@@ -61,6 +61,12 @@ std::string PurgeSent(const std::string& schema);
 std::string Stats(const std::string& schema);
 std::string CountSent(const std::string& schema);
 
+// Operators. $1 event id ('' = any), $2 aggregate id, $3 event type, $4 dry run
+std::string ReplayFailed(const std::string& schema);
+// $1 event id, $2 who, $3 reason, $4 dry run
+std::string Skip(const std::string& schema);
+std::string OldestUnsent(const std::string& schema);
+
 // Inbox. $1 consumer, $2 text[] keys, $3 text[] topics, $4 int[] partitions,
 // $5 bigint[] offsets; returns the keys that were new.
 std::string InboxInsertStamps(const std::string& schema);
