@@ -161,5 +161,56 @@ TEST_F(OutboxctlTest, BadNumbersExitTwoNamingTheFlagAndChangeNothing) {
   EXPECT_NE(go.out.find("purged 1"), std::string::npos) << go.out;
 }
 
+// The stamp horizon rule: stamps go once older than the longer of the broker
+// retention and the age of the oldest event the outbox may still publish
+// (plus an hour); a bad or missing flag exits 2 and deletes nothing.
+TEST_F(OutboxctlTest, InboxPurgeKeepsStampsAnUnsentEventMayStillNeed) {
+  PostgresInboxOptions io;
+  io.conninfo = url_;
+  io.schema = schema_ + "_inbox";
+  io.consumer = "quest";
+  auto inbox = OpenPostgresInbox(io, [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
+  ASSERT_TRUE(inbox.ok());
+  ASSERT_TRUE((*inbox)->Migrate().ok());
+  std::vector<InboundMessage> msgs(2);
+  std::vector<std::string> keys = {"old", "recent"};
+  ASSERT_TRUE((*inbox)->Apply(msgs, keys).ok());
+  const std::string stamps = schema_ + "_inbox.inbox_stamps";
+  Exec(conn_.get(), "UPDATE " + stamps + " SET applied_at = now() - interval '10 days' WHERE dedup_key = 'old'");
+  Exec(conn_.get(), "UPDATE " + stamps + " SET applied_at = now() - interval '2 days' WHERE dedup_key = 'recent'");
+  const std::string args = base_ + " inbox purge --inbox-db '" + url_ + "' --inbox-schema " + schema_ +
+                           "_inbox --consumer quest";
+  auto count = [&] { return Exec(conn_.get(), "SELECT count(*) FROM " + stamps); };
+
+  CtlRun status = Ctl("inbox status --inbox-db '" + url_ + "' --inbox-schema " + schema_ + "_inbox");
+  EXPECT_EQ(status.code, 0) << status.out;
+  EXPECT_NE(status.out.find("quest"), std::string::npos) << status.out;
+  for (const std::string bad : {"", " --broker-retention 3x", " --broker-retention -1"}) {
+    CtlRun r = Ctl(args + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("--broker-retention"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(count(), "2") << "bad input changes nothing";
+
+  // An event enqueued 20 days ago is still PENDING: it may yet be published
+  // (again), so stamps younger than 20 days stay.
+  EnqueueOne("u9/l9", "LessonCompleted:u9:l9");
+  Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET created_at = now() - interval '20 days'");
+  CtlRun held = Ctl(args + " --broker-retention 3d");
+  EXPECT_EQ(held.code, 0) << held.out;
+  EXPECT_NE(held.out.find("purged 0"), std::string::npos) << held.out;
+  EXPECT_EQ(count(), "2");
+
+  // Once nothing is unsent, the broker retention (3 days + 1 h) decides.
+  Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT', sent_at = now()");
+  CtlRun dry = Ctl(args + " --broker-retention 3d --dry-run");
+  EXPECT_NE(dry.out.find("would purge 1"), std::string::npos) << dry.out;
+  EXPECT_EQ(count(), "2");
+  CtlRun go = Ctl(args + " --broker-retention 3d");
+  EXPECT_EQ(go.code, 0) << go.out;
+  EXPECT_NE(go.out.find("purged 1"), std::string::npos) << go.out;
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(dedup_key, ',') FROM " + stamps), "recent");
+}
+
 }  // namespace
 }  // namespace outbox::testing

@@ -101,6 +101,16 @@ struct ParkedMessage {
   std::chrono::milliseconds delay{0};  // Park: due this long from now
 };
 
+// Per consumer, what an inbox database holds (outboxctl inbox status).
+struct StampSummary {
+  std::string consumer;
+  std::int64_t stamps = 0;
+  std::int64_t older = 0;  // stamps older than the horizon asked about
+  std::chrono::seconds oldest_stamp_age{0};
+  std::int64_t parked = 0;  // ordered mode's waiting messages
+  std::chrono::seconds oldest_parked_age{0};
+};
+
 // The database side of the inbox.
 //
 // Thread-safety: not safe for concurrent use (one session); a consumer engine
@@ -156,6 +166,8 @@ class InboxStore {
   // The horizon must exceed the longest time after which anything can deliver
   // the event again (docs/inbox.md, "Stamp retention").
   virtual Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) = 0;
+  // Every consumer of this inbox schema (not only this store's), for operators.
+  virtual Result<std::vector<StampSummary>> Summary(std::chrono::seconds horizon) = 0;
 };
 
 }  // namespace outbox

@@ -85,6 +85,9 @@ Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions
                                                       Handler handler,
                                                       BatchHandler batch_handler = nullptr);
 
+// For operators (outboxctl): migrate, summarise and purge; Apply is refused.
+Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options);
+
 // The same with a handler that queues its statements (see StatementSink).
 Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
                                                       SinkHandler handler);

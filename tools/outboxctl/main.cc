@@ -13,6 +13,10 @@
 //             [--inbox-schema S]
 //   outboxctl [--bootstrap SERVERS] [--json] dlt replay --topic DLT [--key K]
 //             [--since MS] [--until MS] [--dry-run]
+//   outboxctl [--json] inbox status --inbox-db URL [--inbox-schema S]
+//   outboxctl [--db URL] [--schema S] [--json] inbox purge --inbox-db URL
+//             [--inbox-schema S] --consumer NAME --broker-retention DURATION
+//             [--batch N] [--dry-run]
 //
 // --db defaults to $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP. Exit
 // codes: 0 success (trace: found), 1 the operation failed (database or broker
@@ -22,6 +26,8 @@
 // all of this tool's SQL in one place.
 #include <libpq-fe.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -36,6 +42,7 @@
 #include "outbox/kafka.h"
 #include "outbox/parse.h"
 #include "outbox/postgres.h"
+#include "outbox/postgres_inbox.h"
 
 namespace {
 
@@ -56,7 +63,14 @@ int Usage(const std::string& error) {
             << "                                (DURATION: seconds, or 90s, 15m, 12h, 7d)\n"
             << "  trace KEY [--inbox-db URL] [--inbox-schema S]   one event by id or dedup key\n"
             << "  dlt replay --topic DLT [--key K] [--since MS] [--until MS] [--dry-run]\n"
-            << "                                (uses --bootstrap SERVERS)\n";
+            << "                                (uses --bootstrap SERVERS)\n"
+            << "  inbox status --inbox-db URL [--inbox-schema S]\n"
+            << "                                stamps and parked messages per consumer\n"
+            << "  inbox purge --inbox-db URL [--inbox-schema S] --consumer NAME\n"
+            << "              --broker-retention DURATION [--batch N] [--dry-run]\n"
+            << "                                delete stamps past the horizon: the longer of the\n"
+            << "                                broker retention and the oldest unsent event in\n"
+            << "                                --db, plus 1 h\n";
   return kExitUsage;
 }
 
@@ -237,12 +251,124 @@ int DltReplay(const Args& a, bool json) {
 
 }  // namespace
 
+// The stamp horizon rule (docs/inbox.md, "Stamp retention"): a stamp may go
+// once it is older than the longest time a copy of its event can still arrive:
+// the longest retention of the consumer's topics (main, retry, dead-letter:
+// `dlt replay` copies back) and the age of the oldest event its outbox may still
+// publish (PENDING, PROCESSING or FAILED: `replay` publishes FAILED ones), plus
+// an hour of slack for clocks and leases.
+constexpr std::chrono::seconds kStampSlack{3600};
+
+int InboxCommand(Args& a, bool json) {
+  if (a.positional.size() != 2 || (a.positional[1] != "status" && a.positional[1] != "purge")) {
+    return Usage("inbox: the subcommands are status and purge");
+  }
+  const bool purge = a.positional[1] == "purge";
+  const std::string inbox_db = a.Flag("inbox-db"), inbox_schema = a.Flag("inbox-schema", "inbox");
+  if (inbox_db.empty()) return Usage("inbox: pass --inbox-db URL (the consumer's database)");
+  if (auto st = outbox::ValidateSchemaName(inbox_schema); !st.ok()) {
+    return Usage("--inbox-schema: " + st.message());
+  }
+  auto batch = outbox::ParseInteger("--batch", a.Flag("batch", "1000"), 1, 1000000);
+  if (!batch.ok()) return Usage(batch.status().message());
+  std::chrono::seconds horizon{0};
+  if (purge) {
+    if (a.Flag("consumer").empty()) return Usage("inbox purge: pass --consumer NAME");
+    if (a.Flag("broker-retention").empty()) {
+      return Usage("inbox purge: pass --broker-retention DURATION: the longest retention.ms of "
+                   "the consumer's topics, retry and dead-letter topics included");
+    }
+    auto br = outbox::ParseSeconds("--broker-retention", a.Flag("broker-retention"),
+                                   100LL * 365 * 86400);
+    if (!br.ok()) return Usage(br.status().message());
+    if (a.Flag("db").empty()) {
+      return Usage("inbox purge: pass --db URL (the outbox that feeds this consumer; or set "
+                   "OUTBOX_PG_URL): stamps of events it may still publish are kept");
+    }
+    // The oldest event the outbox may still publish bounds the horizon too.
+    outbox::PostgresStoreOptions so;
+    so.conninfo = a.Flag("db");
+    so.schema = a.Flag("schema", "outbox");
+    if (auto st = outbox::ValidateSchemaName(so.schema); !st.ok()) return Usage(st.message());
+    auto store = outbox::OpenPostgresStore(so);
+    if (!store.ok()) return Fail(store.status(), json);
+    auto oldest = (*store)->OldestUnsent();
+    if (!oldest.ok()) return Fail(oldest.status(), json);
+    std::chrono::seconds unsent_age{0};
+    if (oldest->has_value()) {
+      unsent_age = std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::system_clock::now() - **oldest);
+    }
+    horizon = std::max(*br, unsent_age) + kStampSlack;
+  }
+  outbox::PostgresInboxOptions io;
+  io.conninfo = inbox_db;
+  io.schema = inbox_schema;
+  io.consumer = purge ? a.Flag("consumer") : "outboxctl";
+  auto inbox = outbox::OpenPostgresInbox(io);
+  if (!inbox.ok()) return Fail(inbox.status(), json);
+  auto summary = (*inbox)->Summary(horizon);
+  if (!summary.ok()) return Fail(summary.status(), json);
+  if (!purge) {
+    if (json) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& s : *summary) {
+        rows.push_back({{"consumer", s.consumer}, {"stamps", s.stamps},
+                        {"oldest_stamp_age_seconds", s.oldest_stamp_age.count()},
+                        {"parked", s.parked},
+                        {"oldest_parked_age_seconds", s.oldest_parked_age.count()}});
+      }
+      std::cout << nlohmann::json{{"ok", true}, {"consumers", rows}}.dump() << "\n";
+    } else {
+      std::printf("%-28s %12s %18s %10s %18s\n", "CONSUMER", "STAMPS", "OLDEST STAMP (s)",
+                  "PARKED", "OLDEST PARKED (s)");
+      for (const auto& s : *summary) {
+        std::printf("%-28s %12lld %18lld %10lld %18lld\n", s.consumer.c_str(),
+                    static_cast<long long>(s.stamps),
+                    static_cast<long long>(s.oldest_stamp_age.count()),
+                    static_cast<long long>(s.parked),
+                    static_cast<long long>(s.oldest_parked_age.count()));
+      }
+    }
+    return kExitOk;
+  }
+  std::int64_t older = 0;
+  for (const auto& s : *summary) {
+    if (s.consumer == io.consumer) older = s.older;
+  }
+  std::int64_t purged = 0;
+  if (!a.Has("dry-run")) {
+    for (;;) {
+      auto n = (*inbox)->PurgeStamps(horizon, static_cast<int>(*batch));
+      if (!n.ok()) return Fail(n.status(), json);
+      purged += *n;
+      if (*n < *batch) break;
+    }
+  }
+  if (json) {
+    std::cout << nlohmann::json{{"ok", true},           {"consumer", io.consumer},
+                                {"horizon_seconds", horizon.count()},
+                                {"older", older},       {"purged", purged},
+                                {"dry_run", a.Has("dry-run")}}
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << (a.Has("dry-run") ? "would purge " + std::to_string(older)
+                                   : "purged " + std::to_string(purged))
+              << " stamp(s) of consumer " << io.consumer << " older than " << horizon.count()
+              << " s (the horizon: the longer of --broker-retention and the oldest unsent "
+                 "event's age, plus 1 h)\n";
+  }
+  return kExitOk;
+}
+
 int main(int argc, char** argv) {
   Args a;
   const std::set<std::string> kValueFlags = {"db", "schema", "bootstrap", "topic", "key", "since", "until",
                                              "state", "aggregate", "type", "older-than", "limit",
                                              "event-id", "retention-s", "batch", "inbox-db",
-                                             "inbox-schema", "reason", "by"};
+                                             "inbox-schema", "reason", "by", "consumer",
+                                             "broker-retention"};
   const std::set<std::string> kSwitches = {"json", "dry-run", "failed"};
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -275,6 +401,7 @@ int main(int argc, char** argv) {
     if (a.positional.size() != 2 || a.positional[1] != "replay") return Usage("dlt: the subcommand is replay");
     return DltReplay(a, json);
   }
+  if (command == "inbox") return InboxCommand(a, json);
   const std::set<std::string> kCommands = {"migrate", "status", "list", "replay", "skip", "purge",
                                            "trace"};
   if (!kCommands.count(command)) return Usage("unknown command " + command);

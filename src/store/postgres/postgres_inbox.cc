@@ -124,7 +124,8 @@ class PostgresInbox final : public InboxStore {
         park_(pg::sql::InboxPark(options_.schema)),
         due_(pg::sql::InboxDue(options_.schema)),
         unpark_(pg::sql::InboxUnpark(options_.schema)),
-        reschedule_(pg::sql::InboxReschedule(options_.schema)) {}
+        reschedule_(pg::sql::InboxReschedule(options_.schema)),
+        summary_(pg::sql::InboxSummary(options_.schema)) {}
 
   Status Migrate() override {
     return pg::RunMigrations(*session_, options_.schema, pg::sql::InboxMigrations(options_.schema));
@@ -133,6 +134,9 @@ class PostgresInbox final : public InboxStore {
   Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,
                                             std::span<const std::string> keys,
                                             std::span<const std::string> order_keys) override {
+    if (!handler_ && !sink_handler_) {
+      return Status::FailedPrecondition("inbox apply: this inbox was opened without a handler");
+    }
     if (keys.size() != msgs.size() || (!order_keys.empty() && order_keys.size() != msgs.size())) {
       return Status::InvalidArgument("inbox apply: one key (and order key) per message is required");
     }
@@ -172,6 +176,24 @@ class PostgresInbox final : public InboxStore {
                             {pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid});
     if (!r.ok()) return r.status();
     return static_cast<std::int64_t>(std::strtoll(PQcmdTuples(r->get()), nullptr, 10));
+  }
+
+  Result<std::vector<StampSummary>> Summary(std::chrono::seconds horizon) override {
+    auto r = session_->Exec("inbox summary", summary_,
+                            {Param::Text(std::to_string(horizon.count()))});
+    if (!r.ok()) return r.status();
+    std::vector<StampSummary> out;
+    for (int i = 0; i < PQntuples(r->get()); ++i) {
+      StampSummary s;
+      s.consumer = pg::GetText(r->get(), i, 0);
+      s.stamps = pg::GetInt64(r->get(), i, 1);
+      s.older = pg::GetInt64(r->get(), i, 2);
+      s.oldest_stamp_age = std::chrono::seconds(pg::GetInt64(r->get(), i, 3));
+      s.parked = pg::GetInt64(r->get(), i, 4);
+      s.oldest_parked_age = std::chrono::seconds(pg::GetInt64(r->get(), i, 5));
+      out.push_back(std::move(s));
+    }
+    return out;
   }
 
   Result<std::set<std::string>> ParkedKeys(std::span<const std::string> order_keys) override {
@@ -549,7 +571,7 @@ class PostgresInbox final : public InboxStore {
   BatchHandler batch_handler_;
   SinkHandler sink_handler_;
   const std::string insert_many_, insert_one_, count_duplicates_, purge_, parked_keys_, park_,
-      due_, unpark_, reschedule_;
+      due_, unpark_, reschedule_, summary_;
 };
 
 Result<std::unique_ptr<InboxStore>> OpenInbox(const PostgresInboxOptions& options, Handler handler,
@@ -577,6 +599,10 @@ Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions
                                                       BatchHandler batch_handler) {
   if (!handler) return Status::InvalidArgument("inbox: a handler is required");
   return OpenInbox(options, std::move(handler), std::move(batch_handler), nullptr);
+}
+
+Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options) {
+  return OpenInbox(options, nullptr, nullptr, nullptr);
 }
 
 Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,

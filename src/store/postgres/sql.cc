@@ -663,6 +663,24 @@ std::string InboxReschedule(const std::string& schema) {
       schema);
 }
 
+std::string InboxSummary(const std::string& schema) {
+  return WithSchema(R"SQL(
+WITH s AS (
+  SELECT consumer, count(*) AS stamps,
+         count(*) FILTER (WHERE applied_at < now() - $1 * interval '1 second') AS older,
+         coalesce(extract(epoch FROM now() - min(applied_at))::bigint, 0) AS oldest
+  FROM {S}.inbox_stamps GROUP BY consumer
+), p AS (
+  SELECT consumer, count(*) AS parked,
+         coalesce(extract(epoch FROM now() - min(parked_at))::bigint, 0) AS oldest
+  FROM {S}.inbox_parked GROUP BY consumer
+)
+SELECT coalesce(s.consumer, p.consumer), coalesce(s.stamps, 0), coalesce(s.older, 0),
+       coalesce(s.oldest, 0), coalesce(p.parked, 0), coalesce(p.oldest, 0)
+FROM s FULL JOIN p ON p.consumer = s.consumer ORDER BY 1
+)SQL", schema);
+}
+
 std::string InboxPurgeStamps(const std::string& schema) {
   return WithSchema(
       "DELETE FROM {S}.inbox_stamps WHERE (consumer, dedup_key) IN (SELECT consumer, dedup_key "

@@ -76,6 +76,8 @@ std::string InboxInsertStamp(const std::string& schema);
 std::string InboxCountDuplicates(const std::string& schema);
 // $1 consumer, $2 horizon seconds, $3 batch
 std::string InboxPurgeStamps(const std::string& schema);
+// $1 horizon seconds: per consumer stamps, older than it, oldest age; parked
+std::string InboxSummary(const std::string& schema);
 // Ordered mode's parked queue. $1 consumer, then see sql.cc.
 std::string InboxParkedKeys(const std::string& schema);
 std::string InboxPark(const std::string& schema);
