@@ -39,7 +39,7 @@ class InboxE2ETest : public ::testing::Test {
   }
 
   Subprocess& StartConsumer(const std::string& faults = "", const std::string& retry = "700,700",
-                            bool ordered = false) {
+                            bool ordered = false, std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {OUTBOX_INBOX_CONSUMER_BIN, "--db", url_, "--bootstrap",
                                      kafka_->bootstrap(), "--schema", schema_, "--topic", "orders",
                                      "--group", "g-" + schema_, "--retry-delays", retry};
@@ -47,6 +47,7 @@ class InboxE2ETest : public ::testing::Test {
       argv.push_back("--ordered");
       argv.push_back("1");
     }
+    argv.insert(argv.end(), extra.begin(), extra.end());
     std::map<std::string, std::string> env;
     if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
     const std::string log = (std::filesystem::temp_directory_path() /
@@ -268,6 +269,43 @@ TEST_F(InboxE2ETest, UnorderedModeLetsALaterEventOvertakeARetriedOne) {
                                    schema_ + ".effects"),
             "ok,fail-twice");
   StopAndCount(c);
+}
+
+// A rebalance while a member is filling a batch: the partitions it loses go to
+// the other member, which consumes on and commits. The first member must not
+// then commit its older offsets of those partitions (with explicit offsets the
+// broker accepts that and moves the new owner back). Afterwards a fresh member
+// of the group finds nothing to consume again: no copy comes back.
+TEST_F(InboxE2ETest, ARebalanceMidBatchNeverMovesTheNewOwnersOffsetBack) {
+  ProduceEvents(200, "ok", 1, "first-");
+  // A fills one batch for 8 s: the rebalance happens inside it.
+  Subprocess& a = StartConsumer("", "700,700", false, {"--batch", "100000", "--batch-wait-ms", "8000"});
+  ASSERT_TRUE(WaitFor([&] { return a.Log().find("partitions assigned") != std::string::npos; }, 30s))
+      << a.Log();
+  std::this_thread::sleep_for(1500ms);  // A has fetched the first 200
+  Subprocess& b = StartConsumer();
+  ASSERT_TRUE(WaitFor([&] { return b.Log().find("partitions assigned count=") != std::string::npos &&
+                                   b.Log().find("partitions assigned count=0") == std::string::npos; },
+                      30s))
+      << b.Log();
+  ProduceEvents(200, "ok", 1, "second-");  // B consumes its share of these and commits
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 400; }, 60s)) << a.Log() << b.Log();
+  // A's batch ends (8 s after it began) and commits what it may.
+  ASSERT_TRUE(WaitFor([&] { return a.Log().find("batch done") != std::string::npos; }, 30s));
+  std::this_thread::sleep_for(1s);
+  StopAndCount(a);
+  StopAndCount(b);
+  EXPECT_EQ(DoubleEffects(), 0);
+  Subprocess& c = StartConsumer();
+  ASSERT_TRUE(WaitFor([&] { return c.Log().find("partitions assigned count=8") != std::string::npos; },
+                      30s))
+      << c.Log();
+  std::this_thread::sleep_for(3s);  // time to consume anything behind the committed offsets
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["duplicates"], 0) << "committed offsets moved back: copies came again\n"
+                                       << a.Log();
+  EXPECT_EQ(counters["applied"], 0);
+  EXPECT_EQ(Effects(), 400);
 }
 
 TEST_F(InboxE2ETest, TransientErrorIsRetriedAfterADelayThenSucceeds) {

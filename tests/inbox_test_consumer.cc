@@ -12,7 +12,7 @@
 //   "orphan"             breaks a deferred foreign key (<schema>.child): fails at COMMIT
 //   a NULL value         permanent
 // Arguments: --db URL --bootstrap B --schema S --topic T --group G
-//            [--retry-delays MS,MS,...] [--batch N] [--ordered 1]
+//            [--retry-delays MS,MS,...] [--batch N] [--batch-wait-ms MS] [--ordered 1]
 // On SIGTERM it stops and prints "counters applied=.. duplicates=.. retried=.. dead_lettered=..".
 #include <libpq-fe.h>
 #include <signal.h>
@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
     }
   }
   if (a.count("batch")) co.batch_size = std::atoi(a["batch"].c_str());
+  if (a.count("batch-wait-ms")) co.batch_wait = std::chrono::milliseconds(std::atol(a["batch-wait-ms"].c_str()));
   co.ordered = a.count("ordered") && a["ordered"] == "1";
   auto consumer = outbox::Consumer::Create(co, **source, **inbox, outbox::DedupByEventId(), logger);
   if (!consumer.ok()) {

@@ -17,11 +17,11 @@
 //   learning-activity --db URL --bootstrap HOST:PORT[,...] [--topic outbox.event.lesson]
 //                     [--group learning-activity] [--quest-lessons 5] [--users 1000]
 //                     [--group-size 4] [--mission-lesson 1] [--reward-points 100]
-//                     [--batch on|off] [--fetch-wait-ms 20] [--metrics-port 0]
+//                     [--batch on|off] [--fetch-wait-ms 20] [--metrics-port -1]
 // --batch on (default) applies a whole batch's effects in one statement (a
 // BatchHandler); off runs the per-message handler for every message.
 // --metrics-port N serves /metrics (outbox_inbox_*), /healthz, /readyz on
-// 127.0.0.1:N (0: off).
+// 127.0.0.1:N (0: a free port, logged; -1, the default: off).
 // --users/--group-size seed the groups (user u is in group (u-1)/group-size + 1)
 // the first time the schema is created.
 #include <nlohmann/json.hpp>
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
                {{"db", ""}, {"bootstrap", ""}, {"topic", "outbox.event.lesson"},
                 {"group", "learning-activity"}, {"quest-lessons", "5"}, {"users", "1000"},
                 {"group-size", "4"}, {"mission-lesson", "1"}, {"reward-points", "100"},
-                {"fetch-wait-ms", "20"}, {"batch", "on"}, {"metrics-port", "0"}});
+                {"fetch-wait-ms", "20"}, {"batch", "on"}, {"metrics-port", "-1"}});
   if (f.Str("batch") != "on" && f.Str("batch") != "off") f.Usage("--batch must be on or off");
   const std::string db = f.Required("db");
   const std::string quest_lessons = std::to_string(f.Int("quest-lessons", 1));
@@ -276,13 +276,15 @@ WHERE mp.done - m.k < s.size AND mp.done >= s.size
   }
   // /metrics (the outbox_inbox_* family) when --metrics-port is given.
   std::unique_ptr<outbox::MetricsServer> metrics_server;
-  if (const long port = f.Int("metrics-port", 0); port > 0) {
+  if (const long port = f.Int("metrics-port", -1); port >= 0) {
     auto ms = outbox::MetricsServer::Start("127.0.0.1", static_cast<int>(port), metrics);
     if (!ms.ok()) {
       std::cerr << "learning-activity: --metrics-port: " << ms.status().ToString() << "\n";
       return 2;
     }
     metrics_server = std::move(ms).value();
+    logger.Info("learning-activity: metrics listening",
+                {{"address", "127.0.0.1:" + std::to_string(metrics_server->port())}});
   }
   outbox::Consumer* raw = consumer->get();
   signals.OnStop([raw] { raw->Stop(); });

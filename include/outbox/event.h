@@ -8,7 +8,9 @@
 #ifndef OUTBOX_EVENT_H_
 #define OUTBOX_EVENT_H_
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +59,22 @@ Status ValidateEvent(const Event& event, const EventLimits& limits = {});
 
 // True when `s` is well-formed UTF-8 without NUL bytes (what PostgreSQL text accepts).
 bool IsValidText(std::string_view s);
+
+// An event as a store hands it to a transport (store.h, transport.h).
+// Identifies one claim of one row; the fencing credential for later transitions.
+struct Ticket {
+  std::int64_t seq = 0;    // row id: monotonically increasing in enqueue order
+  std::int64_t token = 0;  // lease token of the claim that returned the row
+};
+
+struct ClaimedEvent {
+  Ticket ticket;
+  std::string event_id;  // UUID text, assigned at enqueue, stable across re-publish
+  Event event;
+  int attempts = 0;  // including this claim
+  std::chrono::system_clock::time_point created_at;  // enqueue time, database clock
+  std::chrono::microseconds age_at_claim{0};  // now() - created_at at claim, database clock
+};
 
 }  // namespace outbox
 

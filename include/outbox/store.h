@@ -41,21 +41,6 @@ struct EnqueueResult {
   bool enqueued = true;  // false: dedup key already present, nothing written
 };
 
-// Identifies one claim of one row; the fencing credential for later transitions.
-struct Ticket {
-  std::int64_t seq = 0;    // row id: monotonically increasing in enqueue order
-  std::int64_t token = 0;  // lease token of the claim that returned the row
-};
-
-struct ClaimedEvent {
-  Ticket ticket;
-  std::string event_id;  // UUID text, assigned at enqueue, stable across re-publish
-  Event event;
-  int attempts = 0;  // including this claim
-  std::chrono::system_clock::time_point created_at;  // enqueue time, database clock
-  std::chrono::microseconds age_at_claim{0};  // now() - created_at at claim, database clock
-};
-
 struct ClaimOptions {
   int batch_size = 500;  // rows per claim round trip
   // Payload bytes per claim: the claim stops before going over (one row always

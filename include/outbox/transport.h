@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/store.h"
+#include "outbox/event.h"
 
 namespace outbox {
 
