@@ -286,12 +286,17 @@ TEST_F(InboxTest, BatchHandlerAppliesAllAtOnceAndFallsBackPerMessageOnFailure) {
 TEST_F(InboxTest, SinkHandlerStatementsRunInOnePipelineAndFailAlone) {
   Exec(conn_.get(), "CREATE TABLE " + schema_ + ".sunk (k text PRIMARY KEY, v int CHECK (v >= 0))");
   const std::string insert = "INSERT INTO " + schema_ + ".sunk VALUES ($1, $2::int)";
+  Exec(conn_.get(), "CREATE TABLE " + schema_ + ".parent (id text PRIMARY KEY)");
+  Exec(conn_.get(), "CREATE TABLE " + schema_ + ".child (pid text REFERENCES " + schema_ +
+                        ".parent DEFERRABLE INITIALLY DEFERRED)");
+  const std::string child = "INSERT INTO " + schema_ + ".child VALUES ($1)";
   int calls = 0;
   SinkHandler sink_handler = [&](const InboundMessage& m, StatementSink& sink) {
     ++calls;
     if (m.payload == "permanent") return HandlerResult::Permanent("contract violation");
     sink.Add(insert, {m.key, m.payload == "negative" ? "-1" : "1"});
     if (m.payload == "null") sink.Add("SELECT $1::text IS NULL", {std::nullopt});
+    if (m.payload == "orphan") sink.Add(child, {m.key});  // fails only at COMMIT
     return HandlerResult::Ok();
   };
   auto sunk = OpenPostgresInbox(Options("sink-consumer"), sink_handler);
@@ -314,9 +319,17 @@ TEST_F(InboxTest, SinkHandlerStatementsRunInOnePipelineAndFailAlone) {
   EXPECT_EQ((*r2)[3].outcome, Outcome::kApplied);
   EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(k, ',' ORDER BY k) FROM " + schema_ + ".sunk"),
             "s1,s2,s3,s6");
+  // The batch's COMMIT (sent in the same pipeline) fails on one message's write.
+  std::vector<InboundMessage> deferred = {Msg("s7", "ok"), Msg("s8", "orphan"), Msg("s9", "ok")};
+  auto r3 = Process(deferred, DedupByEventId(), sunk->get());
+  ASSERT_TRUE(r3.ok()) << r3.status().ToString();
+  EXPECT_EQ((*r3)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r3)[1].outcome, Outcome::kPermanent) << (*r3)[1].error;
+  EXPECT_EQ((*r3)[2].outcome, Outcome::kApplied);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".child"), "0");
   EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ +
                                   ".inbox_stamps WHERE consumer = 'sink-consumer'"),
-            "4");
+            "6");
 }
 
 // ---- saga guards --------------------------------------------------------

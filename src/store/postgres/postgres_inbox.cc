@@ -370,7 +370,6 @@ class PostgresInbox final : public InboxStore {
   Result<Pass> Fast(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
                     const std::vector<bool>& todo, std::vector<MessageOutcome>& out,
                     std::map<std::size_t, HandlerResult>& failed) {
-    OUTBOX_RETURN_IF_ERROR(Begin());
     std::vector<std::string> ks, topics;
     std::vector<std::int64_t> parts, offsets;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
@@ -380,18 +379,26 @@ class PostgresInbox final : public InboxStore {
       parts.push_back(msgs[i].partition);
       offsets.push_back(msgs[i].offset);
     }
+    // BEGIN and all stamps in one round trip.
+    OUTBOX_RETURN_IF_ERROR(session_->EnsureConnected());
+    std::vector<pg::Statement> begin = {{"BEGIN", {}, nullptr}};
+    if (!ks.empty()) {
+      begin.push_back({insert_many_,
+                       {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(ks)),
+                        Param::Text(pg::TextArrayLiteral(topics)),
+                        Param::Text(pg::Int64ArrayLiteral(parts)),
+                        Param::Text(pg::Int64ArrayLiteral(offsets))},
+                       nullptr});
+    }
+    pg::PipelineResult stamped = pg::RunPipeline(session_->raw(), "inbox stamps", begin);
+    if (!stamped.status.ok()) {
+      Rollback();
+      return stamped.status;
+    }
     std::set<std::string> fresh;
     if (!ks.empty()) {
-      auto r = session_->Exec("inbox stamps", insert_many_,
-                              {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(ks)),
-                               Param::Text(pg::TextArrayLiteral(topics)),
-                               Param::Text(pg::Int64ArrayLiteral(parts)),
-                               Param::Text(pg::Int64ArrayLiteral(offsets))});
-      if (!r.ok()) {
-        Rollback();
-        return r.status();
-      }
-      for (int i = 0; i < PQntuples(r->get()); ++i) fresh.insert(pg::GetText(r->get(), i, 0));
+      const PGresult* r = stamped.results[1].get();
+      for (int i = 0; i < PQntuples(r); ++i) fresh.insert(pg::GetText(r, i, 0));
     }
     std::set<std::string> used;  // a key twice in one batch: the first applies
     std::vector<const InboundMessage*> new_msgs;
@@ -429,18 +436,33 @@ class PostgresInbox final : public InboxStore {
         return Pass::kHandlerFailed;
       }
     }
-    if (Status st = CountDuplicates(dups); !st.ok()) {
-      Rollback();
-      return st;
-    }
-    if (!statements.empty()) {
-      pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements);
-      if (!pr.status.ok()) {
+    if (sink_handler_) {
+      // The statements, the duplicate count and the COMMIT in one round trip.
+      if (!dups.empty() && options_.count_duplicates) {
+        statements.push_back({count_duplicates_,
+                              {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(dups))},
+                              nullptr});
+      }
+      const std::size_t handler_statements = statement_owner.size();
+      if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
         Rollback();
-        if (!Isolable(pr.status)) return pr.status;
+        return Status::Internal("fault point " + std::string(fault::kInboxInsideTransaction), true);
+      }
+      statements.push_back({"COMMIT", {}, nullptr});
+      pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements);
+      if (pr.status.ok()) return Pass::kCommitted;
+      Rollback();
+      if (!Isolable(pr.status)) return pr.status;
+      if (pr.failed < handler_statements) {
         failed[statement_owner[pr.failed]] = FromStatement(pr.status);
         return Pass::kHandlerFailed;
       }
+      if (pr.failed + 1 == statements.size()) return Pass::kCommitFailed;
+      return pr.status;  // the duplicate count failed: nothing took effect
+    }
+    if (Status st = CountDuplicates(dups); !st.ok()) {
+      Rollback();
+      return st;
     }
     if (batch_handler_ && !new_msgs.empty()) {
       HandlerResult hr;
