@@ -141,7 +141,7 @@ TEST(MockKafka, InjectedRequestErrorsReachTheClient) {
   Produce(p, "t", 1);  // connect and learn metadata first
   ASSERT_EQ(warm.ok, 1);
   rd_kafka_destroy(p);
-  // A non-retriable produce error fails the message.
+  // A non-retryable produce error fails the message.
   EXPECT_EQ(mk.Control("request-errors Produce MSG_SIZE_TOO_LARGE 1"), "ok");
   DeliveryCount fatal;
   p = NewProducer(mk.bootstrap(), &fatal);

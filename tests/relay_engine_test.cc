@@ -91,7 +91,7 @@ class FakeTransport final : public Transport {
     std::this_thread::sleep_for(delay.load());
     std::vector<PublishResult> r(events.size());
     for (auto& x : r) {
-      x = down ? PublishResult{PublishOutcome::kRetriable, "_MSG_TIMED_OUT", true}
+      x = down ? PublishResult{PublishOutcome::kRetryable, "_MSG_TIMED_OUT", true}
                : PublishResult{PublishOutcome::kAcked, "", false};
     }
     return r;

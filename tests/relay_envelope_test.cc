@@ -170,7 +170,7 @@ TEST_F(RelayEnvelopeTest, OneReplayOfAFailedHeadDeliversItsWholeAggregate) {
   for (int i = 0; i < 10; ++i) evs.push_back(Ev("H", "H#" + std::to_string(i)));
   EnqueueAll(evs);
   // Every produce request refused with an error of the request itself (not an
-  // outage): retriable for us, permanent for librdkafka.
+  // outage): retryable for us, permanent for librdkafka.
   ASSERT_EQ(kafka_->Control("request-errors Produce POLICY_VIOLATION 100000"), "ok");
   Subprocess& relay = StartRelay({"relay.max_attempts=3", "relay.backoff_base_ms=10",
                                   "relay.backoff_max_ms=20"});

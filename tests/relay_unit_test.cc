@@ -25,10 +25,10 @@ ClaimedEvent Ce(std::int64_t seq, const std::string& agg, int attempts = 1) {
 }
 
 PublishResult Acked() { return {PublishOutcome::kAcked, ""}; }
-PublishResult Retry() { return {PublishOutcome::kRetriable, "REQUEST_TIMED_OUT"}; }
+PublishResult Retry() { return {PublishOutcome::kRetryable, "REQUEST_TIMED_OUT"}; }
 PublishResult Fatal() { return {PublishOutcome::kFatal, "MSG_SIZE_TOO_LARGE"}; }
 PublishResult NotSent() { return {PublishOutcome::kNotSent, "not sent"}; }
-PublishResult Down() { return {PublishOutcome::kRetriable, "_MSG_TIMED_OUT", true}; }
+PublishResult Down() { return {PublishOutcome::kRetryable, "_MSG_TIMED_OUT", true}; }
 constexpr milliseconds kOutage{1234};
 
 std::vector<std::int64_t> Seqs(const std::vector<Ticket>& t) {
@@ -43,7 +43,7 @@ std::vector<std::int64_t> Seqs(const std::vector<T>& items) {
   return v;
 }
 
-TEST(PlanTransitions, AckedGoSentRetriableRescheduledFatalFailed) {
+TEST(PlanTransitions, AckedGoSentRetryableRescheduledFatalFailed) {
   RelayOptions o;
   std::mt19937_64 rng(1);
   std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "b"), Ce(3, "c")};
@@ -52,7 +52,7 @@ TEST(PlanTransitions, AckedGoSentRetriableRescheduledFatalFailed) {
   EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{1});
   EXPECT_EQ(Seqs(p.reschedule), std::vector<std::int64_t>{2});
   EXPECT_EQ(Seqs(p.failed), std::vector<std::int64_t>{3});
-  EXPECT_EQ(p.retriable, 1u);
+  EXPECT_EQ(p.retryable, 1u);
   EXPECT_EQ(p.fatal, 1u);
   EXPECT_NE(p.failed[0].error.find("MSG_SIZE_TOO_LARGE"), std::string::npos);
 }
@@ -72,7 +72,7 @@ TEST(PlanTransitions, LaterEventsOfABrokenAggregateGoAgainEvenIfAcked) {
   EXPECT_EQ(Seqs(p.sent), (std::vector<std::int64_t>{2, 3, 4}));
 }
 
-TEST(PlanTransitions, MaxAttemptsTurnsARetriableIntoFailed) {
+TEST(PlanTransitions, MaxAttemptsTurnsARetryableIntoFailed) {
   RelayOptions o;
   o.max_attempts = 3;
   std::mt19937_64 rng(1);
@@ -129,7 +129,7 @@ TEST(PlanTransitions, AnOutageBatchCountsNoAttemptAndFailsNothing) {
   RelayOptions o;
   o.max_attempts = 3;
   std::mt19937_64 rng(1);
-  // At max_attempts already: an ordinary retriable error would FAIL a/1.
+  // At max_attempts already: an ordinary retryable error would FAIL a/1.
   std::vector<ClaimedEvent> ev = {Ce(1, "a", 3), Ce(2, "a", 3), Ce(3, "b", 1)};
   std::vector<PublishResult> r = {Down(), NotSent(), Down()};
   auto p = PlanTransitions(ev, r, o, kOutage, rng);

@@ -60,7 +60,7 @@ Status ValidateTopicTemplate(const std::string& tmpl);
 std::string RenderTopic(const std::string& tmpl, const Event& event);
 
 // Creates the producer (does not wait for the broker: an unreachable broker is
-// retried inside librdkafka and surfaces as kRetriable outcomes and !Healthy()).
+// retried inside librdkafka and surfaces as kRetryable outcomes and !Healthy()).
 // A bad property is InvalidArgument naming it.
 Result<std::unique_ptr<Transport>> OpenKafkaTransport(const KafkaTransportOptions& options);
 

@@ -1,7 +1,7 @@
 // Relay: the engine that moves committed outbox rows to the broker.
 //
 // Each worker loops: claim a batch (lease) -> publish -> wait for the outcomes
-// -> fenced transitions: acked rows SENT, retriable ones rescheduled with
+// -> fenced transitions: acked rows SENT, retryable ones rescheduled with
 // exponential backoff and jitter, fatal ones and those past max_attempts
 // FAILED with the error. Several workers (and several relay processes) run at
 // once; while one waits for the broker another claims or marks, so neither the
@@ -84,7 +84,7 @@ using StoreFactory = std::function<Result<std::unique_ptr<Store>>()>;
 struct RelayMetrics {
   explicit RelayMetrics(MetricsRegistry& r);
   Counter& published;
-  Counter& publish_retriable;
+  Counter& publish_retryable;
   Counter& publish_fatal;
   Counter& rescheduled;
   Counter& failed_fatal;

@@ -146,7 +146,7 @@ class Store {
 
   // Broker acknowledged these: SENT (or deleted, per the store's options).
   virtual Result<TransitionResult> MarkSent(std::span<const Ticket> tickets) = 0;
-  // Retriable failure: back to PENDING, due after the item's delay.
+  // Retryable failure: back to PENDING, due after the item's delay.
   virtual Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) = 0;
   // Fatal failure or attempts exhausted: FAILED with the error text.
   virtual Result<TransitionResult> MarkFailed(std::span<const FailItem> items) = 0;

@@ -19,7 +19,7 @@ namespace outbox {
 
 enum class PublishOutcome {
   kAcked,      // the broker has it (acks=all)
-  kRetriable,  // try again later: timeout, broker down, leader change, ...
+  kRetryable,  // try again later: timeout, broker down, leader change, ...
   kFatal,      // will never succeed as is: message too large, not authorised, bad topic
   // Never handed to the broker: an earlier event of its aggregate in the same
   // Publish call failed before it (see Transport::Publish). Not the event's own
@@ -30,9 +30,9 @@ enum class PublishOutcome {
 std::string_view PublishOutcomeName(PublishOutcome o);
 
 struct PublishResult {
-  PublishOutcome outcome = PublishOutcome::kRetriable;
+  PublishOutcome outcome = PublishOutcome::kRetryable;
   std::string error;  // broker's error name and text; empty when acked
-  // kRetriable only: the broker could not be reached (message timed out, all
+  // kRetryable only: the broker could not be reached (message timed out, all
   // brokers down, local queue full, no delivery report in time) — nothing says
   // the event itself is at fault. A batch whose every failure is of this kind is
   // an outage: it does not count toward max_attempts (docs/relay.md).
@@ -46,7 +46,7 @@ class Transport {
   // Publishes `events` (in order; per key, the broker keeps that order) and
   // blocks until every one has an outcome. Returns one result per event, same
   // index. Never takes longer than MaxPublishTime(): an event without a delivery
-  // report by then is kRetriable.
+  // report by then is kRetryable.
   //
   // Order under failure: once an event fails before it reached the broker
   // (refused locally: over the size limit, local queue full past the deadline,

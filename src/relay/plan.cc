@@ -19,7 +19,7 @@ bool IsOutage(std::span<const PublishResult> results) {
   if (results.empty()) return false;
   return std::all_of(results.begin(), results.end(), [](const PublishResult& r) {
     return r.outcome == PublishOutcome::kNotSent ||
-           (r.outcome == PublishOutcome::kRetriable && r.broker_unavailable);
+           (r.outcome == PublishOutcome::kRetryable && r.broker_unavailable);
   });
 }
 
@@ -27,7 +27,7 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
                      const RelayOptions& options, milliseconds outage_delay, std::mt19937_64& rng) {
   Plan plan;
   for (const PublishResult& r : results) {
-    if (r.outcome == PublishOutcome::kRetriable) ++plan.retriable;
+    if (r.outcome == PublishOutcome::kRetryable) ++plan.retryable;
     if (r.outcome == PublishOutcome::kFatal) ++plan.fatal;
     if (r.outcome == PublishOutcome::kNotSent) ++plan.not_sent;
   }
@@ -85,7 +85,7 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
           hold(key, BackoffDelay(options, e.attempts, rng), "it FAILED (" + r.error + ")");
         }
         break;
-      case PublishOutcome::kRetriable:
+      case PublishOutcome::kRetryable:
         if (e.attempts >= options.max_attempts) {
           ++plan.max_attempts;
           plan.failed.push_back({e.ticket, "gave up after " + std::to_string(e.attempts) +

@@ -17,7 +17,7 @@ struct Plan {
   std::vector<Ticket> sent;
   std::vector<RescheduleItem> reschedule;
   std::vector<FailItem> failed;
-  std::size_t retriable = 0;     // publish outcomes, for metrics
+  std::size_t retryable = 0;     // publish outcomes, for metrics
   std::size_t fatal = 0;
   std::size_t max_attempts = 0;  // FAILED because attempts ran out
   std::size_t held_back = 0;     // acked, but behind an unacked earlier event of its aggregate
@@ -25,7 +25,7 @@ struct Plan {
   bool outage = false;           // the whole batch failed for want of a broker (IsOutage)
 };
 
-// True when every result is kNotSent or a kRetriable with broker_unavailable:
+// True when every result is kNotSent or a kRetryable with broker_unavailable:
 // the broker could not be reached for this batch at all.
 bool IsOutage(std::span<const PublishResult> results);
 

@@ -34,7 +34,7 @@ std::string SeqList(const std::vector<std::int64_t>& seqs) {
 RelayMetrics::RelayMetrics(MetricsRegistry& r)
     : published(r.AddCounter("outbox_relay_events_published_total",
                              "Events acknowledged by the broker (acks=all).")),
-      publish_retriable(r.AddCounter("outbox_relay_publish_failures_total",
+      publish_retryable(r.AddCounter("outbox_relay_publish_failures_total",
                                      "Publish attempts that failed, by error class.",
                                      "class=\"retriable\"")),
       publish_fatal(r.AddCounter("outbox_relay_publish_failures_total",
@@ -382,7 +382,7 @@ void Relay::WorkerLoop(int index) {
       }
     }
     metrics_.published.Inc(plan.sent.size() + plan.held_back);
-    metrics_.publish_retriable.Inc(plan.retriable);
+    metrics_.publish_retryable.Inc(plan.retryable);
     metrics_.publish_fatal.Inc(plan.fatal);
     metrics_.not_sent.Inc(plan.not_sent);
     if (plan.outage) {
@@ -394,10 +394,10 @@ void Relay::WorkerLoop(int index) {
                       {"error", results.empty() ? "" : results.front().error}});
         logged_outage = true;
       }
-    } else if (plan.fatal > 0 || plan.retriable > 0) {
+    } else if (plan.fatal > 0 || plan.retryable > 0) {
       const PublishResult* first = nullptr;
       for (const auto& r : results) {
-        if (r.outcome == PublishOutcome::kRetriable || r.outcome == PublishOutcome::kFatal) {
+        if (r.outcome == PublishOutcome::kRetryable || r.outcome == PublishOutcome::kFatal) {
           first = &r;
           break;
         }
@@ -405,7 +405,7 @@ void Relay::WorkerLoop(int index) {
       logger_.Warn("publish failures in batch",
                    {{"worker", who},
                     {"batch", std::to_string(events.size())},
-                    {"retriable", std::to_string(plan.retriable)},
+                    {"retriable", std::to_string(plan.retryable)},
                     {"fatal", std::to_string(plan.fatal)},
                     {"not_sent", std::to_string(plan.not_sent)},
                     {"first_error", first ? first->error : ""}});

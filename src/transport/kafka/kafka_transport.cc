@@ -43,7 +43,7 @@ PublishOutcome Classify(rd_kafka_resp_err_t err) {
     // it is being created, a fatal producer state we recover from by recreating
     // the producer, ...) may succeed later.
     default:
-      return PublishOutcome::kRetriable;
+      return PublishOutcome::kRetryable;
   }
 }
 
@@ -71,13 +71,13 @@ bool IsUnavailable(rd_kafka_resp_err_t err) {
 PublishResult MakeResult(rd_kafka_resp_err_t err) {
   PublishResult r;
   r.outcome = Classify(err);
-  r.broker_unavailable = r.outcome == PublishOutcome::kRetriable && IsUnavailable(err);
+  r.broker_unavailable = r.outcome == PublishOutcome::kRetryable && IsUnavailable(err);
   if (err) r.error = std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
   return r;
 }
 
 PublishResult Unavailable(std::string why) {
-  return PublishResult{PublishOutcome::kRetriable, std::move(why), /*broker_unavailable=*/true};
+  return PublishResult{PublishOutcome::kRetryable, std::move(why), /*broker_unavailable=*/true};
 }
 
 // The effective value of a producer property (aliases resolved by librdkafka).
@@ -245,7 +245,7 @@ class KafkaTransport final : public Transport {
   void DestroyProducer() {
     if (!rk_) return;
     // Purge what is still queued: those messages get a delivery report with
-    // _PURGE_QUEUE, i.e. kRetriable, so nothing is silently dropped.
+    // _PURGE_QUEUE, i.e. kRetryable, so nothing is silently dropped.
     rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(rk_, 2000);
     rd_kafka_destroy(rk_);
@@ -408,7 +408,7 @@ class KafkaTransport final : public Transport {
 std::string_view PublishOutcomeName(PublishOutcome o) {
   switch (o) {
     case PublishOutcome::kAcked: return "acked";
-    case PublishOutcome::kRetriable: return "retriable";
+    case PublishOutcome::kRetryable: return "retriable";
     case PublishOutcome::kFatal: return "fatal";
     case PublishOutcome::kNotSent: return "not_sent";
   }
