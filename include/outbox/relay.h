@@ -16,6 +16,11 @@
 //
 // Thread-safety: Run() blocks the calling thread; RequestStop(), Ready() and
 // metrics may be used from any thread (e.g. a signal-watching thread).
+//
+// Ownership and lifetimes: the Relay borrows the transport, the metrics and the
+// logger — all three must outlive it (destroy the Relay first). It keeps the
+// store factory and owns every Store the factory returns (one per worker, one
+// for housekeeping, one for LISTEN).
 #ifndef OUTBOX_RELAY_H_
 #define OUTBOX_RELAY_H_
 
@@ -78,6 +83,10 @@ struct RelayOptions {
 
 Status ValidateRelayOptions(const RelayOptions& o);
 
+// Opens a new Store (a new database session). Called from several relay
+// threads at once — each worker, housekeeping and the listener open their own,
+// and again after a connection loss — so it must be safe to call concurrently;
+// what it captures must outlive the Relay. An error is retried with backoff.
 using StoreFactory = std::function<Result<std::unique_ptr<Store>>()>;
 
 // The relay's Prometheus metrics (names in docs/relay.md).
