@@ -2,6 +2,7 @@
 
 #include "outbox/event.h"
 #include "outbox/status.h"
+#include "outbox/time.h"
 
 namespace outbox {
 namespace {
@@ -125,6 +126,20 @@ TEST(Status, CarriesCodeMessageAndRetryability) {
   Result<int> e = Status::NotFound("nope");
   EXPECT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace outbox
+
+namespace outbox {
+namespace {
+
+TEST(Time, Rfc3339WithTheAskedDigits) {
+  const auto tp = std::chrono::system_clock::time_point(std::chrono::microseconds(1'764'518'993'464'546LL));
+  EXPECT_EQ(FormatRfc3339(tp, 0), "2025-11-30T16:09:53Z");
+  EXPECT_EQ(FormatRfc3339(tp, 3), "2025-11-30T16:09:53.464Z");
+  EXPECT_EQ(FormatRfc3339(tp, 6), "2025-11-30T16:09:53.464546Z");
+  EXPECT_EQ(FormatRfc3339(std::chrono::system_clock::time_point{}, 3), "1970-01-01T00:00:00.000Z");
 }
 
 }  // namespace

@@ -1,23 +1,14 @@
 #include "outbox/log.h"
 
+#include "outbox/time.h"
+
 #include <chrono>
 #include <ctime>
 
 namespace outbox {
 namespace {
 
-std::string Now() {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
-}
+std::string Now() { return FormatRfc3339(std::chrono::system_clock::now(), 3); }
 
 const char* LevelName(LogLevel l) {
   switch (l) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "outbox/fault.h"
+#include "outbox/time.h"
 #include "plan.h"
 
 namespace outbox {
@@ -24,14 +25,7 @@ std::int64_t NowMs() {
   return std::chrono::duration_cast<milliseconds>(SysClock::now().time_since_epoch()).count();
 }
 
-std::string Rfc3339Now() {
-  std::time_t t = SysClock::to_time_t(SysClock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string Rfc3339Now() { return FormatRfc3339(SysClock::now(), 3); }
 
 std::string Join(const std::vector<std::string>& v) {
   std::string s;

@@ -51,16 +51,4 @@ Props ConnectionProperties(const Props& props) {
   return out;
 }
 
-std::string Rfc3339(std::chrono::system_clock::time_point tp) {
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(tp.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<long long>(us % 1'000'000));
-  return buf;
-}
-
 }  // namespace outbox::kafka_internal

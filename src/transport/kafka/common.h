@@ -1,5 +1,5 @@
 // What the Kafka transport and the Kafka inbox source share: producer
-// defaults, property setting, RFC 3339 time. Internal to src/transport/kafka.
+// defaults, property setting. Internal to src/transport/kafka.
 #ifndef OUTBOX_SRC_TRANSPORT_KAFKA_COMMON_H_
 #define OUTBOX_SRC_TRANSPORT_KAFKA_COMMON_H_
 
@@ -27,8 +27,6 @@ Status SetProperties(rd_kafka_conf_t* conf, std::initializer_list<const Props*> 
 // The connection and security properties of a consumer configuration, which a
 // producer talking to the same cluster needs as well.
 Props ConnectionProperties(const Props& props);
-
-std::string Rfc3339(std::chrono::system_clock::time_point tp);
 
 }  // namespace outbox::kafka_internal
 

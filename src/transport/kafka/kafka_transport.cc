@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "outbox/kafka.h"
+#include "outbox/time.h"
 
 namespace outbox {
 namespace {
@@ -320,7 +321,7 @@ class KafkaTransport final : public Transport {
     add("outbox-aggregate-type", e.aggregate_type);
     add("outbox-aggregate-id", e.aggregate_id);
     if (e.dedup_key) add("outbox-dedup-key", *e.dedup_key);
-    add("outbox-created-at", kafka_internal::Rfc3339(ce.created_at));
+    add("outbox-created-at", FormatRfc3339(ce.created_at, 6));
     add("outbox-attempt", std::to_string(ce.attempts));
     for (const Header& h : e.headers) add(h.name.c_str(), h.value);
 
