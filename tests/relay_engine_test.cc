@@ -74,6 +74,12 @@ class FakeStore final : public Store {
   Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
     return std::optional<std::chrono::system_clock::time_point>();
   }
+  Result<std::vector<EventRecord>> List(const ListFilter&) override {
+    return std::vector<EventRecord>{};
+  }
+  Result<std::vector<EventRecord>> Find(const std::string&) override {
+    return std::vector<EventRecord>{};
+  }
   Result<bool> WaitForWork(std::chrono::milliseconds timeout) override {
     std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(20)));
     return false;

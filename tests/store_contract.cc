@@ -591,5 +591,36 @@ TEST_P(StoreContractTest, ReplayAndSkipReleaseTheAggregateAndOldestUnsentCoversF
   EXPECT_EQ(s->skipped, 0);
 }
 
+TEST_P(StoreContractTest, ListAndFindShowRowsToOperators) {
+  std::vector<Event> evs = {Ev("a", 1, "dk-a1"), Ev("b", 1)};
+  auto enq = harness_->Enqueue(evs);
+  ASSERT_TRUE(enq.ok());
+  ListFilter all;
+  auto rows = store_->List(all);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_LT((*rows)[0].seq, (*rows)[1].seq);
+  EXPECT_EQ((*rows)[0].status, "PENDING");
+  EXPECT_EQ((*rows)[0].aggregate_id, "a");
+  EXPECT_FALSE((*rows)[0].created_at.empty());
+  ListFilter pending_b;
+  pending_b.state = "pending";
+  pending_b.aggregate_id = "b";
+  auto b = store_->List(pending_b);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->size(), 1u);
+  ListFilter old;
+  old.older_than = std::chrono::hours(1);
+  EXPECT_TRUE(store_->List(old)->empty());
+  auto by_dedup = store_->Find("dk-a1");
+  ASSERT_TRUE(by_dedup.ok());
+  ASSERT_EQ(by_dedup->size(), 1u);
+  EXPECT_EQ((*by_dedup)[0].event_id, (*enq)[0].event_id);
+  auto by_id = store_->Find((*enq)[1].event_id);
+  ASSERT_TRUE(by_id.ok());
+  ASSERT_EQ(by_id->size(), 1u);
+  EXPECT_TRUE(store_->Find("no-such-key")->empty());
+}
+
 }  // namespace
 }  // namespace outbox::testing

@@ -111,6 +111,13 @@ struct StampSummary {
   std::chrono::seconds oldest_parked_age{0};
 };
 
+// A stamp as operators see it (outboxctl trace). Times are the database's text.
+struct StampRecord {
+  std::string consumer, dedup_key, applied_at, topic;
+  std::string partition, offset;  // "" when unknown
+  std::int64_t duplicates = 0;
+};
+
 // The database side of the inbox.
 //
 // Thread-safety: not safe for concurrent use (one session); a consumer engine
@@ -168,6 +175,8 @@ class InboxStore {
   virtual Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) = 0;
   // Every consumer of this inbox schema (not only this store's), for operators.
   virtual Result<std::vector<StampSummary>> Summary(std::chrono::seconds horizon) = 0;
+  // The stamps, of any consumer, whose dedup key is one of `keys`.
+  virtual Result<std::vector<StampRecord>> FindStamps(std::span<const std::string> keys) = 0;
 };
 
 }  // namespace outbox

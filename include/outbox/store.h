@@ -133,6 +133,25 @@ struct SkipResult {
   std::int64_t released = 0;
 };
 
+// One outbox row as operators see it (outboxctl list / trace). Times are the
+// database's own text ("" when unset): for reading, not for arithmetic.
+struct EventRecord {
+  std::int64_t seq = 0;
+  std::string event_id, aggregate_type, aggregate_id, event_type, status, dedup_key, last_error,
+      lease_owner;
+  int attempts = 0;
+  double age_seconds = 0;  // since enqueue, database clock
+  std::string created_at, claimed_at, sent_at, failed_at, skipped_at, skipped_by, skip_reason;
+};
+
+struct ListFilter {
+  std::string state;         // "" = any; else a RowStateName, any case
+  std::string aggregate_id;  // "" = any
+  std::string event_type;    // "" = any
+  std::chrono::seconds older_than{0};  // 0 = any age
+  int limit = 100;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -169,6 +188,10 @@ class Store {
   // PROCESSING or FAILED, which replay can publish); nullopt when there is none.
   // Consumers' stamps must reach back to it (docs/inbox.md, "Stamp retention").
   virtual Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() = 0;
+  // Rows in enqueue order (operators' view; reads, changes nothing).
+  virtual Result<std::vector<EventRecord>> List(const ListFilter& filter) = 0;
+  // The rows whose event id or dedup key is `key`.
+  virtual Result<std::vector<EventRecord>> Find(const std::string& key) = 0;
 
   // Blocks up to `timeout` for a sign of new work from enqueue; true if woken,
   // false on timeout. PostgreSQL: LISTEN on channel outbox_<schema>, which

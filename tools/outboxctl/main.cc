@@ -22,10 +22,8 @@
 // codes: 0 success (trace: found), 1 the operation failed (database or broker
 // unreachable, SQL error), 2 bad usage, 3 trace or skip: no such event.
 //
-// The operator queries (list, replay, trace) are in the namespace `sql` below:
-// all of this tool's SQL in one place.
-#include <libpq-fe.h>
-
+// Every database access goes through the store's operations (Store,
+// InboxStore): this tool has no SQL of its own.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -92,95 +90,35 @@ struct Args {
   bool Has(const std::string& s) const { return switches.count(s) > 0; }
 };
 
-// A query result as rows of named text columns (NULL -> absent key).
+// A record as named text columns, for the table and the JSON output.
 using Row = std::map<std::string, std::string>;
 
-struct Pg {
-  PGconn* c = nullptr;
-  ~Pg() { if (c) PQfinish(c); }
-  std::string error;
-  bool Connect(const std::string& url) {
-    c = PQconnectdb(url.c_str());
-    if (PQstatus(c) != CONNECTION_OK) {
-      error = PQerrorMessage(c);
-      return false;
-    }
-    PQsetNoticeProcessor(c, [](void*, const char*) {}, nullptr);
-    return true;
+Row ToRow(const outbox::EventRecord& e, bool trace) {
+  char age[32];
+  std::snprintf(age, sizeof age, "%.1f", e.age_seconds);
+  Row r = {{"seq", std::to_string(e.seq)},     {"event_id", e.event_id},
+           {"aggregate_type", e.aggregate_type}, {"aggregate_id", e.aggregate_id},
+           {"event_type", e.event_type},       {"status", e.status},
+           {"attempts", std::to_string(e.attempts)}, {"dedup_key", e.dedup_key},
+           {"last_error", e.last_error}};
+  if (!trace) {
+    r["age_s"] = age;
+    return r;
   }
-  // Runs a parameterised statement; false (and error) on failure.
-  bool Query(const std::string& sql, const std::vector<std::string>& params, std::vector<Row>* rows) {
-    std::vector<const char*> v;
-    for (const auto& p : params) v.push_back(p.c_str());
-    PGresult* r = PQexecParams(c, sql.c_str(), static_cast<int>(v.size()), nullptr, v.data(), nullptr,
-                               nullptr, 0);
-    ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-      error = PQresultErrorMessage(r);
-      PQclear(r);
-      return false;
-    }
-    if (rows) {
-      for (int i = 0; i < PQntuples(r); ++i) {
-        Row row;
-        for (int j = 0; j < PQnfields(r); ++j) {
-          if (!PQgetisnull(r, i, j)) row[PQfname(r, j)] = PQgetvalue(r, i, j);
-        }
-        rows->push_back(std::move(row));
-      }
-    }
-    PQclear(r);
-    return true;
-  }
-};
-
-namespace sql {
-
-std::string With(std::string t, const std::string& s) {
-  for (auto p = t.find("{S}"); p != std::string::npos; p = t.find("{S}", p + s.size())) t.replace(p, 3, s);
-  return t;
+  r.insert({{"lease_owner", e.lease_owner}, {"created_at", e.created_at},
+            {"claimed_at", e.claimed_at},   {"sent_at", e.sent_at},
+            {"failed_at", e.failed_at},     {"skipped_at", e.skipped_at},
+            {"skipped_by", e.skipped_by},   {"skip_reason", e.skip_reason}});
+  return r;
 }
 
-// $1 state, $2 aggregate id, $3 event type, $4 older than (s), $5 limit; '' = any
-std::string List(const std::string& s) {
-  return With(R"SQL(
-SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
-       round(extract(epoch FROM now() - created_at)::numeric, 1) AS age_s,
-       coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error
-FROM {S}.outbox
-WHERE ($1 = '' OR status = upper($1)) AND ($2 = '' OR aggregate_id = $2)
-  AND ($3 = '' OR event_type = $3)
-  AND ($4 = '' OR created_at < now() - $4::numeric * interval '1 second')
-ORDER BY seq
-LIMIT $5::int
-)SQL", s);
+Row ToRow(const outbox::StampRecord& s) {
+  return {{"consumer", s.consumer},   {"dedup_key", s.dedup_key}, {"applied_at", s.applied_at},
+          {"topic", s.topic},         {"partition", s.partition}, {"offset", s.offset},
+          {"duplicates", std::to_string(s.duplicates)}};
 }
 
-// $1 key: an event id or a dedup key
-std::string Trace(const std::string& s) {
-  return With(R"SQL(
-SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
-       coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error,
-       coalesce(lease_owner, '') AS lease_owner, created_at::text AS created_at,
-       coalesce(claimed_at::text, '') AS claimed_at, coalesce(sent_at::text, '') AS sent_at,
-       coalesce(failed_at::text, '') AS failed_at, coalesce(skipped_at::text, '') AS skipped_at,
-       coalesce(skipped_by, '') AS skipped_by, coalesce(skip_reason, '') AS skip_reason
-FROM {S}.outbox WHERE event_id::text = $1 OR dedup_key = $1
-ORDER BY seq
-)SQL", s);
-}
 
-// $1 event id, $2 dedup key
-std::string TraceInbox(const std::string& s) {
-  return With(R"SQL(
-SELECT consumer, dedup_key, applied_at::text AS applied_at, coalesce(topic, '') AS topic,
-       coalesce(partition::text, '') AS partition, coalesce("offset"::text, '') AS "offset",
-       coalesce(to_jsonb(s)->>'duplicates', '0') AS duplicates
-FROM {S}.inbox_stamps s WHERE dedup_key IN ($1, $2)
-)SQL", s);
-}
-
-}  // namespace sql
 
 void PrintRows(const std::vector<Row>& rows, const std::vector<std::string>& cols) {
   std::vector<std::size_t> w(cols.size());
@@ -558,16 +496,19 @@ int main(int argc, char** argv) {
     }
     return kExitOk;
   }
-  Pg pg;
-  if (!pg.Connect(db)) return Fail("connect: " + pg.error, json);
+  auto store = outbox::OpenPostgresStore(o);
+  if (!store.ok()) return Fail(store.status(), json);
   if (command == "list") {
+    outbox::ListFilter f;
+    f.state = a.Flag("state");
+    f.aggregate_id = a.Flag("aggregate");
+    f.event_type = a.Flag("type");
+    f.older_than = std::chrono::seconds(std::stoll(a.Flag("older-than", "0")));
+    f.limit = static_cast<int>(*limit);
+    auto records = (*store)->List(f);
+    if (!records.ok()) return Fail(records.status(), json);
     std::vector<Row> rows;
-    if (!pg.Query(sql::List(schema),
-                  {a.Flag("state"), a.Flag("aggregate"), a.Flag("type"), a.Flag("older-than"),
-                   std::to_string(*limit)},
-                  &rows)) {
-      return Fail(pg.error, json);
-    }
+    for (const auto& e : *records) rows.push_back(ToRow(e, /*trace=*/false));
     if (json) {
       std::cout << nlohmann::json{{"ok", true}, {"rows", ToJson(rows)}}.dump() << "\n";
     } else {
@@ -579,20 +520,31 @@ int main(int argc, char** argv) {
   // trace
   if (a.positional.size() != 2) return Usage("trace KEY: an event id or a dedup key");
   const std::string key = a.positional[1];
+  auto records = (*store)->Find(key);
+  if (!records.ok()) return Fail(records.status(), json);
   std::vector<Row> rows;
-  if (!pg.Query(sql::Trace(schema), {key}, &rows)) return Fail(pg.error, json);
+  for (const auto& e : *records) rows.push_back(ToRow(e, /*trace=*/true));
   nlohmann::json out = {{"ok", true}, {"key", key}, {"outbox", ToJson(rows)}};
   const std::string inbox_db = a.Flag("inbox-db");
   std::vector<Row> stamps;
   if (!inbox_db.empty() && !rows.empty()) {
-    const std::string is = a.Flag("inbox-schema", "inbox");
-    if (auto st = outbox::ValidateSchemaName(is); !st.ok()) return Usage(st.message());
-    Pg ipg;
-    if (!ipg.Connect(inbox_db)) return Fail("connect to the inbox database: " + ipg.error, json);
-    for (const auto& r : rows) {
-      auto dk = r.count("dedup_key") ? r.at("dedup_key") : "";
-      if (!ipg.Query(sql::TraceInbox(is), {r.at("event_id"), dk}, &stamps)) return Fail(ipg.error, json);
+    outbox::PostgresInboxOptions io;
+    io.conninfo = inbox_db;
+    io.schema = a.Flag("inbox-schema", "inbox");
+    io.consumer = "outboxctl";
+    if (auto st = outbox::ValidateSchemaName(io.schema); !st.ok()) {
+      return Usage("--inbox-schema: " + st.message());
     }
+    auto inbox = outbox::OpenPostgresInbox(io);
+    if (!inbox.ok()) return Fail("the inbox database: " + inbox.status().ToString(), json);
+    std::vector<std::string> keys;
+    for (const auto& e : *records) {
+      keys.push_back(e.event_id);
+      if (!e.dedup_key.empty()) keys.push_back(e.dedup_key);
+    }
+    auto found = (*inbox)->FindStamps(keys);
+    if (!found.ok()) return Fail(found.status(), json);
+    for (const auto& st : *found) stamps.push_back(ToRow(st));
     out["inbox"] = ToJson(stamps);
   }
   if (json) {

@@ -125,7 +125,8 @@ class PostgresInbox final : public InboxStore {
         due_(pg::sql::InboxDue(options_.schema)),
         unpark_(pg::sql::InboxUnpark(options_.schema)),
         reschedule_(pg::sql::InboxReschedule(options_.schema)),
-        summary_(pg::sql::InboxSummary(options_.schema)) {}
+        summary_(pg::sql::InboxSummary(options_.schema)),
+        find_stamps_(pg::sql::InboxFindStamps(options_.schema)) {}
 
   Status Migrate() override {
     return pg::RunMigrations(*session_, options_.schema, pg::sql::InboxMigrations(options_.schema));
@@ -191,6 +192,28 @@ class PostgresInbox final : public InboxStore {
       s.oldest_stamp_age = std::chrono::seconds(pg::GetInt64(r->get(), i, 3));
       s.parked = pg::GetInt64(r->get(), i, 4);
       s.oldest_parked_age = std::chrono::seconds(pg::GetInt64(r->get(), i, 5));
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  Result<std::vector<StampRecord>> FindStamps(std::span<const std::string> keys) override {
+    for (const auto& k : keys) {
+      if (!IsValidText(k)) return std::vector<StampRecord>{};  // no stamp can have it
+    }
+    auto r = session_->Exec("inbox find stamps", find_stamps_,
+                            {Param::Text(pg::TextArrayLiteral(keys))});
+    if (!r.ok()) return r.status();
+    std::vector<StampRecord> out;
+    for (int i = 0; i < PQntuples(r->get()); ++i) {
+      StampRecord s;
+      s.consumer = pg::GetText(r->get(), i, 0);
+      s.dedup_key = pg::GetText(r->get(), i, 1);
+      s.applied_at = pg::GetText(r->get(), i, 2);
+      s.topic = pg::GetText(r->get(), i, 3);
+      s.partition = pg::GetText(r->get(), i, 4);
+      s.offset = pg::GetText(r->get(), i, 5);
+      s.duplicates = pg::GetInt64(r->get(), i, 6);
       out.push_back(std::move(s));
     }
     return out;
@@ -593,7 +616,7 @@ class PostgresInbox final : public InboxStore {
   BatchHandler batch_handler_;
   SinkHandler sink_handler_;
   const std::string insert_many_, insert_one_, count_duplicates_, purge_, parked_keys_, park_,
-      due_, unpark_, reschedule_, summary_;
+      due_, unpark_, reschedule_, summary_, find_stamps_;
 };
 
 Result<std::unique_ptr<InboxStore>> OpenInbox(const PostgresInboxOptions& options, Handler handler,

@@ -238,6 +238,22 @@ class PostgresStore final : public Store {
     return r;
   }
 
+  Result<std::vector<EventRecord>> List(const ListFilter& f) override {
+    if (!IsValidText(f.state) || !IsValidText(f.aggregate_id) || !IsValidText(f.event_type)) {
+      return Status::InvalidArgument("list: --state, --aggregate and --type must be text");
+    }
+    if (f.limit < 1) return Status::InvalidArgument("list: limit must be >= 1");
+    return Records(session_->Exec(
+        "list", pg::sql::List(options_.schema),
+        {Param::Text(f.state), Param::Text(f.aggregate_id), Param::Text(f.event_type),
+         Param::Text(std::to_string(f.older_than.count())), Param::Text(std::to_string(f.limit))}));
+  }
+
+  Result<std::vector<EventRecord>> Find(const std::string& key) override {
+    if (!IsValidText(key)) return Status::InvalidArgument("trace: the key must be text");
+    return Records(session_->Exec("trace", pg::sql::Find(options_.schema), {Param::Text(key)}));
+  }
+
   Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
     auto res = session_->Exec("oldest unsent", pg::sql::OldestUnsent(options_.schema));
     if (!res.ok()) return res.status();
@@ -247,6 +263,36 @@ class PostgresStore final : public Store {
   }
 
  private:
+  // Rows of sql::List / sql::Find.
+  static Result<std::vector<EventRecord>> Records(Result<pg::ResultPtr> res) {
+    if (!res.ok()) return res.status();
+    const PGresult* r = res->get();
+    std::vector<EventRecord> out;
+    for (int i = 0; i < PQntuples(r); ++i) {
+      EventRecord e;
+      e.seq = pg::GetInt64(r, i, 0);
+      e.event_id = pg::GetText(r, i, 1);
+      e.aggregate_type = pg::GetText(r, i, 2);
+      e.aggregate_id = pg::GetText(r, i, 3);
+      e.event_type = pg::GetText(r, i, 4);
+      e.status = pg::GetText(r, i, 5);
+      e.attempts = static_cast<int>(pg::GetInt64(r, i, 6));
+      e.age_seconds = std::strtod(PQgetvalue(r, i, 7), nullptr);
+      e.dedup_key = pg::GetText(r, i, 8);
+      e.last_error = pg::GetText(r, i, 9);
+      e.lease_owner = pg::GetText(r, i, 10);
+      e.created_at = pg::GetText(r, i, 11);
+      e.claimed_at = pg::GetText(r, i, 12);
+      e.sent_at = pg::GetText(r, i, 13);
+      e.failed_at = pg::GetText(r, i, 14);
+      e.skipped_at = pg::GetText(r, i, 15);
+      e.skipped_by = pg::GetText(r, i, 16);
+      e.skip_reason = pg::GetText(r, i, 17);
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
   // Error texts come from brokers and exceptions; keep them storable as text.
   static std::string SafeText(const std::string& s) {
     if (IsValidText(s)) return s.substr(0, 4000);

@@ -590,6 +590,38 @@ SELECT coalesce((SELECT status FROM target), '') AS status,
 )SQL", s);
 }
 
+std::string List(const std::string& s) {
+  return WithSchema(R"SQL(
+SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
+       extract(epoch FROM now() - created_at)::float8 AS age_s,
+       coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error,
+       coalesce(lease_owner, '') AS lease_owner, created_at::text AS created_at,
+       coalesce(claimed_at::text, '') AS claimed_at, coalesce(sent_at::text, '') AS sent_at,
+       coalesce(failed_at::text, '') AS failed_at, coalesce(skipped_at::text, '') AS skipped_at,
+       coalesce(skipped_by, '') AS skipped_by, coalesce(skip_reason, '') AS skip_reason
+FROM {S}.outbox
+WHERE ($1 = '' OR status = upper($1)) AND ($2 = '' OR aggregate_id = $2)
+  AND ($3 = '' OR event_type = $3)
+  AND ($4::bigint = 0 OR created_at < now() - $4::bigint * interval '1 second')
+ORDER BY seq
+LIMIT $5::int
+)SQL", s);
+}
+
+std::string Find(const std::string& s) {
+  return WithSchema(R"SQL(
+SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
+       extract(epoch FROM now() - created_at)::float8 AS age_s,
+       coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error,
+       coalesce(lease_owner, '') AS lease_owner, created_at::text AS created_at,
+       coalesce(claimed_at::text, '') AS claimed_at, coalesce(sent_at::text, '') AS sent_at,
+       coalesce(failed_at::text, '') AS failed_at, coalesce(skipped_at::text, '') AS skipped_at,
+       coalesce(skipped_by, '') AS skipped_by, coalesce(skip_reason, '') AS skip_reason
+FROM {S}.outbox WHERE event_id::text = $1 OR dedup_key = $1
+ORDER BY seq
+)SQL", s);
+}
+
 std::string OldestUnsent(const std::string& s) {
   // The smallest seq of each partial index, then that row's enqueue time.
   return WithSchema(R"SQL(
@@ -661,6 +693,14 @@ std::string InboxReschedule(const std::string& schema) {
       "UPDATE {S}.inbox_parked SET attempts = $3, last_error = $4, "
       "due_at = now() + $5 * interval '1 millisecond' WHERE consumer = $1 AND id = $2",
       schema);
+}
+
+std::string InboxFindStamps(const std::string& schema) {
+  return WithSchema(R"SQL(
+SELECT consumer, dedup_key, applied_at::text, coalesce(topic, ''),
+       coalesce(partition::text, ''), coalesce("offset"::text, ''), duplicates
+FROM {S}.inbox_stamps WHERE dedup_key = ANY($1::text[]) ORDER BY consumer, applied_at
+)SQL", schema);
 }
 
 std::string InboxSummary(const std::string& schema) {

@@ -66,6 +66,10 @@ std::string ReplayFailed(const std::string& schema);
 // $1 event id, $2 who, $3 reason, $4 dry run
 std::string Skip(const std::string& schema);
 std::string OldestUnsent(const std::string& schema);
+// $1 state, $2 aggregate id, $3 event type ('' = any), $4 older than s (0 = any), $5 limit
+std::string List(const std::string& schema);
+// $1 event id or dedup key
+std::string Find(const std::string& schema);
 
 // Inbox. $1 consumer, $2 text[] keys, $3 text[] topics, $4 int[] partitions,
 // $5 bigint[] offsets; returns the keys that were new.
@@ -78,6 +82,8 @@ std::string InboxCountDuplicates(const std::string& schema);
 std::string InboxPurgeStamps(const std::string& schema);
 // $1 horizon seconds: per consumer stamps, older than it, oldest age; parked
 std::string InboxSummary(const std::string& schema);
+// $1 text[] dedup keys
+std::string InboxFindStamps(const std::string& schema);
 // Ordered mode's parked queue. $1 consumer, then see sql.cc.
 std::string InboxParkedKeys(const std::string& schema);
 std::string InboxPark(const std::string& schema);
