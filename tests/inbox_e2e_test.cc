@@ -73,6 +73,14 @@ class InboxE2ETest : public ::testing::Test {
     ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), static_cast<int>(msgs.size()));
   }
 
+  static Message Keyed(const std::string& key, const std::string& value, const std::string& id) {
+    Message m;
+    m.key = key;
+    m.value = value;
+    m.headers["outbox-event-id"] = id;
+    return m;
+  }
+
   long Count(const std::string& sql) { return std::stol(Exec(admin_.get(), sql)); }
   long Effects() { return Count("SELECT count(*) FROM " + schema_ + ".effects"); }
   long DoubleEffects() {
@@ -187,19 +195,10 @@ TEST_F(InboxE2ETest, PermanentErrorGoesToTheDeadLetterTopicAtOnceWithHeaders) {
 // events around them apply.
 TEST_F(InboxE2ETest, PoisonMessagesAreDeadLetteredAloneAndTheConsumerKeepsGoing) {
   Subprocess& c = StartConsumer();
-  std::vector<Message> poison(4);
-  poison[0].key = "p-utf8";
-  poison[0].value = "ok";
-  poison[0].headers["outbox-event-id"] = std::string("ev-\x80\xfe\xff", 6);
-  poison[1].key = "p-null";
+  std::vector<Message> poison = {Keyed("p-utf8", "ok", std::string("ev-\x80\xfe\xff", 6)),
+                                 Keyed("p-null", "", "p-null"), Keyed("p-multi", "multiline", "p-multi"),
+                                 Keyed("p-orphan", "orphan", "p-orphan")};
   poison[1].value_null = true;
-  poison[1].headers["outbox-event-id"] = "p-null";
-  poison[2].key = "p-multi";
-  poison[2].value = "multiline";
-  poison[2].headers["outbox-event-id"] = "p-multi";
-  poison[3].key = "p-orphan";
-  poison[3].value = "orphan";
-  poison[3].headers["outbox-event-id"] = "p-orphan";
   ProduceEvents(3, "ok", 1, "before-");
   ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", poison), 4);
   ProduceEvents(3, "ok", 1, "after-");
@@ -229,16 +228,8 @@ TEST_F(InboxE2ETest, PoisonMessagesAreDeadLetteredAloneAndTheConsumerKeepsGoing)
 // key, is not held. Effects: Y, then X1, then X2.
 TEST_F(InboxE2ETest, OrderedModeAppliesAKeyInOrderAcrossRetries) {
   Subprocess& c = StartConsumer("", "300,300,300", /*ordered=*/true);
-  std::vector<Message> msgs(3);
-  msgs[0].key = "X";
-  msgs[0].value = "fail-twice";
-  msgs[0].headers["outbox-event-id"] = "x1";
-  msgs[1].key = "X";
-  msgs[1].value = "ok";
-  msgs[1].headers["outbox-event-id"] = "x2";
-  msgs[2].key = "Y";
-  msgs[2].value = "ok";
-  msgs[2].headers["outbox-event-id"] = "y1";
+  std::vector<Message> msgs = {Keyed("X", "fail-twice", "x1"), Keyed("X", "ok", "x2"),
+                               Keyed("Y", "ok", "y1")};
   ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 3);
   ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 60s)) << c.Log();
   EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(k || ':' || payload, ',' ORDER BY applied_at) FROM " +
@@ -256,13 +247,7 @@ TEST_F(InboxE2ETest, OrderedModeAppliesAKeyInOrderAcrossRetries) {
 // The same events without ordered mode: the documented reordering.
 TEST_F(InboxE2ETest, UnorderedModeLetsALaterEventOvertakeARetriedOne) {
   Subprocess& c = StartConsumer("", "300,300,300");
-  std::vector<Message> msgs(2);
-  msgs[0].key = "X";
-  msgs[0].value = "fail-twice";
-  msgs[0].headers["outbox-event-id"] = "x1";
-  msgs[1].key = "X";
-  msgs[1].value = "ok";
-  msgs[1].headers["outbox-event-id"] = "x2";
+  std::vector<Message> msgs = {Keyed("X", "fail-twice", "x1"), Keyed("X", "ok", "x2")};
   ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 2);
   ASSERT_TRUE(WaitFor([&] { return Effects() == 2; }, 60s)) << c.Log();
   EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(payload, ',' ORDER BY applied_at) FROM " +

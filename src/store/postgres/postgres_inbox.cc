@@ -68,14 +68,6 @@ Result<std::map<std::string, std::string>> DecodeHeaders(std::string_view in) {
   return out;
 }
 
-// Error texts come from handlers and servers; keep them storable as text.
-std::string StorableText(const std::string& s) {
-  if (IsValidText(s)) return s.substr(0, 8000);
-  std::string out;
-  for (char c : s) out += (static_cast<unsigned char>(c) < 0x80 && c != 0) ? c : '?';
-  return out.substr(0, 8000);
-}
-
 std::string GetBytes(const PGresult* r, int row, int col) {
   return std::string(PQgetvalue(r, row, col), static_cast<std::size_t>(PQgetlength(r, row, col)));
 }
@@ -245,7 +237,7 @@ class PostgresInbox final : public InboxStore {
            m.payload_is_null ? Param::Null() : Param::Binary(m.payload),
            Param::Binary(EncodeHeaders(m.headers)), Param::Text(std::to_string(ts_ms.count())),
            Param::Text(std::to_string(p.attempts)),
-           p.last_error.empty() ? Param::Null() : Param::Text(StorableText(p.last_error)),
+           p.last_error.empty() ? Param::Null() : Param::Text(pg::sql::StorableText(p.last_error, 8000)),
            Param::Text(std::to_string(p.delay.count()))});
       if (!r.ok()) {
         Rollback();
@@ -301,7 +293,7 @@ class PostgresInbox final : public InboxStore {
     return session_
         ->Exec("inbox reschedule parked", reschedule_,
                {Param::Text(options_.consumer), Param::Text(std::to_string(id)),
-                Param::Text(std::to_string(attempts)), Param::Text(StorableText(error)),
+                Param::Text(std::to_string(attempts)), Param::Text(pg::sql::StorableText(error, 8000)),
                 Param::Text(std::to_string(delay.count()))})
         .status();
   }
@@ -368,6 +360,22 @@ class PostgresInbox final : public InboxStore {
   }
   void Block(std::size_t i, const MessageOutcome& o, std::set<std::string>& blocked) const {
     if (!order_keys_.empty() && o.outcome == Outcome::kTransient) blocked.insert(order_keys_[i]);
+  }
+  // In the careful and single passes: message i's outcome is known without
+  // running it — held behind its key, or its handler failed in the fast pass
+  // (not run twice for one delivery).
+  bool DecidedBefore(std::size_t i, const std::map<std::size_t, HandlerResult>& failed,
+                     std::set<std::string>& blocked, std::vector<MessageOutcome>& out) const {
+    if (Held(i, blocked)) {
+      out[i] = {Outcome::kHeld, ""};
+      return true;
+    }
+    if (auto f = failed.find(i); f != failed.end()) {
+      out[i] = FromHandler(f->second);
+      Block(i, out[i], blocked);
+      return true;
+    }
+    return false;
   }
 
   // Inside the open transaction: one more absorbed copy per entry of `keys`.
@@ -518,15 +526,7 @@ class PostgresInbox final : public InboxStore {
     std::set<std::string> blocked;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!todo[i]) continue;
-      if (Held(i, blocked)) {
-        out[i] = {Outcome::kHeld, ""};
-        continue;
-      }
-      if (auto f = failed.find(i); f != failed.end()) {
-        out[i] = FromHandler(f->second);
-        Block(i, out[i], blocked);
-        continue;
-      }
+      if (DecidedBefore(i, failed, blocked, out)) continue;
       if (Status sp = session_->ExecScript("inbox savepoint", "SAVEPOINT m"); !sp.ok()) {
         return abort(sp);
       }
@@ -568,15 +568,7 @@ class PostgresInbox final : public InboxStore {
     std::set<std::string> blocked;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!todo[i]) continue;
-      if (Held(i, blocked)) {
-        out[i] = {Outcome::kHeld, ""};
-        continue;
-      }
-      if (auto f = failed.find(i); f != failed.end()) {
-        out[i] = FromHandler(f->second);
-        Block(i, out[i], blocked);
-        continue;
-      }
+      if (DecidedBefore(i, failed, blocked, out)) continue;
       OUTBOX_RETURN_IF_ERROR(Begin());
       auto fresh = InsertStamp(msgs[i], keys[i]);
       if (!fresh.ok()) {
@@ -621,17 +613,11 @@ class PostgresInbox final : public InboxStore {
 
 Result<std::unique_ptr<InboxStore>> OpenInbox(const PostgresInboxOptions& options, Handler handler,
                                               BatchHandler batch_handler, SinkHandler sink) {
-  OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(options.schema));
   if (options.consumer.empty()) return Status::InvalidArgument("inbox: consumer name is required");
-  if (options.conninfo.empty()) {
-    return Status::InvalidArgument("inbox: conninfo is empty: set the PostgreSQL URL");
-  }
-  pg::Session::Options so;
-  so.conninfo = options.conninfo;
-  so.statement_timeout = options.statement_timeout;
-  so.connect_timeout = options.connect_timeout;
-  so.application_name = "outbox-inbox";
-  auto s = pg::Session::Connect(so);
+  auto s = pg::Session::ConnectFor("inbox: ",
+                                   {options.conninfo, options.connect_timeout,
+                                    options.statement_timeout, "outbox-inbox"},
+                                   options.schema);
   if (!s.ok()) return s.status();
   return std::unique_ptr<InboxStore>(std::make_unique<PostgresInbox>(
       options, std::move(s).value(), std::move(handler), std::move(batch_handler), std::move(sink)));

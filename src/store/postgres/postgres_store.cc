@@ -294,12 +294,7 @@ class PostgresStore final : public Store {
   }
 
   // Error texts come from brokers and exceptions; keep them storable as text.
-  static std::string SafeText(const std::string& s) {
-    if (IsValidText(s)) return s.substr(0, 4000);
-    std::string out;
-    for (char c : s) out += (static_cast<unsigned char>(c) < 0x80 && c != 0) ? c : '?';
-    return out.substr(0, 4000);
-  }
+  static std::string SafeText(const std::string& s) { return pg::sql::StorableText(s, 4000); }
 
   PostgresStoreOptions options_;
   std::unique_ptr<pg::Session> session_;
@@ -361,16 +356,9 @@ std::string RedactConninfo(const std::string& conninfo) {
 }
 
 Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options) {
-  OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(options.schema));
-  if (options.conninfo.empty()) {
-    return Status::InvalidArgument("conninfo is empty: set the PostgreSQL URL");
-  }
-  pg::Session::Options so;
-  so.conninfo = options.conninfo;
-  so.connect_timeout = options.connect_timeout;
-  so.statement_timeout = options.statement_timeout;
-  so.application_name = "outbox-store";
-  auto session = pg::Session::Connect(so);
+  auto session = pg::Session::ConnectFor(
+      "", {options.conninfo, options.connect_timeout, options.statement_timeout, "outbox-store"},
+      options.schema);
   if (!session.ok()) return session.status();
   return std::unique_ptr<Store>(new PostgresStore(options, std::move(session).value()));
 }

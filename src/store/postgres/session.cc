@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include "outbox/postgres.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -106,6 +108,16 @@ PipelineResult RunPipeline(PGconn* conn, std::string_view what,
   }
   PQexitPipelineMode(conn);
   return out;
+}
+
+Result<std::unique_ptr<Session>> Session::ConnectFor(const std::string& what,
+                                                     const Options& options,
+                                                     const std::string& schema) {
+  OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(schema));
+  if (options.conninfo.empty()) {
+    return Status::InvalidArgument(what + "conninfo is empty: set the PostgreSQL URL");
+  }
+  return Connect(options);
 }
 
 Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what) {

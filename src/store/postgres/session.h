@@ -82,6 +82,10 @@ class Session {
   };
 
   static Result<std::unique_ptr<Session>> Connect(const Options& options);
+  // Checks what every store checks first (the schema name; a conninfo is set),
+  // then connects. `what` prefixes the errors ("inbox: ...").
+  static Result<std::unique_ptr<Session>> ConnectFor(const std::string& what, const Options& options,
+                                                     const std::string& schema);
 
   // Reconnects when the connection was lost. Unavailable if the server is not
   // reachable; the caller backs off and tries again.

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "outbox/event.h"
+
 namespace outbox::pg::sql {
 
 bool IsIdentifier(std::string_view name, std::size_t max_bytes) {
@@ -31,6 +33,13 @@ bool IsReservedWord(std::string_view name) {
       "union", "unique", "user", "using", "variadic", "verbose", "when", "where", "window",
       "with"};
   return kReserved.count(name) > 0;
+}
+
+std::string StorableText(const std::string& s, std::size_t max_bytes) {
+  if (IsValidText(s)) return s.substr(0, max_bytes);
+  std::string out;
+  for (char c : s) out += (static_cast<unsigned char>(c) < 0x80 && c != 0) ? c : '?';
+  return out.substr(0, max_bytes);
 }
 
 std::string WithSchema(std::string text, const std::string& schema) {
@@ -590,8 +599,8 @@ SELECT coalesce((SELECT status FROM target), '') AS status,
 )SQL", s);
 }
 
-std::string List(const std::string& s) {
-  return WithSchema(R"SQL(
+// The columns of an EventRecord (postgres_store.cc reads them in this order).
+constexpr const char* kRecordColumns = R"SQL(
 SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
        extract(epoch FROM now() - created_at)::float8 AS age_s,
        coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error,
@@ -599,7 +608,10 @@ SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts
        coalesce(claimed_at::text, '') AS claimed_at, coalesce(sent_at::text, '') AS sent_at,
        coalesce(failed_at::text, '') AS failed_at, coalesce(skipped_at::text, '') AS skipped_at,
        coalesce(skipped_by, '') AS skipped_by, coalesce(skip_reason, '') AS skip_reason
-FROM {S}.outbox
+)SQL";
+
+std::string List(const std::string& s) {
+  return WithSchema(std::string(kRecordColumns) + R"SQL(FROM {S}.outbox
 WHERE ($1 = '' OR status = upper($1)) AND ($2 = '' OR aggregate_id = $2)
   AND ($3 = '' OR event_type = $3)
   AND ($4::bigint = 0 OR created_at < now() - $4::bigint * interval '1 second')
@@ -609,15 +621,7 @@ LIMIT $5::int
 }
 
 std::string Find(const std::string& s) {
-  return WithSchema(R"SQL(
-SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
-       extract(epoch FROM now() - created_at)::float8 AS age_s,
-       coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error,
-       coalesce(lease_owner, '') AS lease_owner, created_at::text AS created_at,
-       coalesce(claimed_at::text, '') AS claimed_at, coalesce(sent_at::text, '') AS sent_at,
-       coalesce(failed_at::text, '') AS failed_at, coalesce(skipped_at::text, '') AS skipped_at,
-       coalesce(skipped_by, '') AS skipped_by, coalesce(skip_reason, '') AS skip_reason
-FROM {S}.outbox WHERE event_id::text = $1 OR dedup_key = $1
+  return WithSchema(std::string(kRecordColumns) + R"SQL(FROM {S}.outbox WHERE event_id::text = $1 OR dedup_key = $1
 ORDER BY seq
 )SQL", s);
 }

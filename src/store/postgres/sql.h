@@ -16,6 +16,10 @@ bool IsIdentifier(std::string_view name, std::size_t max_bytes = 63);
 // PostgreSQL's reserved key words, which an unquoted identifier cannot be.
 bool IsReservedWord(std::string_view name);
 
+// Text from brokers, handlers and exceptions made storable in a text column:
+// invalid UTF-8 and NUL bytes become '?', at most `max_bytes`.
+std::string StorableText(const std::string& s, std::size_t max_bytes);
+
 // Replaces every "{S}" in `text` with the (validated) schema name.
 std::string WithSchema(std::string text, const std::string& schema);
 
