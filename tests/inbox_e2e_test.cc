@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "kafka_helpers.h"
+#include "outbox/kafka.h"
 #include "subprocess.h"
 #include "test_env.h"
 
@@ -291,6 +292,27 @@ TEST_F(InboxE2ETest, ARebalanceMidBatchNeverMovesTheNewOwnersOffsetBack) {
                                        << a.Log();
   EXPECT_EQ(counters["applied"], 0);
   EXPECT_EQ(Effects(), 400);
+}
+
+// The largest event the relay publishes (1,000,000 bytes of payload, as enqueue
+// admits) failing with a long error: its dead-letter copy carries ~10 KB of
+// failure headers more, and must still be produced (else the consumer would
+// consume it again forever).
+TEST_F(InboxE2ETest, TheLargestEventIsDeadLetteredWithItsFailureHeaders) {
+  Subprocess& c = StartConsumer();
+  Message big = Keyed("big", "permanent-long:" + std::string(1'000'000 - 15, 'x'), "big-1");
+  ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", {big},
+                    {{"message.max.bytes", std::to_string(kDefaultMessageMaxBytes)}}),
+            1);
+  ProduceEvents(2, "ok", 1, "after-");
+  auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 1, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 1u) << c.Log();
+  EXPECT_EQ(dlt[0].value.size(), 1'000'000u);
+  EXPECT_EQ(dlt[0].headers.at("outbox-error-detail").size(), 8000u);
+  EXPECT_EQ(dlt[0].headers.at("outbox-error-message").size(), 1000u);
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 2; }, 30s)) << c.Log();
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["dead_lettered"], 1);
 }
 
 TEST_F(InboxE2ETest, TransientErrorIsRetriedAfterADelayThenSucceeds) {

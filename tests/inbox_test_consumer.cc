@@ -9,6 +9,7 @@
 //   "blocked"            permanent while the key is in <schema>.blocklist
 //   "fail-twice"         fail transiently on the first two attempts (per event id)
 //   "multiline"          permanent, with a two-line error
+//   "permanent-long:..." permanent, with a 9,000-byte error
 //   "orphan"             breaks a deferred foreign key (<schema>.child): fails at COMMIT
 //   a NULL value         permanent
 // Arguments: --db URL --bootstrap B --schema S --topic T --group G
@@ -55,6 +56,9 @@ int main(int argc, char** argv) {
   outbox::Handler handler = [&](const outbox::InboundMessage& m, pg_conn* txn) {
     if (m.payload_is_null) return outbox::HandlerResult::Permanent("a tombstone was not expected");
     if (m.payload == "permanent") return outbox::HandlerResult::Permanent("contract violation");
+    if (m.payload.rfind("permanent-long:", 0) == 0) {  // and a 9,000-byte error text
+      return outbox::HandlerResult::Permanent(std::string(9000, 'e'));
+    }
     if (m.payload == "multiline") {
       return outbox::HandlerResult::Permanent(
           "ERROR:  value out of range\nCONTEXT:  PL/pgSQL function f() line 3");

@@ -161,9 +161,11 @@ inline std::vector<Message> ReadTopic(const std::string& bootstrap, const std::s
 // Produces `msgs` to `topic` (key, value, headers; partition chosen by key) and
 // waits for the acks. Returns how many were acked.
 inline int Produce(const std::string& bootstrap, const std::string& topic,
-                   const std::vector<Message>& msgs) {
+                   const std::vector<Message>& msgs,
+                   const std::map<std::string, std::string>& props = {}) {
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  for (const auto& [k, v] : props) rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err);
   rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), err, sizeof err);
   rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof err);
   rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);

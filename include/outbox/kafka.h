@@ -41,6 +41,11 @@ namespace outbox {
 // room for the relay's own headers (at most ~1.4 KB) and their framing.
 inline constexpr long kDefaultMessageMaxBytes = 1'000'000 + 8'192;
 
+// The inbox's forwarding producer admits a forwarded copy of the largest event
+// with its failure headers (consumer.h: at most ~10 KB), still below the
+// broker's default message.max.bytes (1,048,588).
+inline constexpr long kForwardMessageMaxBytes = kDefaultMessageMaxBytes + 16'384;
+
 struct KafkaTransportOptions {
   // librdkafka properties, e.g. {"bootstrap.servers", "host:9092"}. Required:
   // bootstrap.servers. Ours, overridable: enable.idempotence=true, acks=all,
@@ -70,7 +75,8 @@ struct KafkaInboxSourceOptions {
   // auto.offset.reset=earliest, session.timeout.ms=10000,
   // heartbeat.interval.ms=1000. The forwarding producer takes the connection
   // and security properties (bootstrap.servers, security.*, sasl.*, ssl.*) from
-  // here and the transport's producer defaults (KafkaTransportOptions).
+  // here and the transport's producer defaults (KafkaTransportOptions), except
+  // message.max.bytes = kForwardMessageMaxBytes.
   std::map<std::string, std::string> properties;
 };
 

@@ -56,7 +56,10 @@ class Forwarder {
   Status Init(const Props& consumer_props) {
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     const Props connection = kafka_internal::ConnectionProperties(consumer_props);
-    Status st = kafka_internal::SetProperties(conf, {&kafka_internal::ProducerDefaults(), &connection});
+    // Room for the failure headers on top of the largest event.
+    const Props forward = {{"message.max.bytes", std::to_string(kForwardMessageMaxBytes)}};
+    Status st = kafka_internal::SetProperties(
+        conf, {&kafka_internal::ProducerDefaults(), &forward, &connection});
     if (!st.ok()) {
       rd_kafka_conf_destroy(conf);
       return st;
@@ -97,7 +100,10 @@ class Forwarder {
     rd_kafka_flush(rk_, 15000);
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (results[i] != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        // The originals are consumed again; a refusal that cannot pass (a copy
+        // over the size limit, a topic not allowed) keeps failing, loudly.
         return Status::Unavailable("forward to " + items[i].topic + ": " +
+                                   rd_kafka_err2name(results[i]) + ": " +
                                    rd_kafka_err2str(results[i]));
       }
     }
