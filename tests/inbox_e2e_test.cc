@@ -245,6 +245,31 @@ TEST_F(InboxE2ETest, OrderedModeAppliesAKeyInOrderAcrossRetries) {
   EXPECT_EQ(counters["dead_lettered"], 0);
 }
 
+// Ordered mode, killed after X1 and X2 were parked (and Y applied) but before
+// the offsets were committed: the restarted consumer gets all three again,
+// parks nothing twice, and applies each once, X1 before X2.
+TEST_F(InboxE2ETest, OrderedModeKilledAfterParkingBeforeTheOffsetCommitLosesAndRepeatsNothing) {
+  std::vector<Message> msgs = {Keyed("X", "fail-twice", "x1"), Keyed("X", "ok", "x2"),
+                               Keyed("Y", "ok", "y1")};
+  ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 3);
+  Subprocess& first =
+      StartConsumer("Inbox::AfterCommitBeforeOffsetCommit=crash@1", "300,300,300", /*ordered=*/true);
+  EXPECT_EQ(first.Wait(Scaled(60s)), 70) << "should die at the fault point:\n" << first.Log();
+  Subprocess& second = StartConsumer("", "300,300,300", /*ordered=*/true);
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 60s)) << second.Log();
+  std::this_thread::sleep_for(1s);  // nothing more may come
+  EXPECT_EQ(Effects(), 3);
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(k || ':' || payload, ',' ORDER BY k, payload) FROM " +
+                                   schema_ + ".effects"),
+            "X:fail-twice,X:ok,Y:ok")
+      << "each once";
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(payload, ',' ORDER BY applied_at) FROM " + schema_ +
+                                   ".effects WHERE k = 'X'"),
+            "fail-twice,ok");
+  EXPECT_EQ(Count("SELECT count(*) FROM " + schema_ + ".inbox_parked"), 0);
+  StopAndCount(second);
+}
+
 // The same events without ordered mode: the documented reordering.
 TEST_F(InboxE2ETest, UnorderedModeLetsALaterEventOvertakeARetriedOne) {
   Subprocess& c = StartConsumer("", "300,300,300");
