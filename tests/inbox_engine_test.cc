@@ -385,7 +385,10 @@ TEST_F(InboxEngineTest, AThrowingDedupFunctionDeadLettersTheMessage) {
 
 TEST_F(InboxEngineTest, NothingIsCommittedWhenTheStoreOrTheForwardFails) {
   source_.Add(Msg("t", 0, 0, "a", "down"));
-  RunUntil([&] { return source_.rewinds >= 1; });
+  RunUntil([&] {
+    std::lock_guard<std::mutex> l(source_.mu);
+    return source_.rewinds >= 1;
+  });
   EXPECT_EQ(source_.Committed({"t", 0}), 0u);
   source_.fail_forward = true;
   source_.Add(Msg("t", 0, 1, "b", "permanent"));
@@ -434,8 +437,9 @@ TEST_F(InboxEngineTest, OrderedModeHoldsOnlyTheKeyOfAFailedMessage) {
   source_.Add(keyed("Z", 4, "z2", "ok"));
   RunUntil(
       [&] {
+        if (store_.Applied().size() != 4) return false;
         std::lock_guard<std::mutex> l(source_.mu);
-        return store_.applied.size() == 4 && !source_.forwarded.empty();
+        return !source_.forwarded.empty();
       },
       DedupByEventId(), /*ordered=*/true);
   const auto applied = store_.Applied();
