@@ -1,9 +1,9 @@
 #include "outbox/log.h"
 
-#include "outbox/time.h"
-
 #include <chrono>
-#include <ctime>
+#include <cstdio>
+
+#include "outbox/time.h"
 
 namespace outbox {
 namespace {

@@ -1,8 +1,5 @@
 #include "common.h"
 
-#include <cstdio>
-#include <ctime>
-
 #include "outbox/kafka.h"
 
 namespace outbox::kafka_internal {
