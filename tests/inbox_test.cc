@@ -332,6 +332,40 @@ TEST_F(InboxTest, SinkHandlerStatementsRunInOnePipelineAndFailAlone) {
             "6");
 }
 
+// An inbox schema made before the shared migration runner (its
+// inbox_migrations table had no description column; versions 1 and 2 applied)
+// upgrades in place: the column is added, version 3 (the parked queue) applied,
+// the stamps kept.
+TEST_F(InboxTest, AnInboxSchemaFromBeforeTheSharedRunnerUpgradesInPlace) {
+  const std::string old = schema_ + "_old";
+  Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + old + " CASCADE");
+  Exec(conn_.get(), "CREATE SCHEMA " + old);
+  Exec(conn_.get(), "CREATE TABLE " + old + ".inbox_migrations (version integer PRIMARY KEY, "
+                        "applied_at timestamptz NOT NULL DEFAULT now())");
+  Exec(conn_.get(), "CREATE TABLE " + old + ".inbox_stamps (consumer text NOT NULL, dedup_key text "
+                        "NOT NULL, topic text, partition integer, \"offset\" bigint, applied_at "
+                        "timestamptz NOT NULL DEFAULT now(), duplicates integer NOT NULL DEFAULT 0, "
+                        "last_duplicate_at timestamptz, PRIMARY KEY (consumer, dedup_key))");
+  Exec(conn_.get(), "INSERT INTO " + old + ".inbox_migrations (version) VALUES (1), (2)");
+  Exec(conn_.get(), "INSERT INTO " + old + ".inbox_stamps (consumer, dedup_key) VALUES ('c', 'kept')");
+  PostgresInboxOptions o = Options("c");
+  o.schema = old;
+  auto inbox = OpenPostgresInbox(o, EffectHandler());
+  ASSERT_TRUE(inbox.ok());
+  ASSERT_TRUE((*inbox)->Migrate().ok());
+  ASSERT_TRUE((*inbox)->Migrate().ok()) << "twice";
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(version || ':' || (description <> ''), ',' ORDER BY "
+                                  "version) FROM " + old + ".inbox_migrations"),
+            "1:false,2:false,3:true");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + old + ".inbox_parked"), "0");
+  std::vector<InboundMessage> again = {Msg("kept", "ok")};
+  std::vector<std::string> keys = {"kept"};
+  auto r = (*inbox)->Apply(again, keys);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].outcome, Outcome::kDuplicate) << "the old stamp still absorbs";
+  Exec(conn_.get(), "DROP SCHEMA " + old + " CASCADE");
+}
+
 // ---- saga guards --------------------------------------------------------
 
 class SagaTest : public InboxTest {
