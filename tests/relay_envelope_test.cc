@@ -150,7 +150,9 @@ TEST_F(RelayEnvelopeTest, ABrokerOutageLongerThanMaxAttemptsFailsNothing) {
   }, 30s)) << relay.Log();
   std::this_thread::sleep_for(Scaled(6000ms));  // >= 3x what max_attempts would take
   EXPECT_EQ(CountStatus("FAILED"), 0) << relay.Log();
-  EXPECT_EQ(Exec(admin_.get(), "SELECT coalesce(max(attempts), 0) FROM " + schema_ + ".outbox"), "1")
+  // 1 while the probe's claim is in flight, 0 between probes (all given back).
+  EXPECT_LE(std::stoi(Exec(admin_.get(), "SELECT coalesce(max(attempts), 0) FROM " + schema_ + ".outbox")),
+            1)
       << "only claims in flight hold an attempt; outage batches give theirs back";
   ASSERT_EQ(kafka_->Control("broker-up -1"), "ok");
   ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, 60s))
