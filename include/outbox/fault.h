@@ -14,6 +14,9 @@
 //   Relay::AfterPublishBeforeMarkSent     broker acked, rows not yet marked SENT
 //   Relay::MarkSent                       `error`: the mark-sent call fails
 //   Relay::MarkFailed                     `error`: the mark-failed call fails
+//   Stream::AfterPublish                  cdc: streamed rows acked, not yet marked
+//                                         SENT, slot position not confirmed
+//   Stream::MarkSent                      cdc: `error`: the stream's mark-sent fails
 //   Inbox::InsideTransaction              after the handler ran, before COMMIT
 //   Inbox::AfterCommitBeforeOffsetCommit  effect committed, Kafka offset not yet
 //
@@ -31,6 +34,8 @@ inline constexpr std::string_view kRelayAfterPublishBeforeMarkSent =
     "Relay::AfterPublishBeforeMarkSent";
 inline constexpr std::string_view kRelayMarkSent = "Relay::MarkSent";
 inline constexpr std::string_view kRelayMarkFailed = "Relay::MarkFailed";
+inline constexpr std::string_view kStreamAfterPublish = "Stream::AfterPublish";
+inline constexpr std::string_view kStreamMarkSent = "Stream::MarkSent";
 inline constexpr std::string_view kInboxInsideTransaction = "Inbox::InsideTransaction";
 inline constexpr std::string_view kInboxAfterCommitBeforeOffsetCommit =
     "Inbox::AfterCommitBeforeOffsetCommit";

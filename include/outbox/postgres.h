@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/change_stream.h"
 #include "outbox/event.h"
 #include "outbox/status.h"
 #include "outbox/store.h"
@@ -49,6 +50,33 @@ struct PostgresStoreOptions {
 // After a connection loss each call reconnects first; if that fails the call
 // returns Unavailable and the caller backs off.
 Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options);
+
+// Change data capture over PostgreSQL logical replication (pgoutput, binary
+// mode; PostgreSQL 14 or later). The role needs REPLICATION (or superuser) and
+// the server wal_level = logical; outbox migration 5 creates the publication.
+struct PostgresChangeStreamOptions {
+  std::string conninfo;           // the database's (replication=database is added)
+  std::string schema = "outbox";  // the outbox table's schema
+  std::string slot;               // "" = outbox_<schema>
+  std::string publication;        // "" = outbox_<schema> (created by migration 5)
+  std::chrono::seconds connect_timeout{5};
+};
+
+// Connects, creates the slot when missing (or when it was invalidated), and
+// starts streaming from the slot's confirmed position. See ChangeStreamFactory
+// for the errors.
+Result<std::unique_ptr<ChangeStream>> OpenPostgresChangeStream(
+    const PostgresChangeStreamOptions& options);
+
+// Drops the slot so that it stops pinning WAL. Fenced while a reader is
+// attached; OK when there is no such slot.
+Status DropPostgresSlot(const PostgresChangeStreamOptions& options);
+
+// The slot and publication names for a schema: outbox_<schema>.
+std::string DefaultStreamName(const std::string& schema);
+// True when `name` may name a slot or publication: [a-z_][a-z0-9_]{0,62}, not
+// a reserved word.
+bool IsStreamName(const std::string& name);
 
 // OK when `name` is a safe unquoted PostgreSQL identifier for a schema.
 Status ValidateSchemaName(const std::string& name);

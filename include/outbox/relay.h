@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "outbox/change_stream.h"
 #include "outbox/log.h"
 #include "outbox/metrics.h"
 #include "outbox/status.h"
@@ -48,6 +49,37 @@ using std::chrono::seconds;
 enum class FailedPolicy {
   kHold,  // later events of an aggregate wait while an earlier one is FAILED (default)
   kPass,  // they go ahead; the FAILED one is replayed or skipped on its own
+};
+
+enum class RelaySource {
+  kPoll,  // claim rows from the table (default)
+  kCdc,   // read the database's log (change stream) + claim what it leaves (sweeper)
+};
+
+// relay.source = cdc (docs/relay.md, "CDC"). One relay streams (holds the
+// slot); the others stand by and take over when it dies. Every relay sweeps.
+struct CdcOptions {
+  std::string slot;  // the replication slot (progress rows and its gauges)
+  // How often the stream confirms its position to the server and records its
+  // progress in the table (one row, not per event).
+  milliseconds status_interval{1'000};
+  // The sweeper takes a row once the stream's settled point is this far past
+  // it: rows the stream handed back or never reached. Shorter finishes them
+  // sooner; too short and the sweeper races the stream (extra copies only).
+  milliseconds sweep_after{5'000};
+  // Stream progress older than this counts as no stream: sweepers then poll
+  // every due row (the stream is down, lost its slot, or capped).
+  milliseconds stream_stale_after{10'000};
+  milliseconds standby_retry{1'000};  // a standby tries to take the slot this often
+  // Asks the server for its position this often when the outbox is idle, so the
+  // slot moves while other tables write WAL.
+  milliseconds heartbeat_interval{10'000};
+  // Retained WAL past which the streaming relay stops streaming, drops the
+  // slot (releasing the WAL) and leaves the outbox to the sweepers until they
+  // have drained it; then a new slot starts. 0 = no cap.
+  std::int64_t max_retained_wal_bytes = std::int64_t{1} << 30;
+  // Drop the slot only when this returns OK (see DropPostgresSlot).
+  std::function<Status()> drop_slot;
 };
 
 struct RelayOptions {
@@ -79,6 +111,8 @@ struct RelayOptions {
   seconds purge_interval{60};
   int purge_batch = 1000;
   milliseconds stats_interval{2'000};  // refresh of pending/oldest-age gauges
+  RelaySource source = RelaySource::kPoll;
+  CdcOptions cdc;  // source = kCdc only
 };
 
 Status ValidateRelayOptions(const RelayOptions& o);
@@ -115,11 +149,26 @@ struct RelayMetrics {
   Gauge& ready;
   Histogram& batch_size;
   Histogram& commit_to_ack;
+  // relay.source = cdc
+  Gauge& cdc_streaming;
+  Counter& cdc_streamed;
+  Counter& cdc_left_to_sweeper;
+  Counter& cdc_restarts;
+  Counter& cdc_slot_created;
+  Counter& cdc_wal_cap_stops;
+  Gauge& cdc_retained_wal;
+  Gauge& cdc_lag;
+  Gauge& cdc_confirmed_lsn;
 };
 
 class Relay {
  public:
   static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreFactory store_factory,
+                                               Transport& transport, RelayMetrics& metrics,
+                                               Logger& logger);
+  // source = kCdc: also a change stream (one reader per slot; see CdcOptions).
+  static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreFactory store_factory,
+                                               ChangeStreamFactory stream_factory,
                                                Transport& transport, RelayMetrics& metrics,
                                                Logger& logger);
   ~Relay();  // stops and joins every thread Run() started
@@ -135,8 +184,17 @@ class Relay {
   bool Ready() const;
 
  private:
-  Relay(RelayOptions o, StoreFactory f, Transport& t, RelayMetrics& m, Logger& l);
+  Relay(RelayOptions o, StoreFactory f, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
+        Logger& l);
   void WorkerLoop(int index);
+  void StreamLoop();  // stream.cc
+  // cdc: the slot's gauges, and the WAL cap (sets / clears wal_capped_).
+  void WatchSlot(Store& store, const StoreStats* stats);
+  // A fenced transition, retried on database errors until `deadline`; false if
+  // it could not be recorded (the rows are left to lease expiry / the sweeper).
+  bool ApplyTransition(const std::string& who, const char* what,
+                       const std::function<Result<TransitionResult>()>& call, std::size_t n,
+                       std::string_view fault_point, std::chrono::steady_clock::time_point deadline);
   void HousekeepingLoop();
   void ListenLoop();
   // Sleeps up to `d` or until stop is requested; returns false if stopping.
@@ -159,6 +217,7 @@ class Relay {
 
   RelayOptions options_;
   StoreFactory store_factory_;
+  ChangeStreamFactory stream_factory_;  // empty unless source = kCdc
   Transport& transport_;
   RelayMetrics& metrics_;
   Logger& logger_;
@@ -167,6 +226,9 @@ class Relay {
   int running_ = 0;                   // GUARDED_BY(mu_): threads not yet finished
   std::atomic<int> db_ok_workers_{0};
   std::atomic<bool> db_ok_housekeeping_{false};
+  // cdc: housekeeping saw the slot over max_retained_wal_bytes (set), or the
+  // outbox drained after a cap stop (cleared); read by StreamLoop.
+  std::atomic<bool> wal_capped_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::uint64_t wake_seq_ = 0;  // GUARDED_BY(mu_): bumped by ListenLoop to end idle sleeps

@@ -60,6 +60,13 @@ struct ClaimOptions {
   // Ordered mode only: whether a FAILED event holds back the later events of its
   // aggregate (until an operator replays or skips it). False lets them pass.
   bool failed_holds_aggregate = true;
+  // The CDC sweeper (relay.source = cdc): while a change stream's progress is
+  // fresher than stream_stale_after, take only rows created more than
+  // sweep_margin before the point the stream has settled (rows it handed back,
+  // held, or a crash left behind) — never the ones it is about to publish.
+  // Without a fresh stream, claim like polling. 0 = no bound (polling).
+  std::chrono::milliseconds sweep_margin{0};
+  std::chrono::milliseconds stream_stale_after{10'000};
 };
 
 struct ClaimResult {
@@ -152,6 +159,37 @@ struct ListFilter {
   int limit = 100;
 };
 
+// Change data capture: what the table says about a row the change stream
+// decoded (Store::StreamStates).
+struct StreamRowState {
+  std::int64_t seq = 0;
+  RowState state = RowState::kPending;
+  int attempts = 0;
+  bool due = true;    // its next-attempt time has come (PENDING rows wait for a retry)
+  // The first row of its aggregate in the asked batch, and an earlier event of
+  // that aggregate is unsent (in flight, waiting for a retry, or FAILED under
+  // the hold policy).
+  bool held = false;
+};
+
+// How far a change stream has settled every commit (written about once a second).
+struct StreamProgress {
+  std::string slot;
+  std::string reader;               // relay id
+  std::uint64_t confirmed_lsn = 0;  // the slot's confirmed position
+  // Database clock, µs since the Unix epoch: every commit before it is settled.
+  std::int64_t covered_until_us = 0;
+};
+
+struct SlotStatus {
+  bool exists = false;
+  bool active = false;             // a reader is attached
+  std::string wal_status;          // PostgreSQL's: reserved, extended, unreserved, lost
+  std::int64_t retained_wal_bytes = 0;  // WAL the slot keeps from being recycled
+  // now - covered_until of the slot's progress; nullopt without progress.
+  std::optional<std::chrono::milliseconds> lag;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -198,6 +236,20 @@ class Store {
   // enqueue() notifies when the setting outbox.notify is on (docs/relay.md).
   // Relays use it to wake idle workers; polling stays the fallback.
   virtual Result<bool> WaitForWork(std::chrono::milliseconds timeout) = 0;
+
+  // --- Change data capture (relay.source = cdc). Stores that cannot stream
+  // keep these defaults (FailedPrecondition). A streamed event's transitions go
+  // through MarkSent / Reschedule / MarkFailed with ticket token 0: they apply
+  // while the row is PENDING (nobody holds it) and are refused otherwise.
+
+  // The rows of `seqs` (a change stream's batch, in commit order) as the table
+  // has them now; a row missing from the answer is gone (purged or deleted).
+  virtual Result<std::vector<StreamRowState>> StreamStates(std::span<const std::int64_t> seqs,
+                                                           bool failed_holds_aggregate);
+  virtual Status SaveStreamProgress(const StreamProgress& progress);
+  // Forgets a slot's progress: the sweepers then poll everything (slot dropped).
+  virtual Status DropStreamProgress(const std::string& slot);
+  virtual Result<SlotStatus> StreamSlotStatus(const std::string& slot);
 };
 
 }  // namespace outbox

@@ -104,4 +104,36 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
   return plan;
 }
 
+StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const StreamRowState> states,
+                        bool ordered, bool failed_holds) {
+  std::map<std::int64_t, const StreamRowState*> by_seq;
+  for (const StreamRowState& s : states) by_seq[s.seq] = &s;
+  std::map<std::pair<std::string, std::string>, bool> blocked;  // aggregate -> left behind
+  StreamPick pick;
+  for (ClaimedEvent& e : events) {
+    auto it = by_seq.find(e.ticket.seq);
+    const auto key = std::make_pair(e.event.aggregate_type, e.event.aggregate_id);
+    if (it == by_seq.end()) {
+      ++pick.already_done;
+      continue;
+    }
+    const StreamRowState& st = *it->second;
+    if (st.state == RowState::kSent || st.state == RowState::kSkipped) {
+      ++pick.already_done;
+      continue;
+    }
+    const bool publishable = st.state == RowState::kPending && st.due && !st.held &&
+                             !(ordered && blocked[key]);
+    if (!publishable) {
+      ++pick.left_to_sweeper;
+      if (ordered && (st.state != RowState::kFailed || failed_holds)) blocked[key] = true;
+      continue;
+    }
+    e.ticket.token = 0;
+    e.attempts = st.attempts + 1;
+    pick.publish.push_back(std::move(e));
+  }
+  return pick;
+}
+
 }  // namespace outbox::relay_internal

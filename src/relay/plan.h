@@ -45,6 +45,35 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
                      const RelayOptions& options, milliseconds outage_delay,
                      std::mt19937_64& rng);
 
+// Metrics and logs of one published batch (claimed or streamed): commit-to-ack
+// latency (each event's age when handed to the relay + `claim_to_ack`),
+// publish outcome counters, and the outage / failure log lines (once per state
+// change, tracked in *logged_outage).
+void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who,
+                   std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
+                   const Plan& plan, std::chrono::steady_clock::duration claim_to_ack,
+                   bool* logged_outage);
+
+// The change stream's decision for one decoded batch: which events to publish
+// now, given what the table says about their rows (Store::StreamStates).
+struct StreamPick {
+  std::vector<ClaimedEvent> publish;  // in commit order, attempts = the row's + 1
+  std::size_t already_done = 0;  // SENT, SKIPPED or gone: nothing to do
+  // Left in the table for the sweeper: in flight elsewhere (PROCESSING),
+  // FAILED, waiting for a retry, or behind an earlier unsent event of its
+  // aggregate (ordered mode).
+  std::size_t left_to_sweeper = 0;
+};
+
+// REQUIRES: `events` in commit order. In ordered mode, once an event of an
+// aggregate is left to the sweeper (or its aggregate is held behind an
+// earlier unsent event), every later event of that aggregate in the batch is
+// too: the sweeper's claim keeps their order (a FAILED one only when
+// `failed_holds`). Events whose rows are missing
+// from `states` are gone from the table (purged, or deleted when sent).
+StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const StreamRowState> states,
+                        bool ordered, bool failed_holds);
+
 }  // namespace outbox::relay_internal
 
 #endif  // OUTBOX_SRC_RELAY_PLAN_H_

@@ -14,6 +14,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using relay_internal::Plan;
 using relay_internal::PlanTransitions;
+using relay_internal::RecordPublish;
 
 const std::vector<double> kBatchBuckets = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
 const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01,  0.02, 0.05, 0.1,
@@ -78,7 +79,82 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r)
       commit_to_ack(r.AddHistogram("outbox_relay_commit_to_ack_seconds",
                                    "Time from enqueue to broker ack: the row's age at claim on the "
                                    "database's clock plus claim-to-ack on the relay's clock.",
-                                   kLatencyBuckets)) {}
+                                   kLatencyBuckets)),
+      cdc_streaming(r.AddGauge("outbox_cdc_streaming",
+                               "1 while this relay reads the replication slot (cdc).")),
+      cdc_streamed(r.AddCounter("outbox_cdc_events_decoded_total",
+                                "Outbox rows the change stream decoded (cdc).")),
+      cdc_left_to_sweeper(r.AddCounter(
+          "outbox_cdc_events_left_to_sweeper_total",
+          "Decoded rows the stream did not publish: in flight elsewhere, FAILED, waiting "
+          "for a retry or behind an earlier unsent event (the sweeper finishes them).")),
+      cdc_restarts(r.AddCounter("outbox_cdc_stream_restarts_total",
+                                "Times the change stream was reopened after an error.")),
+      cdc_slot_created(r.AddCounter("outbox_cdc_slot_created_total",
+                                    "Replication slots this relay created (first start, or "
+                                    "after the slot was lost or dropped).")),
+      cdc_wal_cap_stops(r.AddCounter("outbox_cdc_wal_cap_stops_total",
+                                     "Times streaming stopped and the slot was dropped because "
+                                     "it retained more than cdc.max_retained_wal_bytes.")),
+      cdc_retained_wal(r.AddGauge("outbox_cdc_slot_retained_wal_bytes",
+                                  "WAL the replication slot keeps from being recycled.")),
+      cdc_lag(r.AddGauge("outbox_cdc_lag_seconds",
+                         "Database time since the point up to which the stream has settled "
+                         "every commit.")),
+      cdc_confirmed_lsn(r.AddGauge("outbox_cdc_confirmed_lsn",
+                                   "The slot position this relay last confirmed (as a number).")) {}
+
+namespace relay_internal {
+
+void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who,
+                   std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
+                   const Plan& plan, std::chrono::steady_clock::duration claim_to_ack,
+                   bool* logged_outage) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (results[i].outcome == PublishOutcome::kAcked) {
+      // Age at claim by the database's clock + claim-to-ack by ours: each
+      // difference is taken on one clock, so host clock skew does not enter.
+      metrics.commit_to_ack.Observe(
+          std::chrono::duration<double>(events[i].age_at_claim + claim_to_ack)
+              .count());
+    }
+  }
+  metrics.published.Inc(plan.sent.size() + plan.held_back);
+  metrics.publish_retryable.Inc(plan.retryable);
+  metrics.publish_fatal.Inc(plan.fatal);
+  metrics.not_sent.Inc(plan.not_sent);
+  if (plan.outage) {
+    metrics.outage_batches.Inc();
+    if (!*logged_outage) {
+      logger.Warn("broker unreachable for a whole batch; workers back off together, "
+                   "attempts are not counted",
+                   {{"worker", who}, {"batch", std::to_string(events.size())},
+                    {"error", results.empty() ? "" : results.front().error}});
+      *logged_outage = true;
+    }
+  } else if (plan.fatal > 0 || plan.retryable > 0) {
+    const PublishResult* first = nullptr;
+    for (const auto& r : results) {
+      if (r.outcome == PublishOutcome::kRetryable || r.outcome == PublishOutcome::kFatal) {
+        first = &r;
+        break;
+      }
+    }
+    logger.Warn("publish failures in batch",
+                 {{"worker", who},
+                  {"batch", std::to_string(events.size())},
+                  {"retriable", std::to_string(plan.retryable)},
+                  {"fatal", std::to_string(plan.fatal)},
+                  {"not_sent", std::to_string(plan.not_sent)},
+                  {"first_error", first ? first->error : ""}});
+  }
+  if (!plan.outage && plan.sent.size() + plan.held_back > 0 && *logged_outage) {
+    logger.Info("broker reachable again", {{"worker", who}});
+    *logged_outage = false;
+  }
+}
+
+}  // namespace relay_internal
 
 Status ValidateRelayOptions(const RelayOptions& o) {
   auto bad = [](const std::string& key, const std::string& why) {
@@ -99,13 +175,38 @@ Status ValidateRelayOptions(const RelayOptions& o) {
   if (o.purge_batch < 1) return bad("purge_batch", "must be >= 1");
   if (o.purge_interval.count() < 1) return bad("purge_interval_s", "must be >= 1");
   if (o.stats_interval.count() < 100) return bad("stats_interval_ms", "must be >= 100");
+  if (o.source == RelaySource::kCdc) {
+    auto cdc = [](const std::string& key, const std::string& why) {
+      return Status::InvalidArgument("cdc." + key + " " + why);
+    };
+    if (o.cdc.slot.empty()) return cdc("slot", "must not be empty");
+    if (o.cdc.status_interval.count() < 10) return cdc("status_interval_ms", "must be >= 10");
+    if (o.cdc.sweep_after.count() < 1) return cdc("sweep_after_ms", "must be >= 1");
+    if (o.cdc.stream_stale_after <= o.cdc.status_interval) {
+      return cdc("stream_stale_after_ms", "must be > cdc.status_interval_ms");
+    }
+    if (o.cdc.standby_retry.count() < 1) return cdc("standby_retry_ms", "must be >= 1");
+    if (o.cdc.heartbeat_interval.count() < 1) return cdc("heartbeat_interval_ms", "must be >= 1");
+    if (o.cdc.max_retained_wal_bytes < 0) return cdc("max_retained_wal_bytes", "must be >= 0");
+  }
   return Status::Ok();
 }
 
 Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory store_factory,
                                              Transport& transport, RelayMetrics& metrics,
                                              Logger& logger) {
+  return Create(std::move(options), std::move(store_factory), ChangeStreamFactory(), transport,
+                metrics, logger);
+}
+
+Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory store_factory,
+                                             ChangeStreamFactory stream_factory,
+                                             Transport& transport, RelayMetrics& metrics,
+                                             Logger& logger) {
   OUTBOX_RETURN_IF_ERROR(ValidateRelayOptions(options));
+  if (options.source == RelaySource::kCdc && !stream_factory) {
+    return Status::InvalidArgument("relay.source = cdc needs a change stream (this store has none)");
+  }
   if (options.lease <= transport.MaxPublishTime()) {
     return Status::InvalidArgument(
         "relay.lease_ms (" + std::to_string(options.lease.count()) +
@@ -113,12 +214,18 @@ Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory 
         " ms = " + transport.DescribeMaxPublishTime() +
         ", or a message could outlive its lease and be published again by another relay");
   }
-  return std::unique_ptr<Relay>(
-      new Relay(std::move(options), std::move(store_factory), transport, metrics, logger));
+  return std::unique_ptr<Relay>(new Relay(std::move(options), std::move(store_factory),
+                                          std::move(stream_factory), transport, metrics, logger));
 }
 
-Relay::Relay(RelayOptions o, StoreFactory f, Transport& t, RelayMetrics& m, Logger& l)
-    : options_(std::move(o)), store_factory_(std::move(f)), transport_(t), metrics_(m), logger_(l) {}
+Relay::Relay(RelayOptions o, StoreFactory f, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
+             Logger& l)
+    : options_(std::move(o)),
+      store_factory_(std::move(f)),
+      stream_factory_(std::move(c)),
+      transport_(t),
+      metrics_(m),
+      logger_(l) {}
 
 Relay::~Relay() {
   RequestStop();
@@ -241,7 +348,9 @@ void Relay::ListenLoop() {
 }
 
 Status Relay::Run() {
+  const bool cdc = options_.source == RelaySource::kCdc;
   logger_.Info("relay starting", {{"relay_id", options_.relay_id},
+                                  {"source", cdc ? "cdc" : "poll"},
                                   {"workers", std::to_string(options_.workers)},
                                   {"batch_size", std::to_string(options_.batch_size)},
                                   {"ordered", options_.ordered ? "true" : "false"}});
@@ -259,7 +368,10 @@ Status Relay::Run() {
   };
   for (int i = 0; i < options_.workers; ++i) spawn([this, i] { WorkerLoop(i); });
   spawn([this] { HousekeepingLoop(); });
-  if (options_.listen) spawn([this] { ListenLoop(); });
+  // In cdc mode new rows come from the stream; notifications would only wake
+  // the sweepers for rows they must leave to it.
+  if (options_.listen && !cdc) spawn([this] { ListenLoop(); });
+  if (cdc) spawn([this] { StreamLoop(); });
 
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -292,6 +404,10 @@ void Relay::WorkerLoop(int index) {
   co.max_attempts = options_.max_attempts;
   co.ordered = options_.ordered;
   co.failed_holds_aggregate = options_.on_failed == FailedPolicy::kHold;
+  if (options_.source == RelaySource::kCdc) {
+    co.sweep_margin = options_.cdc.sweep_after;
+    co.stream_stale_after = options_.cdc.stream_stale_after;
+  }
 
   std::unique_ptr<Store> store;
   bool db_ok = false;
@@ -372,84 +488,16 @@ void Relay::WorkerLoop(int index) {
     (void)OUTBOX_FAULT(fault::kRelayAfterPublishBeforeMarkSent);
     Plan plan = PlanTransitions(events, results, options_, NextOutageDelay(), rng);
     EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, probing);
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      if (results[i].outcome == PublishOutcome::kAcked) {
-        // Age at claim by the database's clock + claim-to-ack by ours: each
-        // difference is taken on one clock, so host clock skew does not enter.
-        metrics_.commit_to_ack.Observe(
-            std::chrono::duration<double>(events[i].age_at_claim + (acked_at - claimed_at))
-                .count());
-      }
-    }
-    metrics_.published.Inc(plan.sent.size() + plan.held_back);
-    metrics_.publish_retryable.Inc(plan.retryable);
-    metrics_.publish_fatal.Inc(plan.fatal);
-    metrics_.not_sent.Inc(plan.not_sent);
-    if (plan.outage) {
-      metrics_.outage_batches.Inc();
-      if (!logged_outage) {
-        logger_.Warn("broker unreachable for a whole batch; workers back off together, "
-                     "attempts are not counted",
-                     {{"worker", who}, {"batch", std::to_string(events.size())},
-                      {"error", results.empty() ? "" : results.front().error}});
-        logged_outage = true;
-      }
-    } else if (plan.fatal > 0 || plan.retryable > 0) {
-      const PublishResult* first = nullptr;
-      for (const auto& r : results) {
-        if (r.outcome == PublishOutcome::kRetryable || r.outcome == PublishOutcome::kFatal) {
-          first = &r;
-          break;
-        }
-      }
-      logger_.Warn("publish failures in batch",
-                   {{"worker", who},
-                    {"batch", std::to_string(events.size())},
-                    {"retriable", std::to_string(plan.retryable)},
-                    {"fatal", std::to_string(plan.fatal)},
-                    {"not_sent", std::to_string(plan.not_sent)},
-                    {"first_error", first ? first->error : ""}});
-    }
-    if (!plan.outage && plan.sent.size() + plan.held_back > 0 && logged_outage) {
-      logger_.Info("broker reachable again", {{"worker", who}});
-      logged_outage = false;
-    }
+    RecordPublish(metrics_, logger_, who, events, results, plan, acked_at - claimed_at, &logged_outage);
 
     // Transitions: retried on database errors until the lease is about to lapse
     // (or the shutdown deadline). A mark that cannot be done is left to lease
     // expiry: the row is published again and the inbox absorbs it — it is never
     // marked FAILED for a failure of ours.
     const auto lease_deadline = claimed_at + options_.lease - std::chrono::seconds(1);
-    auto apply = [&](const char* what, auto&& call, std::size_t n,
-                     std::string_view fault_point) -> void {
-      if (n == 0) return;
-      milliseconds backoff{50};
-      for (;;) {
-        Result<TransitionResult> r = OUTBOX_FAULT(fault_point)
-                                         ? Result<TransitionResult>(Status::Internal(
-                                               "fault point " + std::string(fault_point)))
-                                         : call();
-        if (r.ok()) {
-          db_succeeded();
-          if (!r->refused.empty()) {
-            metrics_.fenced.Inc(r->refused.size());
-            logger_.Warn("transition refused: lease lost to another claim",
-                         {{"worker", who}, {"op", what},
-                          {"rows", std::to_string(r->refused.size())}});
-          }
-          return;
-        }
-        metrics_.db_errors.Inc();
-        if (!r.status().retryable() || Clock::now() + backoff >= lease_deadline) {
-          logger_.Error("could not record transition; leaving rows to lease expiry",
-                        {{"worker", who}, {"op", what}, {"rows", std::to_string(n)},
-                         {"error", r.status().ToString()}});
-          return;
-        }
-        metrics_.mark_retries.Inc();
-        std::this_thread::sleep_for(backoff);
-        backoff = std::min(backoff * 2, milliseconds(2000));
-      }
+    auto apply = [&](const char* what, const std::function<Result<TransitionResult>()>& call,
+                     std::size_t n, std::string_view fault_point) {
+      if (ApplyTransition(who, what, call, n, fault_point, lease_deadline)) db_succeeded();
     };
     apply("mark sent", [&] { return store->MarkSent(plan.sent); }, plan.sent.size(),
           fault::kRelayMarkSent);
@@ -479,6 +527,62 @@ void Relay::WorkerLoop(int index) {
   if (idle_poller_ == index) idle_poller_ = -1;
 }
 
+bool Relay::ApplyTransition(const std::string& who, const char* what,
+                            const std::function<Result<TransitionResult>()>& call, std::size_t n,
+                            std::string_view fault_point,
+                            std::chrono::steady_clock::time_point deadline) {
+  // Retried on database errors until the deadline (the lease is about to lapse,
+  // or the shutdown deadline). A mark that cannot be done is left to lease
+  // expiry (or, for streamed rows, to the sweeper): the row is published again
+  // and the inbox absorbs it — it is never marked FAILED for a failure of ours.
+  if (n == 0) return true;
+  milliseconds backoff{50};
+  for (;;) {
+    Result<TransitionResult> r =
+        OUTBOX_FAULT(fault_point)
+            ? Result<TransitionResult>(Status::Internal("fault point " + std::string(fault_point)))
+            : call();
+    if (r.ok()) {
+      if (!r->refused.empty()) {
+        metrics_.fenced.Inc(r->refused.size());
+        logger_.Warn("transition refused: lease lost to another claim",
+                     {{"worker", who}, {"op", what}, {"rows", std::to_string(r->refused.size())}});
+      }
+      return true;
+    }
+    metrics_.db_errors.Inc();
+    if (!r.status().retryable() || Clock::now() + backoff >= deadline) {
+      logger_.Error("could not record transition; leaving rows to lease expiry",
+                    {{"worker", who}, {"op", what}, {"rows", std::to_string(n)},
+                     {"error", r.status().ToString()}});
+      return false;
+    }
+    metrics_.mark_retries.Inc();
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(2000));
+  }
+}
+
+void Relay::WatchSlot(Store& store, const StoreStats* stats) {
+  const CdcOptions& cdc = options_.cdc;
+  auto slot = store.StreamSlotStatus(cdc.slot);
+  if (!slot.ok()) {
+    metrics_.db_errors.Inc();
+    return;
+  }
+  metrics_.cdc_retained_wal.Set(static_cast<double>(slot->retained_wal_bytes));
+  metrics_.cdc_lag.Set(slot->lag ? static_cast<double>(slot->lag->count()) / 1000.0 : 0.0);
+  if (cdc.max_retained_wal_bytes > 0 && slot->exists &&
+      slot->retained_wal_bytes > cdc.max_retained_wal_bytes) {
+    wal_capped_ = true;  // the streaming relay drops the slot; standbys do not start one
+  } else if (wal_capped_ && stats != nullptr && stats->oldest_unsent_age < cdc.sweep_after * 2) {
+    // The sweepers have drained what piled up: stream again (a new slot).
+    logger_.Info("outbox drained by polling after the WAL cap; streaming starts again",
+                 {{"slot", cdc.slot}});
+    wal_capped_ = false;
+  }
+}
+
 void Relay::HousekeepingLoop() {
   std::unique_ptr<Store> store;
   auto next_purge = Clock::now() + std::chrono::seconds(5);
@@ -506,6 +610,7 @@ void Relay::HousekeepingLoop() {
       db_ok_housekeeping_ = false;
       metrics_.db_errors.Inc();
     }
+    if (options_.source == RelaySource::kCdc) WatchSlot(*store, st.ok() ? &*st : nullptr);
     // Purge does not depend on Stats. Each round deletes batches for at most
     // kPurgeBudget; if rows are left it goes on next round (every stats
     // interval) instead of waiting a whole purge_interval, so it keeps up with

@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include <limits>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -203,6 +205,45 @@ const std::vector<Key>& Keys() {
     k.push_back(Dur<std::chrono::milliseconds>(
         "relay.stats_interval_ms", "OUTBOX_RELAY_STATS_INTERVAL_MS", 100, kMaxMs,
         [](Config& c) -> std::chrono::milliseconds& { return c.relay.stats_interval; }));
+    k.push_back(Key{"relay.source", "OUTBOX_RELAY_SOURCE",
+                    [](Config& c, const std::string& v) -> Status {
+                      if (v == "poll") {
+                        c.relay.source = RelaySource::kPoll;
+                      } else if (v == "cdc") {
+                        c.relay.source = RelaySource::kCdc;
+                      } else {
+                        return BadValue("relay.source", v, "poll or cdc");
+                      }
+                      return Status::Ok();
+                    },
+                    [](const Config& c) {
+                      return std::string(c.relay.source == RelaySource::kCdc ? "cdc" : "poll");
+                    },
+                    true});
+    k.push_back(Str("cdc.slot", "OUTBOX_CDC_SLOT",
+                    [](Config& c) -> std::string& { return c.cdc_slot; }));
+    k.push_back(Str("cdc.publication", "OUTBOX_CDC_PUBLICATION",
+                    [](Config& c) -> std::string& { return c.cdc_publication; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "cdc.status_interval_ms", "OUTBOX_CDC_STATUS_INTERVAL_MS", 10, 60000,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.cdc.status_interval; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "cdc.sweep_after_ms", "OUTBOX_CDC_SWEEP_AFTER_MS", 1, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.cdc.sweep_after; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "cdc.stream_stale_after_ms", "OUTBOX_CDC_STREAM_STALE_AFTER_MS", 100, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.cdc.stream_stale_after; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "cdc.standby_retry_ms", "OUTBOX_CDC_STANDBY_RETRY_MS", 1, 600000,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.cdc.standby_retry; }));
+    k.push_back(Dur<std::chrono::milliseconds>(
+        "cdc.heartbeat_interval_ms", "OUTBOX_CDC_HEARTBEAT_INTERVAL_MS", 1, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.cdc.heartbeat_interval; }));
+    k.push_back(Int<std::int64_t>("cdc.max_retained_wal_bytes", "OUTBOX_CDC_MAX_RETAINED_WAL_BYTES",
+                                  0, std::numeric_limits<std::int64_t>::max(),
+                                  [](Config& c) -> std::int64_t& {
+                                    return c.relay.cdc.max_retained_wal_bytes;
+                                  }));
     k.push_back(Dur<std::chrono::seconds>(
         "retention.sent_retention_s", "OUTBOX_RETENTION_SENT_RETENTION_S", 0, 3650LL * 86400,
         [](Config& c) -> std::chrono::seconds& { return c.relay.sent_retention; }));
@@ -403,6 +444,14 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
     return Status::InvalidArgument(
         "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "
         "--bootstrap)");
+  }
+  c.relay.cdc.slot = c.cdc_slot.empty() ? DefaultStreamName(c.database.schema) : c.cdc_slot;
+  for (const auto& [key, name] : {std::pair<std::string, std::string>{"cdc.slot", c.relay.cdc.slot},
+                                  {"cdc.publication", c.cdc_publication}}) {
+    if (!name.empty() && !IsStreamName(name)) {
+      return Status::InvalidArgument("config key " + key + ": \"" + name +
+                                     "\" must match [a-z_][a-z0-9_]{0,62}");
+    }
   }
   Status tt = ValidateTopicTemplate(c.kafka.topic_template);
   if (!tt.ok()) return Status::InvalidArgument("config key kafka." + tt.message());

@@ -19,6 +19,8 @@ struct Config {
   PostgresStoreOptions database;
   KafkaTransportOptions kafka;
   RelayOptions relay;
+  std::string cdc_slot;         // "" = outbox_<schema> (relay.cdc.slot is resolved from it)
+  std::string cdc_publication;  // "" = outbox_<schema>
   std::string http_listen = "127.0.0.1:9464";  // loopback by default: metrics are not public
   bool log_json = false;
   LogLevel log_level = LogLevel::kInfo;

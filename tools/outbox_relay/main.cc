@@ -100,7 +100,20 @@ int main(int argc, char** argv) {
 
   outbox::MetricsRegistry registry;
   outbox::RelayMetrics metrics(registry);
-  auto relay = outbox::Relay::Create(cfg->relay, factory, **transport, metrics, logger);
+  outbox::ChangeStreamFactory stream_factory;
+  outbox::RelayOptions relay_options = cfg->relay;
+  if (relay_options.source == outbox::RelaySource::kCdc) {
+    outbox::PostgresChangeStreamOptions so;
+    so.conninfo = db.conninfo;
+    so.schema = db.schema;
+    so.slot = relay_options.cdc.slot;
+    so.publication = cfg->cdc_publication;
+    so.connect_timeout = db.connect_timeout;
+    stream_factory = [so]() { return outbox::OpenPostgresChangeStream(so); };
+    relay_options.cdc.drop_slot = [so]() { return outbox::DropPostgresSlot(so); };
+  }
+  auto relay = outbox::Relay::Create(relay_options, factory, stream_factory, **transport, metrics,
+                                     logger);
   if (!relay.ok()) {
     std::cerr << "outbox-relay: configuration error: " << relay.status().message() << "\n";
     return kExitConfig;

@@ -50,6 +50,7 @@ class PostgresStore final : public Store {
         mark_failed_(pg::sql::MarkFailed(options_.schema)),
         purge_(pg::sql::PurgeSent(options_.schema)),
         stats_(pg::sql::Stats(options_.schema)),
+        stream_states_(pg::sql::StreamStates(options_.schema)),
         count_sent_(pg::sql::CountSent(options_.schema)) {}
 
   Status Migrate() override {
@@ -66,8 +67,12 @@ class PostgresStore final : public Store {
         {Param::Text(std::to_string(o.batch_size)), Param::Text(o.owner),
          Param::Text(std::to_string(o.lease.count())), Param::Text(std::to_string(o.max_attempts)),
          Param::Text(o.failed_holds_aggregate ? "true" : "false"),
-         Param::Text(std::to_string(o.batch_bytes))},
-        {pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid, pg::kBoolOid, pg::kInt8Oid},
+         Param::Text(std::to_string(o.batch_bytes)),
+         o.sweep_margin.count() > 0 ? Param::Text(std::to_string(o.sweep_margin.count()))
+                                    : Param::Null(),
+         Param::Text(std::to_string(o.stream_stale_after.count()))},
+        {pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid, pg::kBoolOid, pg::kInt8Oid,
+         pg::kInt8Oid, pg::kInt8Oid},
         /*result_format=*/1);
     if (!res.ok()) return res.status();
     const PGresult* r = res->get();
@@ -186,6 +191,65 @@ class PostgresStore final : public Store {
     return drain();
   }
 
+  Result<std::vector<StreamRowState>> StreamStates(std::span<const std::int64_t> seqs,
+                                                   bool failed_holds_aggregate) override {
+    std::vector<StreamRowState> out;
+    if (seqs.empty()) return out;
+    auto res = session_->Exec(
+        "stream states", stream_states_,
+        {Param::Text(pg::Int64ArrayLiteral(std::vector<std::int64_t>(seqs.begin(), seqs.end()))),
+         Param::Text(failed_holds_aggregate ? "true" : "false")});
+    if (!res.ok()) return res.status();
+    const PGresult* r = res->get();
+    out.reserve(static_cast<std::size_t>(PQntuples(r)));
+    for (int i = 0; i < PQntuples(r); ++i) {
+      StreamRowState st;
+      st.seq = pg::GetInt64(r, i, 0);
+      const std::string status = pg::GetText(r, i, 1);
+      st.state = status == "PENDING"      ? RowState::kPending
+                 : status == "PROCESSING" ? RowState::kProcessing
+                 : status == "SENT"       ? RowState::kSent
+                 : status == "FAILED"     ? RowState::kFailed
+                                          : RowState::kSkipped;
+      st.attempts = static_cast<int>(pg::GetInt64(r, i, 2));
+      st.due = pg::GetText(r, i, 3) == "t";
+      st.held = pg::GetText(r, i, 4) == "t";
+      out.push_back(st);
+    }
+    return out;
+  }
+
+  Status SaveStreamProgress(const StreamProgress& p) override {
+    return session_
+        ->Exec("save stream progress", pg::sql::SaveStreamProgress(options_.schema),
+               {Param::Text(p.slot), Param::Text(SafeText(p.reader)),
+                Param::Text(pg::LsnText(p.confirmed_lsn)),
+                Param::Text(std::to_string(p.covered_until_us))})
+        .status();
+  }
+
+  Status DropStreamProgress(const std::string& slot) override {
+    return session_
+        ->Exec("drop stream progress", pg::sql::DropStreamProgress(options_.schema),
+               {Param::Text(slot)})
+        .status();
+  }
+
+  Result<SlotStatus> StreamSlotStatus(const std::string& slot) override {
+    auto res = session_->Exec("slot status", pg::sql::SlotStatus(options_.schema),
+                              {Param::Text(slot)});
+    if (!res.ok()) return res.status();
+    const PGresult* r = res->get();
+    SlotStatus st;
+    if (PQntuples(r) == 0) return st;
+    st.exists = true;
+    st.retained_wal_bytes = pg::GetInt64(r, 0, 0);
+    st.active = pg::GetText(r, 0, 1) == "t";
+    st.wal_status = pg::GetText(r, 0, 2);
+    if (!PQgetisnull(r, 0, 3)) st.lag = std::chrono::milliseconds(pg::GetInt64(r, 0, 3));
+    return st;
+  }
+
   Result<StoreStats> Stats() override {
     auto res = session_->Exec("stats", stats_);
     if (!res.ok()) return res.status();
@@ -300,7 +364,7 @@ class PostgresStore final : public Store {
   std::unique_ptr<pg::Session> session_;
   PGconn* listening_on_ = nullptr;  // the connection that has run LISTEN
   const std::string claim_ordered_, claim_unordered_, mark_sent_, reschedule_, mark_failed_,
-      purge_, stats_, count_sent_;
+      purge_, stats_, stream_states_, count_sent_;
 };
 
 }  // namespace

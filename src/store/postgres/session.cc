@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include <cstdio>
+
 #include "outbox/postgres.h"
 
 #include <cstdlib>
@@ -156,12 +158,19 @@ Result<ConnPtr> Session::Open(const Options& options) {
   // keepalives notice an idle dead peer within idle + interval * count = 25 s;
   // tcp_user_timeout ends a call whose sent data stays unacknowledged for 30 s.
   // Before dbname, so that the caller's conninfo can override them.
-  const char* keys[] = {"keepalives", "keepalives_idle", "keepalives_interval",
-                        "keepalives_count", "tcp_user_timeout", "dbname", "connect_timeout",
-                        "application_name", "options", nullptr};
-  const char* vals[] = {"1", "10", "5", "3", "30000", options.conninfo.c_str(), timeout.c_str(),
-                        options.application_name.c_str(), pg_options.c_str(), nullptr};
-  ConnPtr conn(PQconnectdbParams(keys, vals, /*expand_dbname=*/1));
+  std::vector<const char*> keys = {"keepalives", "keepalives_idle", "keepalives_interval",
+                                   "keepalives_count", "tcp_user_timeout", "dbname",
+                                   "connect_timeout", "application_name", "options"};
+  std::vector<const char*> vals = {"1", "10", "5", "3", "30000", options.conninfo.c_str(),
+                                   timeout.c_str(), options.application_name.c_str(),
+                                   pg_options.c_str()};
+  if (options.replication) {  // after dbname: the caller's conninfo cannot turn it off
+    keys.push_back("replication");
+    vals.push_back("database");
+  }
+  keys.push_back(nullptr);
+  vals.push_back(nullptr);
+  ConnPtr conn(PQconnectdbParams(keys.data(), vals.data(), /*expand_dbname=*/1));
   if (!conn) return Status::Unavailable("connect: out of memory");
   if (PQstatus(conn.get()) != CONNECTION_OK) {
     return Status::Unavailable("connect to PostgreSQL: " + TrimMessage(PQerrorMessage(conn.get())));
@@ -223,6 +232,37 @@ std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values) {
   }
   s += '}';
   return s;
+}
+
+std::string LsnText(std::uint64_t lsn) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%X/%X", static_cast<unsigned>(lsn >> 32),
+                static_cast<unsigned>(lsn & 0xffffffffu));
+  return buf;
+}
+
+Result<std::uint64_t> ParseLsn(std::string_view text) {
+  const auto slash = text.find('/');
+  auto hex = [](std::string_view h, std::uint64_t* out) {
+    if (h.empty() || h.size() > 8) return false;
+    std::uint64_t v = 0;
+    for (char c : h) {
+      int d = (c >= '0' && c <= '9') ? c - '0'
+              : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+              : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                                       : -1;
+      if (d < 0) return false;
+      v = v * 16 + static_cast<std::uint64_t>(d);
+    }
+    *out = v;
+    return true;
+  };
+  std::uint64_t hi = 0, lo = 0;
+  if (slash == std::string_view::npos || !hex(text.substr(0, slash), &hi) ||
+      !hex(text.substr(slash + 1), &lo)) {
+    return Status::InvalidArgument("not a WAL position (like 16/B374D848): " + std::string(text));
+  }
+  return (hi << 32) | lo;
 }
 
 std::string TextArrayLiteral(std::span<const std::string> values) {

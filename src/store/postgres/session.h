@@ -79,7 +79,14 @@ class Session {
     std::chrono::seconds connect_timeout{5};
     std::chrono::milliseconds statement_timeout{30'000};
     std::string application_name = "outbox";
+    // A logical replication connection (replication=database): simple queries
+    // and replication commands only (START_REPLICATION, CREATE_REPLICATION_SLOT).
+    bool replication = false;
   };
+
+  // The connection alone, for callers that drive libpq themselves (the change
+  // stream's COPY BOTH mode).
+  static Result<ConnPtr> OpenConnection(const Options& options) { return Open(options); }
 
   static Result<std::unique_ptr<Session>> Connect(const Options& options);
   // Checks what every store checks first (the schema name; a conninfo is set),
@@ -116,6 +123,9 @@ std::optional<std::string> GetOptionalText(const PGresult* res, int row, int col
 
 // "{1,2,3}" — a PostgreSQL array literal of integers.
 std::string Int64ArrayLiteral(const std::vector<std::int64_t>& values);
+// A WAL position as PostgreSQL writes it ("16/B374D848"), and back.
+std::string LsnText(std::uint64_t lsn);
+Result<std::uint64_t> ParseLsn(std::string_view text);
 // A text[] literal; every element quoted and escaped.
 std::string TextArrayLiteral(std::span<const std::string> values);
 

@@ -280,7 +280,7 @@ $fn$;
 constexpr const char* kMigration2Head = R"SQL(
 CREATE FUNCTION {S}.claim_ordered(p_batch integer, p_owner text, p_lease_ms bigint,
                                   p_max_attempts integer, p_failed_holds boolean,
-                                  p_max_bytes bigint)
+                                  p_max_bytes bigint{SWEEP_PARAMS})
   RETURNS TABLE (seq bigint, event_id text, aggregate_type text, aggregate_id text,
                  event_type text, payload bytea, headers text, dedup_key text, attempts integer,
                  lease_token bigint, status text, created_us bigint, age_us bigint)
@@ -307,13 +307,13 @@ DECLARE
   -- prefetches rows, and here each prefetched row is a probe, so a claim that
   -- already had its batch walked on through every row held behind a hot
   -- aggregate (measured: 9,500 probes, 340 ms, for a claim that needed one head).
-  heads refcursor;
-BEGIN
+  heads refcursor;{SWEEP_DECLARE}
+BEGIN{SWEEP_BEGIN}
   OPEN heads NO SCROLL FOR
     SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts,
            octet_length(o.payload)::bigint AS len
     FROM {S}.outbox o
-    WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
+    WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now(){SWEEP_HEAD}
       -- A correlated scalar subquery, not NOT EXISTS: the planner may not turn
       -- it into a join, so it is always one index probe per candidate row.
       AND (SELECT e.seq FROM {S}.outbox e
@@ -341,7 +341,7 @@ BEGIN
         FROM (
           SELECT x.seq, octet_length(x.payload)::bigint AS len,
                  (x.status IN ('PENDING', 'PROCESSING') AND x.available_at <= now()
-                  AND x.attempts < p_max_attempts) AS ok
+                  AND x.attempts < p_max_attempts{SWEEP_RUN}) AS ok
           FROM {S}.outbox x
           WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
             AND x.seq > h.seq AND x.status NOT IN ('SENT', 'SKIPPED')
@@ -374,6 +374,7 @@ WITH candidates AS (
   SELECT o.seq, octet_length(o.payload)::bigint AS len
   FROM {S}.outbox o
   WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
+    AND o.seq < (SELECT coalesce({S}.stream_sweep_limit($7, $8), 9223372036854775807))
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
@@ -438,14 +439,76 @@ std::string ClaimUpdateForFunction() {
 }
 
 // The ordered claim function; `replace` for the migrations that redefine it.
-std::string ClaimFunction(bool replace) {
+// `sweep`: version 5's form, with the CDC sweeper's bound (two more
+// parameters; see kMigration5).
+std::string ClaimFunction(bool replace, bool sweep) {
   std::string t = std::string(kMigration2Head) + ClaimUpdateForFunction() + kMigration2Tail;
   if (replace) {
     const std::string from = "CREATE FUNCTION";
     t.replace(t.find(from), from.size(), "CREATE OR REPLACE FUNCTION");
   }
+  auto put = [&](const std::string& k, const std::string& v) {
+    const auto p = t.find(k);
+    t.replace(p, k.size(), v);
+  };
+  put("{SWEEP_PARAMS}", sweep ? ",\n                                  p_sweep_margin_ms bigint, p_stale_ms bigint" : "");
+  put("{SWEEP_DECLARE}", sweep ? "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it" : "");
+  put("{SWEEP_BEGIN}", sweep ? "\n  v_limit_seq := coalesce({S}.stream_sweep_limit(p_sweep_margin_ms, p_stale_ms),\n"
+                               "                          9223372036854775807);" : "");
+  put("{SWEEP_HEAD}", sweep ? "\n      AND o.seq < v_limit_seq" : "");
+  put("{SWEEP_RUN}", sweep ? " AND x.seq < v_limit_seq" : "");
   return t;
 }
+
+// Version 5: change data capture (docs/design.md, "CDC").
+//   - A publication of the outbox table's INSERTs, which the relay's change
+//     stream decodes with the built-in pgoutput plugin. Creating it needs the
+//     CREATE privilege on the database; without it the migration goes on with
+//     a warning (polling does not need it) and the relay in cdc mode says how
+//     to create it.
+//   - stream_progress: per replication slot, how far its stream has settled
+//     every commit (covered_until, database clock). Written about once a
+//     second by the streaming relay, never per event.
+//   - stream_sweep_limit(): the CDC sweeper's bound. While a stream's progress
+//     is fresh (updated within p_stale_ms), the sweeper takes only rows created
+//     before covered_until - p_margin_ms, which the stream has passed (rows it
+//     handed back, held, or that a crash left behind); as a seq, the first
+//     unsent row newer than that, so the claim's walk stays an index range.
+//     NULL when no stream is fresh: the sweeper then polls like a poll relay.
+//   - claim_ordered() with the bound (NULL margin: no bound, as before).
+constexpr const char* kMigration5 = R"SQL(
+CREATE TABLE {S}.stream_progress (
+  slot          text        PRIMARY KEY,
+  reader        text        NOT NULL,
+  confirmed_lsn pg_lsn      NOT NULL,
+  covered_until timestamptz NOT NULL,
+  updated_at    timestamptz NOT NULL DEFAULT now()
+);
+DO $do$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'outbox_{S}') THEN
+    CREATE PUBLICATION outbox_{S} FOR TABLE {S}.outbox WITH (publish = 'insert');
+  END IF;
+EXCEPTION WHEN insufficient_privilege THEN
+  RAISE WARNING 'outbox: no privilege to create publication outbox_{S}; relay.source = cdc needs it: CREATE PUBLICATION outbox_{S} FOR TABLE {S}.outbox WITH (publish = ''insert'')';
+END
+$do$;
+CREATE FUNCTION {S}.stream_sweep_limit(p_margin_ms bigint, p_stale_ms bigint) RETURNS bigint
+  LANGUAGE sql STABLE
+  SET enable_seqscan = off
+AS $fn$
+  SELECT CASE WHEN b.before IS NULL THEN NULL ELSE coalesce(
+           (SELECT o.seq FROM {S}.outbox o
+            WHERE o.status IN ('PENDING', 'PROCESSING') AND o.created_at >= b.before
+            ORDER BY o.seq LIMIT 1),
+           9223372036854775807) END
+  FROM (SELECT min(p.covered_until) - p_margin_ms * interval '1 millisecond' AS before
+        FROM {S}.stream_progress p
+        WHERE p_margin_ms IS NOT NULL
+          AND p.updated_at > now() - p_stale_ms * interval '1 millisecond') b
+$fn$;
+DROP FUNCTION IF EXISTS {S}.claim_ordered(integer, text, bigint, integer, boolean, bigint);
+)SQL";
 
 }  // namespace
 
@@ -469,14 +532,17 @@ MigrationSet OutboxMigrations(const std::string& schema) {
   return {"outbox.migrate", "schema_migrations", {
       {1, "outbox table, indexes, enqueue()",
        WithSchema(std::string(kMigration1) + EnqueueFunction(false, false), schema)},
-      {2, "claim_ordered()", WithSchema(ClaimFunction(/*replace=*/false), schema)},
+      {2, "claim_ordered()", WithSchema(ClaimFunction(/*replace=*/false, /*sweep=*/false), schema)},
       {3, "enqueue(): opt-in NOTIFY (setting outbox.notify)",
        WithSchema(EnqueueFunction(true, true), schema)},
       {4, "SKIPPED state; claim_ordered() returns the age at claim; stats(); lock_aggregates(); enqueue() limits "
           "payload + key + headers (outbox.max_event_bytes)",
-       WithSchema(std::string(kMigration4) + ClaimFunction(/*replace=*/true) +
+       WithSchema(std::string(kMigration4) + ClaimFunction(/*replace=*/true, /*sweep=*/false) +
                       EnqueueFunction(true, true),
                   schema)},
+      {5, "CDC: publication outbox_<schema>, stream_progress, stream_sweep_limit(); claim_ordered() "
+          "takes the sweeper's bound",
+       WithSchema(std::string(kMigration5) + ClaimFunction(/*replace=*/false, /*sweep=*/true), schema)},
   }};
 }
 
@@ -777,7 +843,7 @@ std::string LockAggregates(const std::string& schema) {
 
 std::string ClaimOrdered(const std::string& schema) {
   return WithSchema(std::string("SELECT ") + kClaimColumns +
-                        " FROM {S}.claim_ordered($1, $2, $3, $4, $5, $6) c",
+                        " FROM {S}.claim_ordered($1, $2, $3, $4, $5, $6, $7, $8) c",
                     schema);
 }
 
@@ -791,14 +857,21 @@ std::string ClaimUnordered(const std::string& schema) {
 // row's token (and delay, error) by its position in the input arrays — no join,
 // so the plan is index lookups whatever the (always stale) statistics of a
 // queue table say.
+//
+// Token 0 names a row the change stream published without claiming it (no
+// claim ever has token 0: lease_token_seq starts at 1). Such a transition
+// applies while the row is PENDING — nobody holds it — and is refused once a
+// claim has taken it (PROCESSING) or it has left the life cycle.
 std::string MarkSentUpdate(const std::string& schema) {
   // 'SENT' is accepted too so that retrying a mark whose commit reply was lost
   // reports the rows as applied instead of refused.
   return WithSchema(R"SQL(
 UPDATE {S}.outbox o SET status = 'SENT', sent_at = coalesce(o.sent_at, now()), last_error = NULL
 WHERE o.seq = ANY($1::bigint[])
-  AND o.lease_token = ($2::bigint[])[array_position($1::bigint[], o.seq)]
-  AND o.status IN ('PROCESSING', 'SENT')
+  AND CASE WHEN ($2::bigint[])[array_position($1::bigint[], o.seq)] = 0
+           THEN o.status IN ('PENDING', 'SENT')
+           ELSE o.lease_token = ($2::bigint[])[array_position($1::bigint[], o.seq)]
+                AND o.status IN ('PROCESSING', 'SENT') END
 RETURNING o.seq
 )SQL",
                     schema);
@@ -808,8 +881,10 @@ std::string MarkSentDelete(const std::string& schema) {
   return WithSchema(R"SQL(
 DELETE FROM {S}.outbox o
 WHERE o.seq = ANY($1::bigint[])
-  AND o.lease_token = ($2::bigint[])[array_position($1::bigint[], o.seq)]
-  AND o.status = 'PROCESSING'
+  AND CASE WHEN ($2::bigint[])[array_position($1::bigint[], o.seq)] = 0
+           THEN o.status = 'PENDING'
+           ELSE o.lease_token = ($2::bigint[])[array_position($1::bigint[], o.seq)]
+                AND o.status = 'PROCESSING' END
 RETURNING o.seq
 )SQL",
                     schema);
@@ -819,16 +894,22 @@ std::string Reschedule(const std::string& schema) {
   return WithSchema(R"SQL(
 UPDATE {S}.outbox o SET
   status = 'PENDING',
-  -- The claim counted an attempt; give it back when it did not implicate the event.
-  attempts = CASE WHEN (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'counts')::boolean
+  -- The claim counted an attempt; give it back when it did not implicate the
+  -- event. A streamed row (token 0) was not claimed: count the attempt here.
+  attempts = CASE WHEN (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint = 0
+                  THEN o.attempts + CASE WHEN (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'counts')::boolean
+                                         THEN 1 ELSE 0 END
+                  WHEN (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'counts')::boolean
                   THEN o.attempts ELSE greatest(o.attempts - 1, 0) END,
   available_at = now() + (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'delay_ms')::bigint
                          * interval '1 millisecond',
   lease_owner = NULL,
   last_error = ($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'error'
 WHERE o.seq = ANY($2::bigint[])
-  AND o.lease_token = (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint
-  AND o.status = 'PROCESSING'
+  AND CASE WHEN (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint = 0
+           THEN o.status = 'PENDING'
+           ELSE o.lease_token = (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint
+                AND o.status = 'PROCESSING' END
 RETURNING o.seq
 )SQL",
                     schema);
@@ -840,8 +921,10 @@ UPDATE {S}.outbox o SET
   status = 'FAILED', failed_at = now(),
   last_error = ($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'error'
 WHERE o.seq = ANY($2::bigint[])
-  AND o.lease_token = (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint
-  AND o.status = 'PROCESSING'
+  AND CASE WHEN (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint = 0
+           THEN o.status = 'PENDING'
+           ELSE o.lease_token = (($1::jsonb -> (array_position($2::bigint[], o.seq) - 1)) ->> 'token')::bigint
+                AND o.status = 'PROCESSING' END
 RETURNING o.seq
 )SQL",
                     schema);
@@ -857,6 +940,58 @@ WITH victims AS (
   FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {S}.outbox o USING victims v WHERE o.seq = v.seq
+)SQL",
+                    schema);
+}
+
+// What the table says about the rows a change stream decoded ($1 their seqs, in
+// commit order; $2 FAILED holds its aggregate). `held`: for the first row of
+// each aggregate in the batch, whether an earlier event of that aggregate is
+// still unsent; the later rows of the aggregate in the batch committed after it
+// (enqueue serialises an aggregate's enqueuers), so the caller walks them.
+std::string StreamStates(const std::string& schema) {
+  return WithSchema(R"SQL(
+SELECT o.seq, o.status, o.attempts, o.available_at <= now() AS due,
+       o.seq = f.first_seq AND EXISTS (
+         SELECT 1 FROM {S}.outbox e
+         WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+           AND e.seq < o.seq AND e.status NOT IN ('SENT', 'SKIPPED')
+           AND ($2::boolean OR e.status <> 'FAILED')) AS held
+FROM {S}.outbox o
+JOIN (SELECT aggregate_type, aggregate_id, min(seq) AS first_seq FROM {S}.outbox
+      WHERE seq = ANY($1::bigint[]) GROUP BY aggregate_type, aggregate_id) f
+  ON f.aggregate_type = o.aggregate_type AND f.aggregate_id = o.aggregate_id
+WHERE o.seq = ANY($1::bigint[])
+)SQL",
+                    schema);
+}
+
+// $1 slot, $2 reader, $3 confirmed LSN (text), $4 covered until (µs since the Unix epoch)
+std::string SaveStreamProgress(const std::string& schema) {
+  return WithSchema(R"SQL(
+INSERT INTO {S}.stream_progress AS p (slot, reader, confirmed_lsn, covered_until, updated_at)
+VALUES ($1, $2, $3::pg_lsn, to_timestamp($4::bigint / 1000000.0), now())
+ON CONFLICT (slot) DO UPDATE SET reader = EXCLUDED.reader, confirmed_lsn = EXCLUDED.confirmed_lsn,
+  covered_until = greatest(p.covered_until, EXCLUDED.covered_until), updated_at = now()
+)SQL",
+                    schema);
+}
+
+// $1 slot
+std::string DropStreamProgress(const std::string& schema) {
+  return WithSchema("DELETE FROM {S}.stream_progress WHERE slot = $1", schema);
+}
+
+// $1 slot: retained WAL (bytes behind the current position), whether a reader
+// is attached, the slot's WAL status ('lost' once invalidated), and the stream
+// lag (now - covered_until of its progress; NULL without progress).
+std::string SlotStatus(const std::string& schema) {
+  return WithSchema(R"SQL(
+SELECT (SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint),
+       s.active, coalesce(s.wal_status, ''),
+       (SELECT (extract(epoch FROM clock_timestamp() - p.covered_until) * 1000)::bigint
+        FROM {S}.stream_progress p WHERE p.slot = $1)
+FROM pg_replication_slots s WHERE s.slot_name = $1
 )SQL",
                     schema);
 }

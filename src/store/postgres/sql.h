@@ -49,7 +49,8 @@ std::string RecordMigration(const std::string& schema, const MigrationSet& set);
 // $1 event payload fields ... see enqueue.cc
 std::string Enqueue(const std::string& schema);
 
-// $1 batch, $2 owner, $3 lease ms, $4 max attempts, $5 FAILED holds its aggregate
+// $1 batch, $2 owner, $3 lease ms, $4 max attempts, $5 FAILED holds its aggregate,
+// $6 batch bytes, $7 CDC sweep margin ms (NULL: no bound), $8 stream stale after ms
 std::string LockAggregates(const std::string& schema);
 std::string ClaimOrdered(const std::string& schema);
 std::string ClaimUnordered(const std::string& schema);
@@ -63,6 +64,12 @@ std::string MarkFailed(const std::string& schema);
 // $1 retention seconds, $2 batch
 std::string PurgeSent(const std::string& schema);
 std::string Stats(const std::string& schema);
+// Change data capture (relay.source = cdc). $1 bigint[] seqs, $2 FAILED holds
+std::string StreamStates(const std::string& schema);
+// $1 slot, $2 reader, $3 LSN text, $4 covered-until µs
+std::string SaveStreamProgress(const std::string& schema);
+std::string DropStreamProgress(const std::string& schema);  // $1 slot
+std::string SlotStatus(const std::string& schema);          // $1 slot
 std::string CountSent(const std::string& schema);
 
 // Operators. $1 event id ('' = any), $2 aggregate id, $3 event type, $4 dry run

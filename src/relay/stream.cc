@@ -1,0 +1,236 @@
+// The relay's change stream (relay.source = cdc): one thread reads the slot,
+// checks each decoded row against the table, publishes what may go now, records
+// the outcomes on the rows, and only then confirms the slot's position.
+//
+// Invariants (docs/design.md, "CDC"):
+//   - The slot's confirmed position moves only past batches whose outcomes are
+//     recorded in the table (or that needed no record: published rows whose
+//     mark failed are not confirmed — the stream is reopened and reads them
+//     again; copies are absorbed by the inbox).
+//   - The table decides: a row is published from the stream only while it is
+//     PENDING, due, and (ordered) no earlier event of its aggregate is unsent.
+//     Everything else is left to the sweeper, whose ordered claim keeps order.
+//   - Nothing is written per event beyond the one fenced MarkSent (token 0):
+//     no claim, no lease.
+#include <random>
+
+#include "outbox/relay.h"
+#include "outbox/fault.h"
+#include "plan.h"
+
+namespace outbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+void Relay::StreamLoop() {
+  const std::string who = options_.relay_id + "/stream";
+  const CdcOptions& cdc = options_.cdc;
+  std::mt19937_64 rng(std::random_device{}());
+  const bool holds = options_.on_failed == FailedPolicy::kHold;
+  ChangeStreamLimits limits;
+  limits.max_events = static_cast<std::size_t>(options_.batch_size);
+  limits.max_bytes = options_.batch_bytes;
+  limits.wait = milliseconds(100);
+
+  std::unique_ptr<Store> store;
+  std::unique_ptr<ChangeStream> stream;
+  std::uint64_t settled = 0;      // confirmable: every batch up to it is settled
+  std::int64_t covered_us = 0;    // database time up to which every commit is settled
+  Clock::time_point last_status, last_activity;
+  bool logged_standby = false, logged_down = false, logged_outage = false;
+  milliseconds backoff{200};
+
+  auto close_stream = [&](const char* why, const Status& st) {
+    if (!stream) return;
+    stream.reset();
+    metrics_.cdc_streaming.Set(0);
+    metrics_.cdc_restarts.Inc();
+    logger_.Warn("change stream closed; it reopens at the slot's confirmed position",
+                 {{"worker", who}, {"why", why}, {"error", st.ToString()}});
+  };
+  auto pause = [&] {
+    SleepFor(backoff);
+    backoff = std::min(backoff * 2, options_.db_retry_max);
+  };
+  // Confirms the settled position and records the stream's progress for the
+  // sweepers; false when the stream must be reopened.
+  auto report = [&](bool want_reply) -> bool {
+    Status st = stream->Confirm(settled, want_reply);
+    if (!st.ok()) {
+      close_stream("confirm", st);
+      return false;
+    }
+    if (settled > 0 && covered_us > 0) {
+      Status saved = store->SaveStreamProgress({cdc.slot, options_.relay_id, settled, covered_us});
+      if (!saved.ok()) {
+        metrics_.db_errors.Inc();
+        store.reset();  // reconnect; the sweepers treat the stream as stale meanwhile
+      }
+    }
+    metrics_.cdc_confirmed_lsn.Set(static_cast<double>(settled));
+    last_status = Clock::now();
+    return true;
+  };
+
+  while (!stopping_) {
+    if (!store) {
+      auto s = store_factory_();
+      if (!s.ok()) {
+        metrics_.db_errors.Inc();
+        pause();
+        continue;
+      }
+      store = std::move(s).value();
+    }
+    if (wal_capped_) {
+      if (stream) {
+        stream.reset();
+        metrics_.cdc_streaming.Set(0);
+        metrics_.cdc_wal_cap_stops.Inc();
+        Status dropped = cdc.drop_slot ? cdc.drop_slot() : Status::Ok();
+        Status forgot = store->DropStreamProgress(cdc.slot);
+        logger_.Error("replication slot retains more WAL than cdc.max_retained_wal_bytes: "
+                      "streaming stopped and the slot dropped; the sweepers drain the outbox by "
+                      "polling, then a new slot starts",
+                      {{"slot", cdc.slot},
+                       {"max_retained_wal_bytes", std::to_string(cdc.max_retained_wal_bytes)},
+                       {"drop", dropped.ok() ? "ok" : dropped.ToString()},
+                       {"progress", forgot.ok() ? "cleared" : forgot.ToString()}});
+      }
+      SleepFor(cdc.standby_retry);
+      continue;
+    }
+    if (!stream) {
+      auto s = stream_factory_();
+      if (!s.ok()) {
+        if (s.status().code() == Code::kFenced) {
+          if (!logged_standby) {
+            logger_.Info("standing by: another relay reads the replication slot",
+                         {{"worker", who}, {"slot", cdc.slot}});
+            logged_standby = true;
+          }
+          SleepFor(cdc.standby_retry);
+          continue;
+        }
+        if (!logged_down) {
+          logger_.Warn("change stream unavailable; retrying with backoff (the sweepers poll "
+                       "once its progress is stale)",
+                       {{"worker", who}, {"error", s.status().ToString()}});
+          logged_down = true;
+        }
+        pause();
+        continue;
+      }
+      stream = std::move(s).value();
+      logged_standby = logged_down = false;
+      backoff = milliseconds(200);
+      settled = 0;
+      covered_us = 0;
+      if (stream->created_slot()) {
+        metrics_.cdc_slot_created.Inc();
+        logger_.Warn(stream->recreated_lost_slot()
+                         ? "replication slot was invalidated (max_slot_wal_keep_size); created it "
+                           "again: what was committed meanwhile is swept by polling"
+                         : "created the replication slot; rows committed before it are swept by "
+                           "polling",
+                     {{"slot", stream->slot()}});
+      }
+      logger_.Info("streaming", {{"worker", who}, {"slot", stream->slot()}});
+      metrics_.cdc_streaming.Set(1);
+      // Report at once, asking for the server's position (a keepalive), so
+      // that progress is known without waiting for the first commit.
+      last_activity = Clock::now() - cdc.heartbeat_interval;
+      last_status = Clock::now() - cdc.status_interval;
+    }
+
+    bool probing = false;
+    if (!BrokerTurn(&probing)) continue;
+    auto batch = stream->Next(limits);
+    const auto received_at = Clock::now();
+    if (!batch.ok()) {
+      if (probing) EndBrokerProbe();
+      close_stream("read", batch.status());
+      pause();
+      continue;
+    }
+
+    bool settled_batch = true;
+    if (batch->events.empty()) {
+      if (probing) EndBrokerProbe();
+    } else {
+      last_activity = received_at;
+      const std::size_t decoded = batch->events.size();
+      std::vector<std::int64_t> seqs;
+      seqs.reserve(decoded);
+      for (const ClaimedEvent& e : batch->events) seqs.push_back(e.ticket.seq);
+      metrics_.cdc_streamed.Inc(decoded);
+      auto states = store->StreamStates(seqs, holds);
+      if (!states.ok()) {
+        if (probing) EndBrokerProbe();
+        metrics_.db_errors.Inc();
+        store.reset();
+        close_stream("read row states", states.status());
+        pause();
+        continue;
+      }
+      relay_internal::StreamPick pick =
+          relay_internal::PickStreamed(std::move(batch->events), *states, options_.ordered, holds);
+      metrics_.cdc_left_to_sweeper.Inc(pick.left_to_sweeper);
+      if (pick.publish.empty()) {
+        if (probing) EndBrokerProbe();
+      } else {
+        std::vector<PublishResult> results = transport_.Publish(pick.publish);
+        const auto acked_at = Clock::now();
+        (void)OUTBOX_FAULT(fault::kStreamAfterPublish);
+        relay_internal::Plan plan = relay_internal::PlanTransitions(
+            pick.publish, results, options_, NextOutageDelay(), rng);
+        EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, probing);
+        relay_internal::RecordPublish(metrics_, logger_, who, pick.publish, results, plan,
+                                      acked_at - received_at, &logged_outage);
+        if (plan.outage) {
+          // Nothing was written: the rows are still PENDING. Read them again
+          // after the shared outage backoff (the sweepers take over once the
+          // stream's progress is stale).
+          stream.reset();
+          metrics_.cdc_streaming.Set(0);
+          metrics_.cdc_restarts.Inc();
+          continue;
+        }
+        const auto deadline = Clock::now() + options_.lease;
+        settled_batch =
+            ApplyTransition(who, "mark sent", [&] { return store->MarkSent(plan.sent); },
+                            plan.sent.size(), fault::kStreamMarkSent, deadline) &&
+            ApplyTransition(who, "reschedule", [&] { return store->Reschedule(plan.reschedule); },
+                            plan.reschedule.size(), std::string_view{}, deadline) &&
+            ApplyTransition(who, "mark failed", [&] { return store->MarkFailed(plan.failed); },
+                            plan.failed.size(), std::string_view{}, deadline);
+        metrics_.rescheduled.Inc(plan.reschedule.size());
+        metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
+        metrics_.failed_max_attempts.Inc(plan.max_attempts);
+      }
+    }
+    if (!settled_batch) {
+      // Outcomes not recorded: do not confirm past them. Reopen and read the
+      // batch again (its published rows come again; the inbox absorbs them).
+      store.reset();
+      close_stream("record outcomes", Status::Unavailable("transition not recorded"));
+      pause();
+      continue;
+    }
+    if (batch->confirmable_lsn > settled) settled = batch->confirmable_lsn;
+    if (batch->covered_until_us > covered_us) covered_us = batch->covered_until_us;
+    const auto now = Clock::now();
+    if (now - last_status >= cdc.status_interval) {
+      const bool heartbeat = now - last_activity >= cdc.heartbeat_interval;
+      if (heartbeat) last_activity = now;
+      if (!report(heartbeat)) pause();
+    }
+  }
+  if (stream && store) (void)report(false);  // spare the next reader what is settled
+  metrics_.cdc_streaming.Set(0);
+}
+
+}  // namespace outbox
