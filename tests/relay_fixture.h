@@ -54,7 +54,39 @@ class RelayE2ETest : public ::testing::Test {
   }
   void TearDown() override {
     relays_.clear();
-    if (admin_) Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+    if (admin_) {
+      // A cdc test leaves a slot (it would pin WAL for good) and every
+      // migrated schema a publication (a database object, not the schema's).
+      const std::string name = DefaultStreamName(schema_);
+      Exec(admin_.get(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                         "WHERE slot_name = '" + name + "' AND active_pid IS NOT NULL");
+      for (int i = 0; i < 50; ++i) {
+        if (Exec(admin_.get(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
+                                   name + "' AND active") == "0") {
+          break;
+        }
+        std::this_thread::sleep_for(100ms);
+      }
+      Exec(admin_.get(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE slot_name = '" + name + "'");
+      Exec(admin_.get(), "DROP PUBLICATION IF EXISTS " + name);
+      Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+    }
+  }
+
+  // The settings of a relay in cdc mode, with test-sized intervals.
+  static std::vector<std::string> CdcSets(std::vector<std::string> more = {}) {
+    std::vector<std::string> s = {"relay.source=cdc", "cdc.sweep_after_ms=500",
+                                  "cdc.status_interval_ms=100", "cdc.stream_stale_after_ms=3000",
+                                  "cdc.standby_retry_ms=200", "cdc.heartbeat_interval_ms=500"};
+    s.insert(s.end(), more.begin(), more.end());
+    return s;
+  }
+
+  // Waits until the relay's log contains `text`.
+  bool WaitForLog(Subprocess& relay, const std::string& text,
+                  std::chrono::milliseconds timeout = 20s) {
+    return WaitFor([&] { return relay.Log().find(text) != std::string::npos; }, timeout);
   }
 
   Subprocess& StartRelay(std::vector<std::string> sets = {},
