@@ -186,5 +186,76 @@ TEST_F(CrashMatrixTest, AcksLostToBrokerDelay_RepublishedAndAbsorbed) {
   EXPECT_EQ(a.Wait(Scaled(30s)), 0);
 }
 
+// --- The change stream's rows (relay.source = cdc). ---
+
+TEST_F(CrashMatrixTest, StreamDiesAfterPublishBeforeConfirm_NextReaderResumesAtTheSlotAbsorbed) {
+  StartConsumer();
+  Subprocess& a = StartRelay(Fast(CdcSets({"relay.id=relay-A"})),
+                             {{"OUTBOX_FAULTS", "Stream::AfterPublish=crash@2"}});
+  ASSERT_TRUE(WaitForLog(a, "streaming")) << a.Log();
+  EnqueueMany(2, 10, 10);  // 200 events, 50 per transaction
+  EXPECT_EQ(a.Wait(Scaled(30s)), 70) << a.Log();
+  EXPECT_GT(CountStatus("PENDING"), 0) << "published, neither marked nor confirmed";
+  Subprocess& b = StartRelay(Fast(CdcSets({"relay.id=relay-B"})));
+  ExpectBooksBalance(200);
+  WaitForAbsorbedDuplicate();
+  EXPECT_GT(Duplicates(), 0) << "the unconfirmed batch came again from the slot";
+  EXPECT_NE(b.Log().find("streaming"), std::string::npos) << b.Log();
+  b.Signal(SIGTERM);
+  EXPECT_EQ(b.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(CrashMatrixTest, StreamDiesInsideALargeTransaction_SlotStaysBeforeItAndNothingIsLost) {
+  StartConsumer();
+  Subprocess& a = StartRelay(Fast(CdcSets({"relay.id=relay-A"})),
+                             {{"OUTBOX_FAULTS", "Stream::AfterPublish=crash@5"}});
+  ASSERT_TRUE(WaitForLog(a, "streaming")) << a.Log();
+  // One transaction of 1,000 events: it arrives in batches of 50; the fifth
+  // batch's crash is inside it.
+  {
+    PgConn c = Connect(url_);
+    EnqueueOptions eo;
+    eo.schema = schema_;
+    std::vector<Event> events;
+    for (int n = 0; n < 50; ++n) {
+      for (int a_ = 0; a_ < 20; ++a_) {
+        const std::string agg = "agg-0-" + std::to_string(a_);
+        Event e = OrderEvent(agg, agg + "#" + std::to_string(n));
+        events.push_back(std::move(e));
+      }
+    }
+    Exec(c.get(), "BEGIN");
+    ASSERT_TRUE(EnqueueBatch(c.get(), events, eo).ok());
+    Exec(c.get(), "COMMIT");
+  }
+  // The commit record ends at about the current position: the slot may move
+  // into the transaction (the server then decodes it again whole) but never
+  // past its commit while the transaction is not settled.
+  const std::string after_commit = Exec(admin_.get(), "SELECT pg_current_wal_lsn()::text");
+  EXPECT_EQ(a.Wait(Scaled(30s)), 70) << a.Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT confirmed_flush_lsn < '" + after_commit + "'::pg_lsn "
+                               "FROM pg_replication_slots WHERE slot_name = 'outbox_" + schema_ + "'"),
+            "t") << "the slot must not move past an unsettled commit";
+  EXPECT_GT(CountStatus("SENT"), 0) << "the first batches were marked";
+  Subprocess& b = StartRelay(Fast(CdcSets({"relay.id=relay-B"})));
+  ExpectBooksBalance(1000);
+  (void)Duplicates();
+  b.Signal(SIGTERM);
+  EXPECT_EQ(b.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(CrashMatrixTest, StreamMarkSentFails_NotConfirmedReadAgainAndAbsorbed) {
+  StartConsumer();
+  Subprocess& a = StartRelay(Fast(CdcSets()), {{"OUTBOX_FAULTS", "Stream::MarkSent=error@1"}});
+  ASSERT_TRUE(WaitForLog(a, "streaming")) << a.Log();
+  EnqueueMany(2, 10, 10);
+  ExpectBooksBalance(200);
+  WaitForAbsorbedDuplicate();
+  EXPECT_GT(Duplicates(), 0) << "the batch whose mark failed was read and published again";
+  EXPECT_NE(a.Log().find("change stream closed"), std::string::npos) << a.Log();
+  a.Signal(SIGTERM);
+  EXPECT_EQ(a.Wait(Scaled(30s)), 0);
+}
+
 }  // namespace
 }  // namespace outbox::testing
