@@ -13,6 +13,31 @@ class RelayCdcTest : public RelayE2ETest {
     return Exec(admin_.get(), "SELECT coalesce(confirmed_flush_lsn::text, '') FROM "
                               "pg_replication_slots WHERE slot_name = '" + Slot() + "'");
   }
+  // Per key, the first copies of the payloads "key#n[#...]" arrive in order
+  // n = 0, 1, ... (later copies are duplicates the inbox absorbs); returns the
+  // count of first copies per key.
+  static std::map<std::string, int> FirstCopiesInOrder(const std::vector<Message>& msgs) {
+    std::map<std::string, int> next;
+    std::set<std::string> ids;
+    for (const auto& m : msgs) {
+      const auto h1 = m.value.find('#');
+      if (h1 == std::string::npos || m.value.compare(0, h1, m.key) != 0) {
+        ADD_FAILURE() << "unexpected message " << m.key << " " << m.value.substr(0, 40);
+        continue;
+      }
+      const int n = std::atoi(m.value.c_str() + h1 + 1);
+      int& want = next[m.key];
+      if (n < want) continue;
+      EXPECT_EQ(n, want) << "aggregate " << m.key << ": event " << n << " before " << want;
+      want = n + 1;
+      ids.insert(m.headers.count("outbox-event-id") ? m.headers.at("outbox-event-id") : "");
+    }
+    std::size_t firsts = 0;
+    for (const auto& [k, n] : next) firsts += static_cast<std::size_t>(n);
+    EXPECT_EQ(ids.size(), firsts) << "one event id per event";
+    return next;
+  }
+
   // Rows the stream published carry no claim: lease_token stays NULL.
   std::int64_t CountClaimed() {
     return std::stoll(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ +
@@ -63,6 +88,226 @@ TEST_F(RelayCdcTest, RowsCommittedBeforeTheSlotExistedAreSweptInOrder) {
                         Scaled(30s));
   CheckDelivered(msgs, kProducers, kAggs, kPer);
   EXPECT_EQ(CountClaimed(), kProducers * kAggs * kPer) << "the sweeper claimed them";
+}
+
+TEST_F(RelayCdcTest, StandbyTakesTheSlotOverWithinSecondsOfASigkill) {
+  Subprocess& a = StartRelay(CdcSets({"relay.id=relay-A"}));
+  ASSERT_TRUE(WaitForLog(a, "streaming")) << a.Log();
+  Subprocess& b = StartRelay(CdcSets({"relay.id=relay-B"}));
+  ASSERT_TRUE(WaitForLog(b, "standing by")) << b.Log();
+  EnqueueMany(2, 10, 10);  // 200 events, streamed by A
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 200; }, 30s)) << a.Log();
+  a.Signal(SIGKILL);
+  a.Wait(Scaled(10s));
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor([&] {
+    return b.Log().find("info streaming") != std::string::npos;
+  }, 20s)) << b.Log();
+  const auto took = std::chrono::steady_clock::now() - killed_at;
+  EXPECT_LT(took, Scaled(10s)) << "takeover must take seconds, not minutes";
+  std::cerr << "takeover after SIGKILL: "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
+  // Events after the takeover flow through B's stream; per-aggregate order
+  // holds across the two readers.
+  for (int n = 10; n < 20; ++n) {
+    for (int agg = 0; agg < 10; ++agg) {
+      const std::string id = "agg-0-" + std::to_string(agg);
+      ASSERT_TRUE(EnqueueOne(id, id + "#" + std::to_string(n)));
+    }
+  }
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 300; }, 30s)) << b.Log();
+  auto next = FirstCopiesInOrder(ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, 300, Scaled(30s)));
+  ASSERT_EQ(next.size(), 20u);
+  for (const auto& [key, n] : next) EXPECT_EQ(n, key.rfind("agg-0-", 0) == 0 ? 20 : 10) << key;
+  b.Signal(SIGTERM);
+  EXPECT_EQ(b.Wait(Scaled(30s)), 0) << b.Log();
+}
+
+TEST_F(RelayCdcTest, FatalErrorFailsTheRowInTheTableAndHoldsItsAggregateForTheSweeper) {
+  Subprocess& relay = StartRelay(CdcSets({"kafka.properties.message.max.bytes=10000"}));
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitForLog(relay, "streaming")) << relay.Log();
+  ASSERT_TRUE(EnqueueOne("big", "big#0" + std::string(20000, 'x')));
+  ASSERT_TRUE(EnqueueOne("big", "big#1"));
+  ASSERT_TRUE(EnqueueOne("small", "small#0"));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("FAILED") == 1; }, 30s)) << relay.Log();
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, 30s)) << relay.Log();
+  // big#1 stays PENDING behind the FAILED big#0, however long we wait: neither
+  // the stream nor the sweeper may publish it.
+  std::this_thread::sleep_for(Scaled(2s));
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(status, E'\\n' ORDER BY seq) FROM " + schema_ +
+                                   ".outbox WHERE aggregate_id = 'big'"),
+            "FAILED\nPENDING");
+  EXPECT_GE(Metric(Get(port, "/metrics"), "outbox_cdc_events_left_to_sweeper_total"), 1);
+  // An operator replays it (here by SQL; outboxctl replay does the same):
+  // the sweeper publishes both, in order.
+  Exec(admin_.get(), "UPDATE " + schema_ + ".outbox SET status = 'PENDING', attempts = 0, "
+                     "available_at = now() WHERE status = 'FAILED'");
+  Exec(admin_.get(), "UPDATE " + schema_ + ".outbox SET payload = 'big#0' WHERE aggregate_id = "
+                     "'big' AND payload LIKE 'big#0%'");
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 3; }, 30s)) << relay.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, 3, Scaled(30s));
+  std::vector<std::string> big;
+  for (auto& m : msgs) {
+    if (m.key == "big") big.push_back(m.value);
+  }
+  EXPECT_EQ(big, (std::vector<std::string>{"big#0", "big#1"}));
+}
+
+TEST_F(RelayCdcTest, SlotDroppedUnderTheRelayIsCreatedAgainAndTheGapSwept) {
+  Subprocess& relay = StartRelay(CdcSets());
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitForLog(relay, "streaming")) << relay.Log();
+  EnqueueMany(2, 10, 5);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 100; }, 30s)) << relay.Log();
+  // An operator (or max_slot_wal_keep_size) takes the slot away: end its
+  // reader, drop it, and commit more while there is none.
+  Exec(admin_.get(), "DO $$ BEGIN FOR i IN 1..200 LOOP "
+                     "PERFORM pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                     "WHERE slot_name = '" + Slot() + "' AND active_pid IS NOT NULL; "
+                     "PERFORM pg_sleep(0.02); "
+                     "BEGIN PERFORM pg_drop_replication_slot('" + Slot() + "'); RETURN; "
+                     "EXCEPTION WHEN object_in_use THEN NULL; END; "
+                     "END LOOP; RAISE EXCEPTION 'slot stayed in use'; END $$");
+  for (int n = 5; n < 10; ++n) {
+    for (int agg = 0; agg < 10; ++agg) {
+      const std::string id = "agg-0-" + std::to_string(agg);
+      ASSERT_TRUE(EnqueueOne(id, id + "#" + std::to_string(n)));
+    }
+  }
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 150; }, 60s)) << relay.Log();
+  EXPECT_GE(Metric(Get(port, "/metrics"), "outbox_cdc_slot_created_total"), 2) << relay.Log();
+  auto next = FirstCopiesInOrder(ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, 150, Scaled(30s)));
+  ASSERT_EQ(next.size(), 20u);
+  for (const auto& [key, n] : next) EXPECT_EQ(n, key.rfind("agg-0-", 0) == 0 ? 10 : 5) << key;
+}
+
+TEST_F(RelayCdcTest, BrokerDownLongerThanTheStreamsBuffersLosesAndFailsNothing) {
+  ASSERT_EQ(kafka_->Control("broker-down -1"), "ok");
+  Subprocess& relay = StartRelay(CdcSets({"kafka.properties.message.timeout.ms=1000",
+                                          "relay.lease_ms=10000", "relay.max_attempts=3"}));
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitForLog(relay, "streaming")) << relay.Log();
+  EnqueueMany(2, 10, 10);
+  // Several publish timeouts pass (more than max_attempts of them): an outage
+  // counts no attempt, so nothing may end FAILED.
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_relay_broker_outage_batches_total") >= 4;
+  }, 60s)) << relay.Log();
+  int status = 0;
+  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 503; }, 15s));
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+  EXPECT_EQ(CountStatus("SENT"), 0);
+  ASSERT_EQ(kafka_->Control("broker-up -1"), "ok");
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 200; }, 90s)) << relay.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, 200, Scaled(30s));
+  CheckDelivered(msgs, 2, 10, 10);
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+}
+
+TEST_F(RelayCdcTest, SwitchingPollToCdcAndBackWhileProducingLosesNothingAndKeepsOrder) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> made{0};
+  std::thread producer([&] {
+    PgConn c = Connect(url_);
+    EnqueueOptions eo;
+    eo.schema = schema_;
+    for (int n = 0; !stop; ++n) {
+      std::vector<Event> batch;
+      for (int agg = 0; agg < 10; ++agg) {
+        const std::string id = "agg-0-" + std::to_string(agg);
+        batch.push_back(OrderEvent(id, id + "#" + std::to_string(n)));
+      }
+      Exec(c.get(), "BEGIN");
+      const bool ok = EnqueueBatch(c.get(), batch, eo).ok();
+      Exec(c.get(), ok ? "COMMIT" : "ROLLBACK");
+      if (ok) made += 10;
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  Subprocess& poll = StartRelay({"relay.id=poll-1"});
+  std::this_thread::sleep_for(Scaled(1s));
+  Subprocess& cdc = StartRelay(CdcSets({"relay.id=cdc-1"}));  // both kinds run together
+  ASSERT_TRUE(WaitForLog(cdc, "streaming")) << cdc.Log();
+  std::this_thread::sleep_for(Scaled(1s));
+  poll.Signal(SIGTERM);  // switch to cdc
+  EXPECT_EQ(poll.Wait(Scaled(30s)), 0) << poll.Log();
+  std::this_thread::sleep_for(Scaled(1s));
+  Subprocess& poll2 = StartRelay({"relay.id=poll-2"});  // and back
+  std::this_thread::sleep_for(Scaled(1s));
+  cdc.Signal(SIGTERM);
+  EXPECT_EQ(cdc.Wait(Scaled(30s)), 0) << cdc.Log();
+  std::this_thread::sleep_for(Scaled(1s));
+  stop = true;
+  producer.join();
+  const int total = made.load();
+  ASSERT_EQ(total % 10, 0);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == total; }, 60s)) << poll2.Log();
+  auto next = FirstCopiesInOrder(ReadTopic(kafka_->bootstrap(), kTopic, kPartitions,
+                                           static_cast<std::size_t>(total), Scaled(30s)));
+  ASSERT_EQ(next.size(), 10u);
+  for (const auto& [key, n] : next) EXPECT_EQ(n, total / 10) << key;
+  EXPECT_GT(std::stoll(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ +
+                                              ".outbox WHERE lease_token IS NULL")),
+            0)
+      << "the stream published part of it";
+  poll2.Signal(SIGTERM);
+  EXPECT_EQ(poll2.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(RelayCdcTest, AnIdleOutboxOnABusyDatabaseStillAdvancesTheSlot) {
+  Subprocess& relay = StartRelay(CdcSets());
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitForLog(relay, "streaming")) << relay.Log();
+  // Other tables write ~8 MB of WAL; the outbox gets nothing.
+  Exec(admin_.get(), "CREATE TABLE " + schema_ + ".busy (x text)");
+  for (int i = 0; i < 8; ++i) {
+    Exec(admin_.get(), "INSERT INTO " + schema_ + ".busy SELECT repeat('y', 1000) FROM "
+                       "generate_series(1, 1000)");
+  }
+  const std::string written = Exec(admin_.get(), "SELECT pg_current_wal_lsn()::text");
+  EXPECT_TRUE(WaitFor([&] {
+    return Exec(admin_.get(), "SELECT confirmed_flush_lsn >= '" + written + "'::pg_lsn FROM "
+                              "pg_replication_slots WHERE slot_name = '" + Slot() + "'") == "t";
+  }, 20s)) << "the slot must follow the server's position while the outbox is idle";
+  EXPECT_TRUE(WaitFor([&] {
+    const double retained = Metric(Get(port, "/metrics"), "outbox_cdc_slot_retained_wal_bytes");
+    return retained >= 0 && retained < 4 * 1024 * 1024;
+  }, 20s)) << "the retained WAL gauge follows";
+}
+
+TEST_F(RelayCdcTest, PastTheWalCapStreamingStopsTheSlotIsDroppedAndPollingDrains) {
+  ASSERT_EQ(kafka_->Control("broker-down -1"), "ok");
+  Subprocess& relay = StartRelay(CdcSets({"kafka.properties.message.timeout.ms=1000",
+                                          "relay.lease_ms=10000",
+                                          "cdc.max_retained_wal_bytes=2000000"}));
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitForLog(relay, "streaming")) << relay.Log();
+  // The broker is down, so the stream confirms nothing while the events (and
+  // their WAL, ~3 MB) pile up past the 2 MB cap.
+  for (int n = 0; n < 30; ++n) {
+    for (int agg = 0; agg < 10; ++agg) {
+      const std::string id = "agg-0-" + std::to_string(agg);
+      ASSERT_TRUE(EnqueueOne(id, id + "#" + std::to_string(n) + "#" + std::string(10000, 'p')));
+    }
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_cdc_wal_cap_stops_total") >= 1;
+  }, 60s)) << relay.Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
+                                   Slot() + "' AND pg_wal_lsn_diff(pg_current_wal_lsn(), "
+                                   "restart_lsn) > 2000000"),
+            "0") << "the slot that pinned the WAL is gone";
+  ASSERT_EQ(kafka_->Control("broker-up -1"), "ok");
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 300; }, 90s)) << relay.Log();
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+  // Then streaming starts again on a new slot.
+  EXPECT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_cdc_streaming") == 1;
+  }, 30s)) << relay.Log();
+  auto next = FirstCopiesInOrder(ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, 300, Scaled(30s)));
+  ASSERT_EQ(next.size(), 10u);
+  for (const auto& [key, n] : next) EXPECT_EQ(n, 30) << key;
 }
 
 }  // namespace

@@ -114,7 +114,12 @@ StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const Stream
     auto it = by_seq.find(e.ticket.seq);
     const auto key = std::make_pair(e.event.aggregate_type, e.event.aggregate_id);
     if (it == by_seq.end()) {
-      ++pick.already_done;
+      // Not visible to the check: either gone (purged, or deleted when sent)
+      // or committed a moment ago — logical decoding can send a commit before
+      // the committing backend is visible to new snapshots. Ask again soon;
+      // a row that is really gone leaves the park after sweep_after.
+      if (ordered) blocked[key] = true;
+      pick.park.push_back(std::move(e));
       continue;
     }
     const StreamRowState& st = *it->second;
@@ -125,8 +130,12 @@ StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const Stream
     const bool publishable = st.state == RowState::kPending && st.due && !st.held &&
                              !(ordered && blocked[key]);
     if (!publishable) {
-      ++pick.left_to_sweeper;
       if (ordered && (st.state != RowState::kFailed || failed_holds)) blocked[key] = true;
+      if (st.state == RowState::kPending) {
+        pick.park.push_back(std::move(e));
+      } else {
+        ++pick.left_to_sweeper;
+      }
       continue;
     }
     e.ticket.token = 0;

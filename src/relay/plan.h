@@ -58,10 +58,14 @@ void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who
 // now, given what the table says about their rows (Store::StreamStates).
 struct StreamPick {
   std::vector<ClaimedEvent> publish;  // in commit order, attempts = the row's + 1
-  std::size_t already_done = 0;  // SENT, SKIPPED or gone: nothing to do
-  // Left in the table for the sweeper: in flight elsewhere (PROCESSING),
-  // FAILED, waiting for a retry, or behind an earlier unsent event of its
-  // aggregate (ordered mode).
+  std::size_t already_done = 0;  // SENT or SKIPPED: nothing to do
+  // Still PENDING but not publishable now — behind an earlier unsent event of
+  // its aggregate (ordered mode), waiting for its retry time — or not visible
+  // to the check yet. The stream
+  // keeps them a little while and asks again (the earlier event is usually in
+  // a sweeper's hands for milliseconds); the sweeper takes them otherwise.
+  std::vector<ClaimedEvent> park;
+  // Left to the sweeper for good: in flight elsewhere (PROCESSING) or FAILED.
   std::size_t left_to_sweeper = 0;
 };
 
@@ -69,8 +73,9 @@ struct StreamPick {
 // aggregate is left to the sweeper (or its aggregate is held behind an
 // earlier unsent event), every later event of that aggregate in the batch is
 // too: the sweeper's claim keeps their order (a FAILED one only when
-// `failed_holds`). Events whose rows are missing
-// from `states` are gone from the table (purged, or deleted when sent).
+// `failed_holds`). An event whose row is missing from `states` is parked: it
+// may be gone (purged, deleted when sent) or committed but not yet visible to
+// the check's snapshot.
 StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const StreamRowState> states,
                         bool ordered, bool failed_holds);
 

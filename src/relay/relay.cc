@@ -578,7 +578,8 @@ void Relay::WatchSlot(Store& store, const StoreStats* stats) {
   } else if (wal_capped_ && stats != nullptr && stats->oldest_unsent_age < cdc.sweep_after * 2) {
     // The sweepers have drained what piled up: stream again (a new slot).
     logger_.Info("outbox drained by polling after the WAL cap; streaming starts again",
-                 {{"slot", cdc.slot}});
+                 {{"slot", cdc.slot},
+                  {"oldest_unsent_ms", std::to_string(stats->oldest_unsent_age.count())}});
     wal_capped_ = false;
   }
 }

@@ -12,6 +12,7 @@
 //     Everything else is left to the sweeper, whose ordered claim keeps order.
 //   - Nothing is written per event beyond the one fenced MarkSent (token 0):
 //     no claim, no lease.
+#include <map>
 #include <random>
 
 #include "outbox/relay.h"
@@ -37,6 +38,13 @@ void Relay::StreamLoop() {
 
   std::unique_ptr<Store> store;
   std::unique_ptr<ChangeStream> stream;
+  // Decoded rows not publishable yet (behind an earlier unsent event of their
+  // aggregate, or waiting for a retry), asked about again every few ms; after
+  // sweep_after (or past a bound) they are the sweeper's. Memory only: the
+  // rows are PENDING in the table whatever happens to the relay.
+  std::vector<ClaimedEvent> parked;
+  std::map<std::int64_t, Clock::time_point> parked_since;
+  const std::size_t max_parked = 4 * static_cast<std::size_t>(options_.batch_size);
   std::uint64_t settled = 0;      // confirmable: every batch up to it is settled
   std::int64_t covered_us = 0;    // database time up to which every commit is settled
   Clock::time_point last_status, last_activity;
@@ -44,6 +52,8 @@ void Relay::StreamLoop() {
   milliseconds backoff{200};
 
   auto close_stream = [&](const char* why, const Status& st) {
+    parked.clear();
+    parked_since.clear();
     if (!stream) return;
     stream.reset();
     metrics_.cdc_streaming.Set(0);
@@ -89,9 +99,16 @@ void Relay::StreamLoop() {
       if (stream) {
         stream.reset();
         metrics_.cdc_streaming.Set(0);
-        metrics_.cdc_wal_cap_stops.Inc();
-        Status dropped = cdc.drop_slot ? cdc.drop_slot() : Status::Ok();
+        // Our walsender may take a moment to exit after the disconnect: while
+        // it does, the slot is still "in use".
+        Status dropped = Status::Ok();
+        for (int i = 0; i < 50 && cdc.drop_slot && !stopping_; ++i) {
+          dropped = cdc.drop_slot();
+          if (dropped.code() != Code::kFenced) break;
+          SleepFor(milliseconds(100));
+        }
         Status forgot = store->DropStreamProgress(cdc.slot);
+        metrics_.cdc_wal_cap_stops.Inc();
         logger_.Error("replication slot retains more WAL than cdc.max_retained_wal_bytes: "
                       "streaming stopped and the slot dropped; the sweepers drain the outbox by "
                       "polling, then a new slot starts",
@@ -148,6 +165,7 @@ void Relay::StreamLoop() {
 
     bool probing = false;
     if (!BrokerTurn(&probing)) continue;
+    limits.wait = parked.empty() ? milliseconds(100) : milliseconds(5);
     auto batch = stream->Next(limits);
     const auto received_at = Clock::now();
     if (!batch.ok()) {
@@ -157,7 +175,22 @@ void Relay::StreamLoop() {
       continue;
     }
 
+    const std::size_t fresh = batch->events.size();
     bool settled_batch = true;
+    if (!parked.empty()) {
+      // Parked rows precede the new ones in commit order.
+      const auto now = Clock::now();
+      std::vector<ClaimedEvent> merged;
+      merged.reserve(parked.size() + batch->events.size());
+      for (ClaimedEvent& e : parked) {
+        if (now - parked_since[e.ticket.seq] < cdc.sweep_after) merged.push_back(std::move(e));
+      }
+      const std::size_t expired = parked.size() - merged.size();
+      metrics_.cdc_left_to_sweeper.Inc(expired);
+      parked.clear();
+      for (ClaimedEvent& e : batch->events) merged.push_back(std::move(e));
+      batch->events = std::move(merged);
+    }
     if (batch->events.empty()) {
       if (probing) EndBrokerProbe();
     } else {
@@ -166,7 +199,7 @@ void Relay::StreamLoop() {
       std::vector<std::int64_t> seqs;
       seqs.reserve(decoded);
       for (const ClaimedEvent& e : batch->events) seqs.push_back(e.ticket.seq);
-      metrics_.cdc_streamed.Inc(decoded);
+      metrics_.cdc_streamed.Inc(fresh);
       auto states = store->StreamStates(seqs, holds);
       if (!states.ok()) {
         if (probing) EndBrokerProbe();
@@ -179,6 +212,27 @@ void Relay::StreamLoop() {
       relay_internal::StreamPick pick =
           relay_internal::PickStreamed(std::move(batch->events), *states, options_.ordered, holds);
       metrics_.cdc_left_to_sweeper.Inc(pick.left_to_sweeper);
+      logger_.Log(LogLevel::kDebug, "stream batch",
+                  {{"worker", who}, {"decoded", std::to_string(fresh)},
+                   {"checked", std::to_string(decoded)},
+                   {"publish", std::to_string(pick.publish.size())},
+                   {"park", std::to_string(pick.park.size())},
+                   {"done", std::to_string(pick.already_done)},
+                   {"left", std::to_string(pick.left_to_sweeper)}});
+      {
+        std::map<std::int64_t, Clock::time_point> since;
+        const auto now = Clock::now();
+        for (ClaimedEvent& e : pick.park) {
+          if (parked.size() >= max_parked) {
+            metrics_.cdc_left_to_sweeper.Inc();
+            continue;
+          }
+          auto it = parked_since.find(e.ticket.seq);
+          since[e.ticket.seq] = it == parked_since.end() ? now : it->second;
+          parked.push_back(std::move(e));
+        }
+        parked_since = std::move(since);
+      }
       if (pick.publish.empty()) {
         if (probing) EndBrokerProbe();
       } else {
@@ -195,6 +249,8 @@ void Relay::StreamLoop() {
           // after the shared outage backoff (the sweepers take over once the
           // stream's progress is stale).
           stream.reset();
+          parked.clear();
+          parked_since.clear();
           metrics_.cdc_streaming.Set(0);
           metrics_.cdc_restarts.Inc();
           continue;
