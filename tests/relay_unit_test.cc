@@ -194,6 +194,15 @@ workers = 3
   EXPECT_EQ(c->database.conninfo, "postgresql://u:pw@db/x");
 }
 
+TEST(Config, CdcDefaultsFollowTheSchema) {
+  auto c = daemon::LoadConfig("[database]\nschema = \"billing\"\n[relay]\nsource = \"cdc\"\n",
+                              "relay.toml", kMinimalEnv, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->relay.source, RelaySource::kCdc);
+  EXPECT_EQ(c->relay.cdc.slot, "outbox_billing");
+  EXPECT_NE(daemon::PrintConfig(*c).find("source = \"cdc\""), std::string::npos);
+}
+
 TEST(Config, ErrorsNameTheKey) {
   struct Case {
     std::string file;
@@ -223,6 +232,14 @@ TEST(Config, ErrorsNameTheKey) {
       {"", {{"relay.backoff_max_ms", "1"}}, "backoff_max_ms"},
       {"[nope]\nx = 1\n", {}, "nope.x"},
       {"[relay\n", {}, "relay.toml:1"},
+      {"[relay]\nsource = \"wal\"\n", {}, "relay.source"},
+      {"", {{"cdc.slot", "Bad-Slot"}}, "cdc.slot"},
+      {"", {{"cdc.slot", "select"}}, "cdc.slot"},
+      {"", {{"cdc.publication", "p; DROP"}}, "cdc.publication"},
+      {"", {{"cdc.max_retained_wal_bytes", "-1"}}, "cdc.max_retained_wal_bytes"},
+      {"", {{"cdc.max_retained_wal_bytes", "1GB"}}, "cdc.max_retained_wal_bytes"},
+      {"", {{"relay.source", "cdc"}, {"cdc.stream_stale_after_ms", "500"},
+            {"cdc.status_interval_ms", "1000"}}, "cdc.stream_stale_after_ms"},
   };
   for (const auto& tc : cases) {
     auto c = daemon::LoadConfig(tc.file, "relay.toml", kMinimalEnv, tc.flags);
@@ -337,6 +354,87 @@ TEST(TopicTemplate, ValidatesAndRenders) {
   e.event_type = "Order Created/v2";
   EXPECT_EQ(RenderTopic("outbox.event.{aggregate_type}", e), "outbox.event.order");
   EXPECT_EQ(RenderTopic("{aggregate_type}.{event_type}", e), "order.Order_Created_v2");
+}
+
+// --- The change stream's pick (relay.source = cdc). ---
+
+StreamRowState Row(std::int64_t seq, RowState st, bool held = false, bool due = true) {
+  StreamRowState r;
+  r.seq = seq;
+  r.state = st;
+  r.held = held;
+  r.due = due;
+  r.attempts = 2;
+  return r;
+}
+
+std::vector<std::int64_t> Seqs(const std::vector<ClaimedEvent>& events) {
+  std::vector<std::int64_t> out;
+  for (const auto& e : events) out.push_back(e.ticket.seq);
+  return out;
+}
+
+TEST(PickStreamed, PublishesPendingRowsWithTokenZeroAndTheRowsAttemptsPlusOne) {
+  auto pick = relay_internal::PickStreamed({Ce(1, "a"), Ce(2, "b")},
+                                           std::vector{Row(1, RowState::kPending),
+                                                       Row(2, RowState::kPending)},
+                                           true, true);
+  EXPECT_EQ(Seqs(pick.publish), (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(pick.publish[0].ticket.token, 0);
+  EXPECT_EQ(pick.publish[0].attempts, 3);
+}
+
+TEST(PickStreamed, SentAndSkippedRowsAreDoneAndDoNotBlock) {
+  auto pick = relay_internal::PickStreamed(
+      {Ce(1, "a"), Ce(2, "a"), Ce(3, "a")},
+      std::vector{Row(1, RowState::kSent), Row(2, RowState::kSkipped), Row(3, RowState::kPending)},
+      true, true);
+  EXPECT_EQ(pick.already_done, 2u);
+  EXPECT_EQ(Seqs(pick.publish), (std::vector<std::int64_t>{3}));
+}
+
+TEST(PickStreamed, AnUnpublishableRowBlocksTheRestOfItsAggregateOnly) {
+  // a: 1 in a sweeper's hands -> 2 (pending) must wait; b is not affected.
+  auto pick = relay_internal::PickStreamed(
+      {Ce(1, "a"), Ce(2, "a"), Ce(3, "b"), Ce(4, "a")},
+      std::vector{Row(1, RowState::kProcessing), Row(2, RowState::kPending),
+                  Row(3, RowState::kPending), Row(4, RowState::kPending)},
+      true, true);
+  EXPECT_EQ(Seqs(pick.publish), (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(Seqs(pick.park), (std::vector<std::int64_t>{2, 4}));
+  EXPECT_EQ(pick.left_to_sweeper, 1u);
+}
+
+TEST(PickStreamed, HeldOrNotDueRowsAreParkedAndBlock) {
+  auto pick = relay_internal::PickStreamed(
+      {Ce(1, "a"), Ce(2, "a"), Ce(3, "b"), Ce(4, "b")},
+      std::vector{Row(1, RowState::kPending, /*held=*/true), Row(2, RowState::kPending),
+                  Row(3, RowState::kPending, false, /*due=*/false), Row(4, RowState::kPending)},
+      true, true);
+  EXPECT_TRUE(pick.publish.empty());
+  EXPECT_EQ(Seqs(pick.park), (std::vector<std::int64_t>{1, 2, 3, 4}));
+}
+
+TEST(PickStreamed, ARowNotYetVisibleIsParkedAndBlocksItsAggregate) {
+  auto pick = relay_internal::PickStreamed({Ce(1, "a"), Ce(2, "a"), Ce(3, "b")},
+                                           std::vector{Row(2, RowState::kPending),
+                                                       Row(3, RowState::kPending)},
+                                           true, true);
+  EXPECT_EQ(Seqs(pick.publish), (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(Seqs(pick.park), (std::vector<std::int64_t>{1, 2}));
+}
+
+TEST(PickStreamed, FailedBlocksUnderHoldNotUnderPassAndUnorderedNeverBlocks) {
+  const std::vector<StreamRowState> states = {Row(1, RowState::kFailed), Row(2, RowState::kPending)};
+  auto hold = relay_internal::PickStreamed({Ce(1, "a"), Ce(2, "a")}, states, true, true);
+  EXPECT_TRUE(hold.publish.empty());
+  EXPECT_EQ(hold.left_to_sweeper, 1u);
+  auto pass = relay_internal::PickStreamed({Ce(1, "a"), Ce(2, "a")}, states, true, false);
+  EXPECT_EQ(Seqs(pass.publish), (std::vector<std::int64_t>{2}));
+  const std::vector<StreamRowState> busy = {Row(1, RowState::kProcessing),
+                                            Row(2, RowState::kPending)};
+  auto unordered = relay_internal::PickStreamed({Ce(1, "a"), Ce(2, "a")}, busy, false, true);
+  EXPECT_EQ(Seqs(unordered.publish), (std::vector<std::int64_t>{2}));
 }
 
 }  // namespace
