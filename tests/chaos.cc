@@ -10,7 +10,7 @@
 // nothing left PROCESSING, no FAILED rows. Prints a report; a
 // failing run prints the seed to replay it with --seed.
 //
-//   chaos [--events 50000] [--seconds 90] [--seed N]
+//   chaos [--events 50000] [--seconds 90] [--seed N] [--source poll|cdc]
 // Needs OUTBOX_PG_URL, OUTBOX_PG_DATA, OUTBOX_PG_BIN (scripts/testenv's env).
 #include <libpq-fe.h>
 #include <signal.h>
@@ -44,6 +44,7 @@ struct Args {
   long events = 50000;
   long seconds = 90;
   std::uint64_t seed = 0;
+  bool cdc = false;  // --source cdc: the relays stream (one reads the slot, two stand by)
 };
 
 std::string Env(const char* n) {
@@ -95,8 +96,11 @@ int main(int argc, char** argv) {
     else if (k == "--seconds") a.seconds = std::atol(argv[i + 1]);
     else if (k == "--minutes") a.seconds = std::atol(argv[i + 1]) * 60;
     else if (k == "--seed") a.seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--source" && (std::string(argv[i + 1]) == "poll" || std::string(argv[i + 1]) == "cdc"))
+      a.cdc = std::string(argv[i + 1]) == "cdc";
     else {
-      std::fprintf(stderr, "usage: chaos [--events N] [--seconds S | --minutes M] [--seed N]\n");
+      std::fprintf(stderr, "usage: chaos [--events N] [--seconds S | --minutes M] [--seed N] "
+                           "[--source poll|cdc]\n");
       return 2;
     }
   }
@@ -105,7 +109,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "chaos: OUTBOX_PG_URL, OUTBOX_PG_DATA and OUTBOX_PG_BIN are required (scripts/testenv)\n");
     return 2;
   }
-  std::printf("chaos: seed %llu, %ld events, %ld s\n", static_cast<unsigned long long>(a.seed), a.events, a.seconds);
+  std::printf("chaos: seed %llu, %ld events, %ld s, source %s\n",
+              static_cast<unsigned long long>(a.seed), a.events, a.seconds, a.cdc ? "cdc" : "poll");
   std::fflush(stdout);
   std::mt19937_64 rng(a.seed);
   const std::string tag = std::to_string(a.seed % 1000000);
@@ -114,6 +119,17 @@ int main(int argc, char** argv) {
   fs::create_directories(dir);
 
   Db db(url);
+  // A replication slot outlives everything else: drop the schema's own.
+  auto drop_stream = [&] {
+    const std::string name = DefaultStreamName(schema);
+    db.Q("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '" +
+         name + "' AND active_pid IS NOT NULL");
+    std::this_thread::sleep_for(500ms);
+    db.Q("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" +
+         name + "'");
+    db.Q("DROP PUBLICATION IF EXISTS " + name);
+  };
+  drop_stream();
   db.Q("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
   db.Q("DROP SCHEMA IF EXISTS " + cschema + " CASCADE");
   {
@@ -134,13 +150,21 @@ int main(int argc, char** argv) {
   if (kafka.bootstrap().empty()) return 3;
 
   auto relay_argv = [&](int i) {
-    return std::vector<std::string>{
+    std::vector<std::string> v{
         OUTBOX_RELAY_BIN, "--db", url, "--bootstrap", kafka.bootstrap(), "--set",
         "database.schema=" + schema, "--set", "relay.id=chaos-relay-" + std::to_string(i), "--set",
         "http.listen=127.0.0.1:0", "--set", "kafka.properties.message.timeout.ms=1000", "--set",
         "relay.lease_ms=6500", "--set", "relay.batch_size=200", "--set", "relay.backoff_base_ms=100",
         "--set", "relay.backoff_max_ms=1000", "--set", "relay.max_attempts=1000", "--set",
         "relay.db_retry_max_ms=500"};
+    if (a.cdc) {
+      for (const char* s : {"relay.source=cdc", "cdc.sweep_after_ms=1000", "cdc.status_interval_ms=200",
+                            "cdc.stream_stale_after_ms=3000", "cdc.standby_retry_ms=300"}) {
+        v.push_back("--set");
+        v.push_back(s);
+      }
+    }
+    return v;
   };
   auto consumer_argv = [&] {
     return std::vector<std::string>{OUTBOX_INBOX_CONSUMER_BIN, "--db", url, "--bootstrap",
@@ -320,6 +344,12 @@ int main(int argc, char** argv) {
               static_cast<long long>(on_broker), static_cast<long long>(on_broker - total));
   std::printf("duplicates delivered and absorbed %ld (by the inbox, all consumer processes)\n", dup_absorbed);
   std::printf("outbox SENT / PROCESSING / FAILED %ld / %ld / %ld\n", sent, processing, failed);
+  if (a.cdc) {
+    // A streamed row is marked SENT without a claim: its lease_token stays NULL.
+    std::printf("sent by the stream (no claim)    %s\n",
+                db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status = 'SENT' AND "
+                     "lease_token IS NULL").c_str());
+  }
   std::printf("effects (distinct events)        %ld (%ld rows)\n", effects, effect_rows);
   std::printf("lost                             %ld\n", lost);
   std::printf("double effects                   %ld\n", doubles);
@@ -330,6 +360,8 @@ int main(int argc, char** argv) {
                   sent == total;
   std::printf("%s\n", ok ? "RESULT: OK" : "RESULT: FAILED — replay with --seed");
   if (!ok) std::printf("seed to replay: %llu\n", static_cast<unsigned long long>(a.seed));
+  for (auto& r : relays) r.reset();
+  drop_stream();
   db.Q("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
   db.Q("DROP SCHEMA IF EXISTS " + cschema + " CASCADE");
   if (ok) fs::remove_all(dir);
