@@ -207,7 +207,7 @@ TEST_F(CrashMatrixTest, StreamDiesAfterPublishBeforeConfirm_NextReaderResumesAtT
 
 TEST_F(CrashMatrixTest, StreamDiesInsideALargeTransaction_SlotStaysBeforeItAndNothingIsLost) {
   StartConsumer();
-  Subprocess& a = StartRelay(Fast(CdcSets({"relay.id=relay-A"})),
+  Subprocess& a = StartRelay(Fast(CdcSets({"relay.id=relay-A", "cdc.batch_size=50"})),
                              {{"OUTBOX_FAULTS", "Stream::AfterPublish=crash@5"}});
   ASSERT_TRUE(WaitForLog(a, "streaming")) << a.Log();
   // One transaction of 1,000 events: it arrives in batches of 50; the fifth

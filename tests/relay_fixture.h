@@ -70,7 +70,7 @@ class RelayE2ETest : public ::testing::Test {
       Exec(admin_.get(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                          "WHERE slot_name = '" + name + "'");
       Exec(admin_.get(), "DROP PUBLICATION IF EXISTS " + name);
-      Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+      DropSchemaRetrying(admin_.get(), schema_);
     }
   }
 

@@ -363,6 +363,7 @@ StreamRowState Row(std::int64_t seq, RowState st, bool held = false, bool due = 
   r.seq = seq;
   r.state = st;
   r.held = held;
+  r.earlier_unsent = held ? 1 : 0;
   r.due = due;
   r.attempts = 2;
   return r;
@@ -422,6 +423,19 @@ TEST(PickStreamed, ARowNotYetVisibleIsParkedAndBlocksItsAggregate) {
                                            true, true);
   EXPECT_EQ(Seqs(pick.publish), (std::vector<std::int64_t>{3}));
   EXPECT_EQ(Seqs(pick.park), (std::vector<std::int64_t>{1, 2}));
+}
+
+TEST(PickStreamed, OwnAckedRowsStillBeingMarkedDoNotHoldTheirAggregate) {
+  StreamRowState first = Row(5, RowState::kPending, /*held=*/true);
+  first.earlier_unsent = 2;  // both are the stream's own acked rows, mark in flight
+  auto pass = relay_internal::PickStreamed({Ce(5, "a"), Ce(6, "a")}, std::vector{first, Row(6, RowState::kPending)},
+                                           true, true, {{{"order", "a"}, 2}});
+  EXPECT_EQ(Seqs(pass.publish), (std::vector<std::int64_t>{5, 6}));
+  // One of the two earlier rows is not ours (in a sweeper's hands, say): wait.
+  auto wait = relay_internal::PickStreamed({Ce(5, "a"), Ce(6, "a")}, std::vector{first, Row(6, RowState::kPending)},
+                                           true, true, {{{"order", "a"}, 1}});
+  EXPECT_TRUE(wait.publish.empty());
+  EXPECT_EQ(Seqs(wait.park), (std::vector<std::int64_t>{5, 6}));
 }
 
 TEST(PickStreamed, FailedBlocksUnderHoldNotUnderPassAndUnorderedNeverBlocks) {

@@ -68,6 +68,24 @@ inline std::string PostgresRestartCommand(const std::string& bin, const std::str
   return as_pg + bin + "/pg_ctl -D " + data + " -m fast -w -t 60 restart >/dev/null";
 }
 
+// DROP SCHEMA ... CASCADE, retried on a deadlock: a killed relay's last
+// statement may still run on the server and take its locks in the other order.
+inline void DropSchemaRetrying(PGconn* c, const std::string& schema) {
+  const std::string sql = "DROP SCHEMA IF EXISTS " + schema + " CASCADE";
+  for (int attempt = 1;; ++attempt) {
+    PGresult* r = PQexec(c, sql.c_str());
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    const std::string error = ok ? "" : PQresultErrorMessage(r);
+    PQclear(r);
+    if (ok) return;
+    if (error.find("deadlock") == std::string::npos || attempt == 5) {
+      ADD_FAILURE() << "statement failed: " << sql << "\n" << error;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 // A shell command's exit code and its stdout+stderr.
 struct CommandRun {
   int code = -1;

@@ -170,6 +170,10 @@ struct StreamRowState {
   // that aggregate is unsent (in flight, waiting for a retry, or FAILED under
   // the hold policy).
   bool held = false;
+  // For that first row: how many earlier events of its aggregate are unsent
+  // (held == earlier_unsent > 0). The stream discounts its own acked rows
+  // whose SENT mark is still being written.
+  std::int64_t earlier_unsent = 0;
 };
 
 // How far a change stream has settled every commit (written about once a second).

@@ -3,7 +3,10 @@
 #ifndef OUTBOX_SRC_RELAY_PLAN_H_
 #define OUTBOX_SRC_RELAY_PLAN_H_
 
+#include <map>
 #include <random>
+#include <string>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -76,8 +79,12 @@ struct StreamPick {
 // `failed_holds`). An event whose row is missing from `states` is parked: it
 // may be gone (purged, deleted when sent) or committed but not yet visible to
 // the check's snapshot.
+// `acked_unmarked`: per aggregate, how many of its events the stream has
+// published and seen acked but whose SENT mark is not yet written (they are
+// still PENDING in `states`' counts); they do not hold the aggregate.
+using AggregateCounts = std::map<std::pair<std::string, std::string>, std::int64_t>;
 StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const StreamRowState> states,
-                        bool ordered, bool failed_holds);
+                        bool ordered, bool failed_holds, const AggregateCounts& acked_unmarked = {});
 
 }  // namespace outbox::relay_internal
 

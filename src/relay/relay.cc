@@ -180,6 +180,7 @@ Status ValidateRelayOptions(const RelayOptions& o) {
       return Status::InvalidArgument("cdc." + key + " " + why);
     };
     if (o.cdc.slot.empty()) return cdc("slot", "must not be empty");
+    if (o.cdc.batch_size < 1 || o.cdc.batch_size > 100000) return cdc("batch_size", "must be 1..100000");
     if (o.cdc.status_interval.count() < 10) return cdc("status_interval_ms", "must be >= 10");
     if (o.cdc.sweep_after.count() < 1) return cdc("sweep_after_ms", "must be >= 1");
     if (o.cdc.stream_stale_after <= o.cdc.status_interval) {
@@ -407,6 +408,10 @@ void Relay::WorkerLoop(int index) {
   if (options_.source == RelaySource::kCdc) {
     co.sweep_margin = options_.cdc.sweep_after;
     co.stream_stale_after = options_.cdc.stream_stale_after;
+    // Until the stream has said how far it got, every unsent row would look
+    // like the sweeper's (no progress row = no stream).
+    const auto until = Clock::now() + options_.cdc.stream_stale_after;
+    while (!stopping_ && !stream_reported_ && Clock::now() < until) SleepFor(milliseconds(50));
   }
 
   std::unique_ptr<Store> store;
@@ -545,7 +550,8 @@ bool Relay::ApplyTransition(const std::string& who, const char* what,
     if (r.ok()) {
       if (!r->refused.empty()) {
         metrics_.fenced.Inc(r->refused.size());
-        logger_.Warn("transition refused: lease lost to another claim",
+        logger_.Warn("transition refused: another claim holds the row (a streamed row: it is no "
+                     "longer PENDING)",
                      {{"worker", who}, {"op", what}, {"rows", std::to_string(r->refused.size())}});
       }
       return true;

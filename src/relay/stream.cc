@@ -12,6 +12,12 @@
 //     Everything else is left to the sweeper, whose ordered claim keeps order.
 //   - Nothing is written per event beyond the one fenced MarkSent (token 0):
 //     no claim, no lease.
+//   - One batch's outcomes are written by a helper (its own session) while
+//     this thread reads, checks and publishes the next batch; its acked rows
+//     do not hold their aggregates in that check (they are on their way to
+//     SENT), its failed ones do. At most one batch is being marked.
+#include <algorithm>
+#include <future>
 #include <map>
 #include <random>
 
@@ -24,6 +30,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+std::string Ms(Clock::duration d) {
+  return std::to_string(std::chrono::duration<double, std::milli>(d).count());
+}
+
+std::unique_ptr<Store> OpenOrNull(const StoreFactory& factory) {
+  auto s = factory();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
 }  // namespace
 
 void Relay::StreamLoop() {
@@ -32,7 +47,7 @@ void Relay::StreamLoop() {
   std::mt19937_64 rng(std::random_device{}());
   const bool holds = options_.on_failed == FailedPolicy::kHold;
   ChangeStreamLimits limits;
-  limits.max_events = static_cast<std::size_t>(options_.batch_size);
+  limits.max_events = static_cast<std::size_t>(cdc.batch_size);
   limits.max_bytes = options_.batch_bytes;
   limits.wait = milliseconds(100);
 
@@ -44,14 +59,45 @@ void Relay::StreamLoop() {
   // rows are PENDING in the table whatever happens to the relay.
   std::vector<ClaimedEvent> parked;
   std::map<std::int64_t, Clock::time_point> parked_since;
-  const std::size_t max_parked = 4 * static_cast<std::size_t>(options_.batch_size);
+  const std::size_t max_parked = 4 * static_cast<std::size_t>(cdc.batch_size);
+  std::unique_ptr<Store> mark_store;  // the helper's session
+  std::future<bool> marking;          // the previous batch's transitions
+  std::uint64_t after_mark_lsn = 0;   // settled once `marking` succeeds
+  std::int64_t after_mark_covered = 0;
+  relay_internal::AggregateCounts acked_unmarked;  // the marking batch's acked rows
   std::uint64_t settled = 0;      // confirmable: every batch up to it is settled
   std::int64_t covered_us = 0;    // database time up to which every commit is settled
   Clock::time_point last_status, last_activity;
   bool logged_standby = false, logged_down = false, logged_outage = false;
   milliseconds backoff{200};
 
+  // Waits for the batch being marked; true when its outcomes are recorded.
+  auto finish_marking = [&]() -> bool {
+    if (!marking.valid()) return true;
+    const bool ok = marking.get();
+    acked_unmarked.clear();
+    if (ok) {
+      settled = std::max(settled, after_mark_lsn);
+      covered_us = std::max(covered_us, after_mark_covered);
+    } else {
+      mark_store.reset();
+    }
+    after_mark_lsn = 0;
+    after_mark_covered = 0;
+    return ok;
+  };
+  // A new position: settled at once, or once the batch being marked is.
+  auto reached = [&](std::uint64_t lsn, std::int64_t covered) {
+    if (marking.valid()) {
+      after_mark_lsn = std::max(after_mark_lsn, lsn);
+      after_mark_covered = std::max(after_mark_covered, covered);
+    } else {
+      settled = std::max(settled, lsn);
+      covered_us = std::max(covered_us, covered);
+    }
+  };
   auto close_stream = [&](const char* why, const Status& st) {
+    (void)finish_marking();
     parked.clear();
     parked_since.clear();
     if (!stream) return;
@@ -78,6 +124,8 @@ void Relay::StreamLoop() {
       if (!saved.ok()) {
         metrics_.db_errors.Inc();
         store.reset();  // reconnect; the sweepers treat the stream as stale meanwhile
+      } else {
+        stream_reported_ = true;
       }
     }
     metrics_.cdc_confirmed_lsn.Set(static_cast<double>(settled));
@@ -89,6 +137,10 @@ void Relay::StreamLoop() {
     if (!store) {
       auto s = store_factory_();
       if (!s.ok()) {
+        // Without the table the stream cannot go on — and must not sit idle
+        // on the slot: a shutting-down server waits for its reader to confirm
+        // or leave (up to wal_sender_timeout) before it stops.
+        close_stream("database session", s.status());
         metrics_.db_errors.Inc();
         pause();
         continue;
@@ -97,6 +149,7 @@ void Relay::StreamLoop() {
     }
     if (wal_capped_) {
       if (stream) {
+        (void)finish_marking();
         stream.reset();
         metrics_.cdc_streaming.Set(0);
         // Our walsender may take a moment to exit after the disconnect: while
@@ -200,7 +253,9 @@ void Relay::StreamLoop() {
       seqs.reserve(decoded);
       for (const ClaimedEvent& e : batch->events) seqs.push_back(e.ticket.seq);
       metrics_.cdc_streamed.Inc(fresh);
+      const auto check_at = Clock::now();
       auto states = store->StreamStates(seqs, holds);
+      const auto checked_at = Clock::now();
       if (!states.ok()) {
         if (probing) EndBrokerProbe();
         metrics_.db_errors.Inc();
@@ -209,16 +264,9 @@ void Relay::StreamLoop() {
         pause();
         continue;
       }
-      relay_internal::StreamPick pick =
-          relay_internal::PickStreamed(std::move(batch->events), *states, options_.ordered, holds);
+      relay_internal::StreamPick pick = relay_internal::PickStreamed(
+          std::move(batch->events), *states, options_.ordered, holds, acked_unmarked);
       metrics_.cdc_left_to_sweeper.Inc(pick.left_to_sweeper);
-      logger_.Log(LogLevel::kDebug, "stream batch",
-                  {{"worker", who}, {"decoded", std::to_string(fresh)},
-                   {"checked", std::to_string(decoded)},
-                   {"publish", std::to_string(pick.publish.size())},
-                   {"park", std::to_string(pick.park.size())},
-                   {"done", std::to_string(pick.already_done)},
-                   {"left", std::to_string(pick.left_to_sweeper)}});
       {
         std::map<std::int64_t, Clock::time_point> since;
         const auto now = Clock::now();
@@ -245,9 +293,10 @@ void Relay::StreamLoop() {
         relay_internal::RecordPublish(metrics_, logger_, who, pick.publish, results, plan,
                                       acked_at - received_at, &logged_outage);
         if (plan.outage) {
-          // Nothing was written: the rows are still PENDING. Read them again
-          // after the shared outage backoff (the sweepers take over once the
-          // stream's progress is stale).
+          // Nothing was written for this batch: its rows are still PENDING.
+          // Read them again after the shared outage backoff (the sweepers
+          // take over once the stream's progress is stale).
+          (void)finish_marking();
           stream.reset();
           parked.clear();
           parked_since.clear();
@@ -255,17 +304,45 @@ void Relay::StreamLoop() {
           metrics_.cdc_restarts.Inc();
           continue;
         }
-        const auto deadline = Clock::now() + options_.lease;
-        settled_batch =
-            ApplyTransition(who, "mark sent", [&] { return store->MarkSent(plan.sent); },
-                            plan.sent.size(), fault::kStreamMarkSent, deadline) &&
-            ApplyTransition(who, "reschedule", [&] { return store->Reschedule(plan.reschedule); },
-                            plan.reschedule.size(), std::string_view{}, deadline) &&
-            ApplyTransition(who, "mark failed", [&] { return store->MarkFailed(plan.failed); },
-                            plan.failed.size(), std::string_view{}, deadline);
-        metrics_.rescheduled.Inc(plan.reschedule.size());
-        metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
-        metrics_.failed_max_attempts.Inc(plan.max_attempts);
+        if (!finish_marking()) {
+          settled_batch = false;
+        } else if (!mark_store && !(mark_store = OpenOrNull(store_factory_))) {
+          metrics_.db_errors.Inc();
+          settled_batch = false;
+        } else {
+          for (std::size_t i = 0; i < pick.publish.size(); ++i) {
+            if (results[i].outcome == PublishOutcome::kAcked) {
+              const ClaimedEvent& e = pick.publish[i];
+              ++acked_unmarked[{e.event.aggregate_type, e.event.aggregate_id}];
+            }
+          }
+          metrics_.rescheduled.Inc(plan.reschedule.size());
+          metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
+          metrics_.failed_max_attempts.Inc(plan.max_attempts);
+          logger_.Log(LogLevel::kDebug, "stream batch",
+                      {{"worker", who}, {"decoded", std::to_string(fresh)},
+                       {"checked", std::to_string(decoded)},
+                       {"published", std::to_string(pick.publish.size())},
+                       {"parked", std::to_string(parked.size())},
+                       {"check_ms", Ms(checked_at - check_at)},
+                       {"publish_ms", Ms(acked_at - checked_at)}});
+          Store* ms = mark_store.get();
+          marking = std::async(std::launch::async, [this, ms, who, plan = std::move(plan)] {
+            // Streamed rows hold no lease: a mark that does not go through
+            // soon is given up and the batch read again from the slot. Until
+            // then the slot cannot be confirmed — and a PostgreSQL shutdown
+            // waits for that confirmation (up to wal_sender_timeout).
+            const auto deadline =
+                Clock::now() + std::clamp<milliseconds>(options_.cdc.status_interval * 5,
+                                                        milliseconds(500), milliseconds(5000));
+            return ApplyTransition(who, "mark sent", [&] { return ms->MarkSent(plan.sent); },
+                                   plan.sent.size(), fault::kStreamMarkSent, deadline) &&
+                   ApplyTransition(who, "reschedule", [&] { return ms->Reschedule(plan.reschedule); },
+                                   plan.reschedule.size(), std::string_view{}, deadline) &&
+                   ApplyTransition(who, "mark failed", [&] { return ms->MarkFailed(plan.failed); },
+                                   plan.failed.size(), std::string_view{}, deadline);
+          });
+        }
       }
     }
     if (!settled_batch) {
@@ -276,8 +353,15 @@ void Relay::StreamLoop() {
       pause();
       continue;
     }
-    if (batch->confirmable_lsn > settled) settled = batch->confirmable_lsn;
-    if (batch->covered_until_us > covered_us) covered_us = batch->covered_until_us;
+    reached(batch->confirmable_lsn, batch->covered_until_us);
+    // Collect a finished marking without waiting for it.
+    if (marking.valid() &&
+        marking.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+        !finish_marking()) {
+      close_stream("record outcomes", Status::Unavailable("transition not recorded"));
+      pause();
+      continue;
+    }
     const auto now = Clock::now();
     if (now - last_status >= cdc.status_interval) {
       const bool heartbeat = now - last_activity >= cdc.heartbeat_interval;
@@ -285,7 +369,8 @@ void Relay::StreamLoop() {
       if (!report(heartbeat)) pause();
     }
   }
-  if (stream && store) (void)report(false);  // spare the next reader what is settled
+  const bool marked = finish_marking();
+  if (stream && store && marked) (void)report(false);  // spare the next reader what is settled
   metrics_.cdc_streaming.Set(0);
 }
 

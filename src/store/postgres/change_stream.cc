@@ -89,6 +89,7 @@ class PostgresChangeStream final : public ChangeStream {
     ChangeBatch b;
     std::int64_t bytes = 0;
     bool progressed = false;
+    bool drained_socket = false;  // PQconsumeInput found nothing more since the last frame
     const auto deadline = Clock::now() + limits.wait;
     PGconn* c = conn_.get();
     for (;;) {
@@ -99,6 +100,7 @@ class PostgresChangeStream final : public ChangeStream {
       char* buf = nullptr;
       const int n = PQgetCopyData(c, &buf, /*async=*/1);
       if (n > 0) {
+        drained_socket = false;
         Status st = Handle(std::string_view(buf, static_cast<std::size_t>(n)), &b, &bytes,
                            &progressed);
         PQfreemem(buf);
@@ -106,7 +108,16 @@ class PostgresChangeStream final : public ChangeStream {
         continue;
       }
       if (n == 0) {
-        if (!b.events.empty() || progressed) return b;
+        if (!b.events.empty() || progressed) {
+          // Take what the kernel already holds before returning: one read of
+          // libpq's buffer is only ~16 KiB (a few dozen events) of a backlog.
+          if (!drained_socket) {
+            drained_socket = true;
+            if (!PQconsumeInput(c)) return pg::StatusFromResult(c, nullptr, "cdc: read");
+            continue;
+          }
+          return b;
+        }
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - Clock::now());
         if (left.count() <= 0) return b;

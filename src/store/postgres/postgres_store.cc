@@ -213,7 +213,8 @@ class PostgresStore final : public Store {
                                           : RowState::kSkipped;
       st.attempts = static_cast<int>(pg::GetInt64(r, i, 2));
       st.due = pg::GetText(r, i, 3) == "t";
-      st.held = pg::GetText(r, i, 4) == "t";
+      st.earlier_unsent = pg::GetInt64(r, i, 4);
+      st.held = st.earlier_unsent > 0;
       out.push_back(st);
     }
     return out;

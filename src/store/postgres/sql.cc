@@ -313,7 +313,7 @@ BEGIN{SWEEP_BEGIN}
     SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts,
            octet_length(o.payload)::bigint AS len
     FROM {S}.outbox o
-    WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now(){SWEEP_HEAD}
+    WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
       -- A correlated scalar subquery, not NOT EXISTS: the planner may not turn
       -- it into a join, so it is always one index probe per candidate row.
       AND (SELECT e.seq FROM {S}.outbox e
@@ -326,7 +326,7 @@ BEGIN{SWEEP_BEGIN}
     FOR UPDATE OF o SKIP LOCKED;
   LOOP
     FETCH heads INTO h;
-    EXIT WHEN NOT FOUND;
+    EXIT WHEN NOT FOUND;{SWEEP_HEAD}
     -- The byte bound: always at least one row, then stop before going over.
     EXIT WHEN cardinality(v_seqs) > 0 AND v_bytes + h.len > p_max_bytes;
     v_seqs := v_seqs || h.seq;
@@ -374,7 +374,6 @@ WITH candidates AS (
   SELECT o.seq, octet_length(o.payload)::bigint AS len
   FROM {S}.outbox o
   WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
-    AND o.seq < (SELECT coalesce({S}.stream_sweep_limit($7, $8), 9223372036854775807))
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
@@ -383,7 +382,9 @@ picked AS (  -- the byte bound: at least one row, then stop before going over $6
   SELECT c.seq FROM (
     SELECT seq, sum(len) OVER (ORDER BY seq) AS cum, row_number() OVER (ORDER BY seq) AS n
     FROM candidates) c
-  WHERE c.n = 1 OR c.cum <= $6
+  WHERE (c.n = 1 OR c.cum <= $6)
+    -- The CDC sweeper's bound, applied after the walk (see claim_ordered).
+    AND c.seq < (SELECT coalesce({S}.stream_sweep_limit($7, $8), 9223372036854775807))
 ),
 )SQL";
 
@@ -455,7 +456,10 @@ std::string ClaimFunction(bool replace, bool sweep) {
   put("{SWEEP_DECLARE}", sweep ? "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it" : "");
   put("{SWEEP_BEGIN}", sweep ? "\n  v_limit_seq := coalesce({S}.stream_sweep_limit(p_sweep_margin_ms, p_stale_ms),\n"
                                "                          9223372036854775807);" : "");
-  put("{SWEEP_HEAD}", sweep ? "\n      AND o.seq < v_limit_seq" : "");
+  // The bound ends the walk instead of joining the cursor's WHERE: there it
+  // made the planner walk the primary key (SENT rows included) instead of the
+  // partial index of unsent rows — claims of 300-600 ms on a 20,000-row table.
+  put("{SWEEP_HEAD}", sweep ? "\n    EXIT WHEN h.seq >= v_limit_seq;  -- heads come in seq order" : "");
   put("{SWEEP_RUN}", sweep ? " AND x.seq < v_limit_seq" : "");
   return t;
 }
@@ -493,19 +497,33 @@ EXCEPTION WHEN insufficient_privilege THEN
   RAISE WARNING 'outbox: no privilege to create publication outbox_{S}; relay.source = cdc needs it: CREATE PUBLICATION outbox_{S} FOR TABLE {S}.outbox WITH (publish = ''insert'')';
 END
 $do$;
+-- plpgsql with explicit branches: as one SQL statement the planner did not
+-- skip the outbox walk when there was no bound (240 ms per claim at 20,000 rows).
 CREATE FUNCTION {S}.stream_sweep_limit(p_margin_ms bigint, p_stale_ms bigint) RETURNS bigint
-  LANGUAGE sql STABLE
+  LANGUAGE plpgsql STABLE
   SET enable_seqscan = off
+  SET enable_bitmapscan = off
+  SET enable_sort = off
 AS $fn$
-  SELECT CASE WHEN b.before IS NULL THEN NULL ELSE coalesce(
-           (SELECT o.seq FROM {S}.outbox o
-            WHERE o.status IN ('PENDING', 'PROCESSING') AND o.created_at >= b.before
-            ORDER BY o.seq LIMIT 1),
-           9223372036854775807) END
-  FROM (SELECT min(p.covered_until) - p_margin_ms * interval '1 millisecond' AS before
-        FROM {S}.stream_progress p
-        WHERE p_margin_ms IS NOT NULL
-          AND p.updated_at > now() - p_stale_ms * interval '1 millisecond') b
+DECLARE
+  v_before timestamptz;
+  v_seq bigint;
+BEGIN
+  IF p_margin_ms IS NULL THEN
+    RETURN NULL;
+  END IF;
+  SELECT min(p.covered_until) INTO v_before FROM {S}.stream_progress p
+  WHERE p.updated_at > now() - p_stale_ms * interval '1 millisecond';
+  IF v_before IS NULL THEN
+    RETURN NULL;  -- no live stream: sweep everything that is due
+  END IF;
+  v_before := v_before - p_margin_ms * interval '1 millisecond';
+  -- The walk passes only the rows the sweeper may take, then stops.
+  SELECT o.seq INTO v_seq FROM {S}.outbox o
+  WHERE o.status IN ('PENDING', 'PROCESSING') AND o.created_at >= v_before
+  ORDER BY o.seq LIMIT 1;
+  RETURN coalesce(v_seq, 9223372036854775807);
+END
 $fn$;
 DROP FUNCTION IF EXISTS {S}.claim_ordered(integer, text, bigint, integer, boolean, bigint);
 )SQL";
@@ -945,18 +963,21 @@ DELETE FROM {S}.outbox o USING victims v WHERE o.seq = v.seq
 }
 
 // What the table says about the rows a change stream decoded ($1 their seqs, in
-// commit order; $2 FAILED holds its aggregate). `held`: for the first row of
-// each aggregate in the batch, whether an earlier event of that aggregate is
-// still unsent; the later rows of the aggregate in the batch committed after it
+// commit order; $2 FAILED holds its aggregate). `earlier_unsent`: for the
+// first row of each aggregate in the batch, how many earlier events of that
+// aggregate are still unsent (the caller discounts its own acked rows whose
+// SENT mark is still on its way); the later rows of the aggregate in the batch committed after it
 // (enqueue serialises an aggregate's enqueuers), so the caller walks them.
 std::string StreamStates(const std::string& schema) {
   return WithSchema(R"SQL(
 SELECT o.seq, o.status, o.attempts, o.available_at <= now() AS due,
-       o.seq = f.first_seq AND EXISTS (
-         SELECT 1 FROM {S}.outbox e
-         WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
-           AND e.seq < o.seq AND e.status NOT IN ('SENT', 'SKIPPED')
-           AND ($2::boolean OR e.status <> 'FAILED')) AS held
+       CASE WHEN o.seq = f.first_seq THEN (
+         SELECT count(*) FROM (
+           SELECT 1 FROM {S}.outbox e
+           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+             AND e.seq < o.seq AND e.status NOT IN ('SENT', 'SKIPPED')
+             AND ($2::boolean OR e.status <> 'FAILED')
+           LIMIT 100000) x) ELSE 0 END AS earlier_unsent
 FROM {S}.outbox o
 JOIN (SELECT aggregate_type, aggregate_id, min(seq) AS first_seq FROM {S}.outbox
       WHERE seq = ANY($1::bigint[]) GROUP BY aggregate_type, aggregate_id) f

@@ -1,0 +1,345 @@
+// cdc_bench: outbox-relay with relay.source = cdc (a real process, release
+// build) against the real PostgreSQL and outbox-mock-kafka, side by side in
+// one run with its ceiling and with the polling relay.
+//  1. drain: a backlog of --rows events committed in transactions of 1,000
+//     while the slot exists; per run, interleaved:
+//       - the ceiling: a bare libpq replication stream of the same slot and
+//         WAL (pgoutput, binary, no decoding of tuples, no broker, no writes);
+//       - outbox-relay, relay.source = cdc (reads the same WAL again: the
+//         ceiling does not confirm);
+//       - outbox-relay, relay.source = poll, on the same backlog (no slot).
+//     Also the WAL the relay writes per event while draining (its row writes),
+//     rows the cdc sweeper claimed, and the relay's peak RSS.
+//  2. one transaction of --big-tx events, streamed: time and peak RSS.
+//  3. latency: --rates events/s for --seconds, both sources; enqueue → row
+//     marked SENT on the database clock (an upper bound of commit → broker ack).
+//
+//   cdc_bench --relay BIN --mock BIN [--db URL] [--rows 200000] [--runs 3]
+//             [--big-tx 100000] [--rates 1000,5000] [--seconds 15]
+#include <libpq-fe.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "drain_common.h"
+#include "mock_broker.h"
+#include "subprocess.h"
+
+namespace {
+
+using namespace outbox;
+using namespace outbox::bench;
+using outbox::testing::Subprocess;
+namespace fs = std::filesystem;
+
+const std::string kSchema = "bench_cdc";
+const std::string kSlot = "outbox_bench_cdc";  // DefaultStreamName(kSchema)
+
+bool AnyUnsent(PGconn* c) {
+  return !Scalar(c, "SELECT 1 FROM " + kSchema +
+                        ".outbox WHERE status IN ('PENDING','PROCESSING') LIMIT 1")
+              .empty();
+}
+
+std::uint64_t Lsn(PGconn* c, const std::string& sql) {
+  return std::stoull(Scalar(c, "SELECT (" + sql + ") - '0/0'::pg_lsn"));
+}
+
+void DropSlot(PGconn* c) {
+  Scalar(c, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE "
+            "slot_name = '" + kSlot + "'");
+}
+
+void CreateSlot(PGconn* c) {
+  DropSlot(c);
+  Scalar(c, "SELECT pg_create_logical_replication_slot('" + kSlot + "', 'pgoutput')");
+}
+
+// `rows` events over `aggregates` aggregates, committed 1,000 per transaction.
+void FillCommitted(PGconn* c, long rows, int aggregates, int per_tx) {
+  MustExec(c, "TRUNCATE " + kSchema + ".outbox");
+  for (long done = 0; done < rows; done += per_tx) {
+    const long n = std::min<long>(per_tx, rows - done);
+    MustExec(c, "INSERT INTO " + kSchema +
+                    ".outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers) "
+                    "SELECT " + kSchema + ".uuid_v7(), 'bench', 'agg-' || ((i + " +
+                    std::to_string(done) + ") % " + std::to_string(aggregates) +
+                    "), 'BenchEvent', convert_to(repeat('x', 200), 'UTF8'), "
+                    "'{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}' "
+                    "FROM generate_series(1, " + std::to_string(n) + ") i");
+  }
+  MustExec(c, "VACUUM ANALYZE " + kSchema + ".outbox");
+  MustExec(c, "CHECKPOINT");
+}
+
+// The ceiling: read the slot from its start until the commit of the backlog's
+// last transaction, counting INSERT messages; nothing decoded beyond the tag,
+// nothing confirmed. Returns events/s.
+double BareStream(const std::string& url, long rows) {
+  const char* keys[] = {"dbname", "replication", nullptr};
+  const char* vals[] = {url.c_str(), "database", nullptr};
+  const auto t0 = std::chrono::steady_clock::now();
+  PGconn* c = PQconnectdbParams(keys, vals, 1);
+  if (PQstatus(c) != CONNECTION_OK) {
+    std::fprintf(stderr, "bare stream: %s", PQerrorMessage(c));
+    std::exit(1);
+  }
+  const std::string start = "START_REPLICATION SLOT " + kSlot +
+                            " LOGICAL 0/0 (proto_version '1', publication_names '" + kSlot +
+                            "', binary 'true')";
+  PGresult* r = PQexec(c, start.c_str());
+  if (PQresultStatus(r) != PGRES_COPY_BOTH) {
+    std::fprintf(stderr, "bare stream: %s", PQerrorMessage(c));
+    std::exit(1);
+  }
+  PQclear(r);
+  long inserts = 0;
+  for (;;) {
+    char* buf = nullptr;
+    const int n = PQgetCopyData(c, &buf, /*async=*/0);
+    if (n < 0) {
+      std::fprintf(stderr, "bare stream ended early: %s", PQerrorMessage(c));
+      std::exit(1);
+    }
+    bool done = false;
+    if (n > 25 && buf[0] == 'w') {
+      const char tag = buf[25];
+      if (tag == 'I') ++inserts;
+      // The last transaction of the backlog: every insert seen, then its commit.
+      if (tag == 'C' && inserts >= rows) done = true;
+    }
+    PQfreemem(buf);
+    if (done) break;
+  }
+  const double secs = SecondsSince(t0);
+  PQfinish(c);
+  if (inserts != rows) {
+    std::fprintf(stderr, "bare stream saw %ld inserts of %ld\n", inserts, rows);
+    std::exit(1);
+  }
+  return static_cast<double>(rows) / secs;
+}
+
+std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
+                                       const std::string& bootstrap, const std::string& source,
+                                       const std::string& log) {
+  std::vector<std::string> argv = {f.Str("relay"), "--db", url, "--bootstrap", bootstrap,
+                                   "--set", "database.schema=" + kSchema,
+                                   "--set", "relay.source=" + source,
+                                   "--set", "http.listen=127.0.0.1:0",
+                                   "--set", "log.level=warn",
+                                   "--set", "retention.purge_interval_s=86400"};
+  std::stringstream extra(f.Str(source + "-set"));  // e.g. --cdc-set a=1,b=2
+  for (std::string kv; std::getline(extra, kv, ',');) {
+    if (kv.empty()) continue;
+    argv.push_back("--set");
+    argv.push_back(kv);
+  }
+  return std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
+                                      (fs::temp_directory_path() / log).string());
+}
+
+long RelayRssKb(const Flags& f) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(entry.path() / "cmdline");
+    std::string c;
+    std::getline(cmd, c, '\0');
+    if (c == f.Str("relay")) return PeakRssKb(std::stol(name));
+  }
+  return -1;
+}
+
+struct Drain {
+  double rate = 0;
+  double wal_per_event = 0;  // bytes the relay's writes added to the WAL, per event
+  long rss_kb = 0;
+  long swept = 0;            // rows a claim took (cdc: the sweeper)
+};
+
+Drain DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
+                     const std::string& bootstrap, const std::string& source, long rows) {
+  const std::uint64_t wal0 = Lsn(admin, "pg_current_wal_lsn()");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_" + source + ".log");
+  while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  Drain d;
+  d.rate = static_cast<double>(rows) / SecondsSince(t0);
+  d.wal_per_event =
+      static_cast<double>(Lsn(admin, "pg_current_wal_lsn()") - wal0) / static_cast<double>(rows);
+  d.rss_kb = RelayRssKb(f);
+  d.swept = std::stol(Scalar(admin, "SELECT count(*) FROM " + kSchema +
+                                        ".outbox WHERE lease_token IS NOT NULL"));
+  if (Scalar(admin, "SELECT count(*) FROM " + kSchema + ".outbox WHERE status = 'SENT'") !=
+      std::to_string(rows)) {
+    std::fprintf(stderr, "relay (%s) did not send every row:\n%s", source.c_str(),
+                 relay->Log().c_str());
+    std::exit(1);
+  }
+  relay->Signal(SIGTERM);
+  if (relay->Wait(std::chrono::seconds(60)) != 0) {
+    std::fprintf(stderr, "relay did not stop cleanly:\n%s", relay->Log().c_str());
+    std::exit(1);
+  }
+  return d;
+}
+
+std::string Join(const std::vector<double>& v) {
+  std::string s;
+  for (double x : v) {
+    if (!s.empty()) s += ", ";
+    s += std::to_string(static_cast<long>(x));
+  }
+  return s;
+}
+
+// One producer: `rate` events/s for `seconds`, one transaction every 5 ms.
+// Returns {offered rate, p50 ms, p99 ms, max ms, events}.
+std::vector<std::string> Latency(const Flags& f, PGconn* admin, const std::string& url,
+                                 const std::string& bootstrap, const std::string& source,
+                                 int rate, int seconds) {
+  MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
+  if (source == "cdc") CreateSlot(admin);
+  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_latency.log");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  constexpr int kTickMs = 5;
+  const int per_tick = std::max(1, rate * kTickMs / 1000);
+  PGconn* producer = MustConnect(url);
+  EnqueueOptions eo;
+  eo.schema = kSchema;
+  std::vector<Event> events(static_cast<std::size_t>(per_tick));
+  long enqueued = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (long tick = 0; tick < static_cast<long>(seconds) * 1000 / kTickMs; ++tick) {
+    for (int i = 0; i < per_tick; ++i) {
+      Event& e = events[static_cast<std::size_t>(i)];
+      e.aggregate_type = "bench";
+      e.aggregate_id = "agg-" + std::to_string((enqueued + i) % 1000);
+      e.event_type = "BenchEvent";
+      e.payload = std::string(200, 'x');
+    }
+    MustExec(producer, "BEGIN");
+    auto r = EnqueueBatch(producer, events, eo);
+    if (!r.ok()) {
+      std::fprintf(stderr, "enqueue: %s\n", r.status().ToString().c_str());
+      std::exit(1);
+    }
+    MustExec(producer, "COMMIT");
+    enqueued += per_tick;
+    std::this_thread::sleep_until(start + std::chrono::milliseconds((tick + 1) * kTickMs));
+  }
+  const double offered = static_cast<double>(enqueued) / SecondsSince(start);
+  while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  relay->Signal(SIGTERM);
+  relay->Wait(std::chrono::seconds(60));
+  PQfinish(producer);
+  const std::string q =
+      "SELECT round((percentile_cont(0.5) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
+      "round((percentile_cont(0.99) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
+      "round((max(lat) * 1000)::numeric, 2), count(*), count(*) FILTER (WHERE claimed) FROM "
+      "(SELECT extract(epoch FROM sent_at - created_at) AS lat, lease_token IS NOT NULL AS claimed "
+      "FROM " + kSchema + ".outbox) s";
+  PGresult* res = PQexec(admin, q.c_str());
+  std::vector<std::string> out = {std::to_string(static_cast<long>(offered)), PQgetvalue(res, 0, 0),
+                                  PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+                                  PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 4)};
+  PQclear(res);
+  DropSlot(admin);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
+                       {"runs", "3"}, {"big-tx", "100000"}, {"rates", "1000,5000"},
+                       {"seconds", "15"}, {"aggregates", "1000"}, {"cdc-set", ""},
+                       {"poll-set", ""}});
+  const std::string url = f.Str("db");
+  if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
+    std::fprintf(stderr, "cdc_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
+    return 2;
+  }
+  const long rows = f.Int("rows");
+  const int runs = f.Int("runs");
+  PGconn* admin = MustConnect(url);
+  DropSlot(admin);
+  MustExec(admin, "DROP PUBLICATION IF EXISTS " + kSlot);
+  MigrateFresh(admin, url, kSchema);
+  MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "cdc_bench_mock");
+  const std::string& bootstrap = mock.bootstrap;
+
+  std::vector<double> bare, cdc, poll, cdc_wal, poll_wal, cdc_rss, poll_rss, swept;
+  for (int r = 0; r < runs; ++r) {
+    CreateSlot(admin);
+    FillCommitted(admin, rows, f.Int("aggregates"), 1000);
+    bare.push_back(BareStream(url, rows));
+    std::fprintf(stderr, "run %d: bare stream %9.0f events/s\n", r + 1, bare.back());
+    Drain d = DrainWithRelay(f, admin, url, bootstrap, "cdc", rows);
+    cdc.push_back(d.rate);
+    cdc_wal.push_back(d.wal_per_event);
+    cdc_rss.push_back(static_cast<double>(d.rss_kb) / 1024.0);
+    swept.push_back(static_cast<double>(d.swept));
+    std::fprintf(stderr, "run %d: relay cdc    %9.0f events/s (%ld swept)\n", r + 1, d.rate, d.swept);
+    DropSlot(admin);
+    FillCommitted(admin, rows, f.Int("aggregates"), 1000);
+    Drain p = DrainWithRelay(f, admin, url, bootstrap, "poll", rows);
+    poll.push_back(p.rate);
+    poll_wal.push_back(p.wal_per_event);
+    poll_rss.push_back(static_cast<double>(p.rss_kb) / 1024.0);
+    std::fprintf(stderr, "run %d: relay poll   %9.0f events/s\n", r + 1, p.rate);
+  }
+  const double ceiling = Median(bare);
+  std::printf("#### Drain of a %ld-event backlog (committed 1,000 per transaction, 200-byte payloads, %s aggregates)\n\n",
+              rows, f.Str("aggregates").c_str());
+  std::printf("| method | median events/s | runs | / ceiling | relay WAL per event | relay peak RSS |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("| ceiling: bare libpq replication stream of the same slot (pgoutput, binary; no tuple decoding, no broker, no writes) | %.0f | %s | 1.00 | — | — |\n",
+              ceiling, Join(bare).c_str());
+  std::printf("| outbox-relay, relay.source = cdc → mock Kafka | %.0f | %s | %.2f | %.0f bytes | %.1f MiB |\n",
+              Median(cdc), Join(cdc).c_str(), Median(cdc) / ceiling, Median(cdc_wal), Median(cdc_rss));
+  std::printf("| outbox-relay, relay.source = poll → mock Kafka | %.0f | %s | %.2f | %.0f bytes | %.1f MiB |\n",
+              Median(poll), Join(poll).c_str(), Median(poll) / ceiling, Median(poll_wal), Median(poll_rss));
+  std::printf("\ncdc / poll: %.2f×. Rows the cdc relay's sweeper claimed during its drains: %s (the stream sent the rest).\n",
+              Median(cdc) / Median(poll), Join(swept).c_str());
+
+  // ---- one large transaction ----
+  {
+    CreateSlot(admin);
+    const long big = f.Int("big-tx");
+    FillOutbox(admin, kSchema, static_cast<int>(big), f.Int("aggregates"), 200);  // one INSERT
+    Drain d = DrainWithRelay(f, admin, url, bootstrap, "cdc", big);
+    std::printf("\n#### One transaction of %ld events, streamed\n\n", big);
+    std::printf("Drained in %.1f s (%.0f events/s), %ld rows swept; relay peak RSS %.1f MiB "
+                "(the %ld-event drains above: %.1f MiB).\n",
+                static_cast<double>(big) / d.rate, d.rate, d.swept,
+                static_cast<double>(d.rss_kb) / 1024.0, rows, Median(cdc_rss));
+    DropSlot(admin);
+  }
+
+  // ---- latency ----
+  std::printf("\n#### Latency at a steady offered load (one producer, a transaction every 5 ms)\n\n");
+  std::printf("| source | offered events/s | events | enqueue → marked SENT p50 | p99 | max | rows claimed |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::stringstream rates(f.Str("rates"));
+  for (std::string rate; std::getline(rates, rate, ',');) {
+    for (const std::string source : {"cdc", "poll"}) {
+      auto l = Latency(f, admin, url, bootstrap, source, std::stoi(rate), f.Int("seconds"));
+      std::printf("| %s | %s | %s | %s ms | %s ms | %s ms | %s |\n", source.c_str(), l[0].c_str(),
+                  l[4].c_str(), l[1].c_str(), l[2].c_str(), l[3].c_str(), l[5].c_str());
+      std::fflush(stdout);
+      std::fprintf(stderr, "latency %s at %s/s: p50 %s ms p99 %s ms\n", source.c_str(), rate.c_str(),
+                   l[1].c_str(), l[2].c_str());
+    }
+  }
+  DropSlot(admin);
+  MustExec(admin, "DROP PUBLICATION IF EXISTS " + kSlot);
+  MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
+  PQfinish(admin);
+  return 0;
+}
