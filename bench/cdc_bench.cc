@@ -143,18 +143,6 @@ std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                       (fs::temp_directory_path() / log).string());
 }
 
-long RelayRssKb(const Flags& f) {
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmd(entry.path() / "cmdline");
-    std::string c;
-    std::getline(cmd, c, '\0');
-    if (c == f.Str("relay")) return PeakRssKb(std::stol(name));
-  }
-  return -1;
-}
-
 struct Drain {
   double rate = 0;
   double wal_per_event = 0;  // bytes the relay's writes added to the WAL, per event
@@ -172,7 +160,7 @@ Drain DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
   d.rate = static_cast<double>(rows) / SecondsSince(t0);
   d.wal_per_event =
       static_cast<double>(Lsn(admin, "pg_current_wal_lsn()") - wal0) / static_cast<double>(rows);
-  d.rss_kb = RelayRssKb(f);
+  d.rss_kb = PeakRssOfExecutable(f.Str("relay"));
   d.swept = std::stol(Scalar(admin, "SELECT count(*) FROM " + kSchema +
                                         ".outbox WHERE lease_token IS NOT NULL"));
   if (Scalar(admin, "SELECT count(*) FROM " + kSchema + ".outbox WHERE status = 'SENT'") !=
@@ -207,48 +195,13 @@ std::vector<std::string> Latency(const Flags& f, PGconn* admin, const std::strin
   if (source == "cdc") CreateSlot(admin);
   auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_latency.log");
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  constexpr int kTickMs = 5;
-  const int per_tick = std::max(1, rate * kTickMs / 1000);
-  PGconn* producer = MustConnect(url);
-  EnqueueOptions eo;
-  eo.schema = kSchema;
-  std::vector<Event> events(static_cast<std::size_t>(per_tick));
-  long enqueued = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (long tick = 0; tick < static_cast<long>(seconds) * 1000 / kTickMs; ++tick) {
-    for (int i = 0; i < per_tick; ++i) {
-      Event& e = events[static_cast<std::size_t>(i)];
-      e.aggregate_type = "bench";
-      e.aggregate_id = "agg-" + std::to_string((enqueued + i) % 1000);
-      e.event_type = "BenchEvent";
-      e.payload = std::string(200, 'x');
-    }
-    MustExec(producer, "BEGIN");
-    auto r = EnqueueBatch(producer, events, eo);
-    if (!r.ok()) {
-      std::fprintf(stderr, "enqueue: %s\n", r.status().ToString().c_str());
-      std::exit(1);
-    }
-    MustExec(producer, "COMMIT");
-    enqueued += per_tick;
-    std::this_thread::sleep_until(start + std::chrono::milliseconds((tick + 1) * kTickMs));
-  }
-  const double offered = static_cast<double>(enqueued) / SecondsSince(start);
+  const SteadyLoad load = OfferSteadyLoad(url, kSchema, rate, seconds);
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   relay->Signal(SIGTERM);
   relay->Wait(std::chrono::seconds(60));
-  PQfinish(producer);
-  const std::string q =
-      "SELECT round((percentile_cont(0.5) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
-      "round((percentile_cont(0.99) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
-      "round((max(lat) * 1000)::numeric, 2), count(*), count(*) FILTER (WHERE claimed) FROM "
-      "(SELECT extract(epoch FROM sent_at - created_at) AS lat, lease_token IS NOT NULL AS claimed "
-      "FROM " + kSchema + ".outbox) s";
-  PGresult* res = PQexec(admin, q.c_str());
-  std::vector<std::string> out = {std::to_string(static_cast<long>(offered)), PQgetvalue(res, 0, 0),
-                                  PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
-                                  PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 4)};
-  PQclear(res);
+  std::vector<std::string> lat = SentLatency(admin, kSchema);
+  std::vector<std::string> out = {std::to_string(static_cast<long>(load.offered)), lat[0], lat[1],
+                                  lat[2], lat[3], lat[4]};
   DropSlot(admin);
   return out;
 }

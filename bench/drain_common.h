@@ -3,7 +3,10 @@
 #ifndef OUTBOX_BENCH_DRAIN_COMMON_H_
 #define OUTBOX_BENCH_DRAIN_COMMON_H_
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <thread>
 
 #include "bench_util.h"
 #include "outbox/postgres.h"
@@ -95,6 +98,77 @@ inline double DrainCeiling(PGconn* c, const std::string& schema, int batch, long
   double secs = SecondsSince(t0);
   if (drained != rows) std::exit(1);
   return static_cast<double>(drained) / secs;
+}
+
+// Peak RSS (VmHWM, KiB) of the running process whose executable is `exe`; -1 if none.
+inline long PeakRssOfExecutable(const std::string& exe) {
+  namespace fs = std::filesystem;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(entry.path() / "cmdline");
+    std::string c;
+    std::getline(cmd, c, '\0');
+    if (c == exe) return PeakRssKb(std::stol(name));
+  }
+  return -1;
+}
+
+// One producer offering `rate` events/s for `seconds`: a transaction of
+// rate/200 events every 5 ms (200-byte payloads over 1,000 aggregates).
+// Returns the offered rate; exits on an enqueue error.
+struct SteadyLoad {
+  double offered = 0;
+  int per_transaction = 0;
+  static constexpr int kTickMs = 5;
+};
+inline SteadyLoad OfferSteadyLoad(const std::string& url, const std::string& schema, int rate,
+                                  int seconds) {
+  SteadyLoad load;
+  load.per_transaction = std::max(1, rate * SteadyLoad::kTickMs / 1000);
+  PGconn* producer = MustConnect(url);
+  EnqueueOptions eo;
+  eo.schema = schema;
+  std::vector<Event> events(static_cast<std::size_t>(load.per_transaction));
+  long enqueued = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (long tick = 0; tick < static_cast<long>(seconds) * 1000 / SteadyLoad::kTickMs; ++tick) {
+    for (int i = 0; i < load.per_transaction; ++i) {
+      Event& e = events[static_cast<std::size_t>(i)];
+      e.aggregate_type = "bench";
+      e.aggregate_id = "agg-" + std::to_string((enqueued + i) % 1000);
+      e.event_type = "BenchEvent";
+      e.payload = std::string(200, 'x');
+    }
+    MustExec(producer, "BEGIN");
+    auto r = EnqueueBatch(producer, events, eo);
+    if (!r.ok()) {
+      std::fprintf(stderr, "enqueue: %s\n", r.status().ToString().c_str());
+      std::exit(1);
+    }
+    MustExec(producer, "COMMIT");
+    enqueued += load.per_transaction;
+    std::this_thread::sleep_until(start + std::chrono::milliseconds((tick + 1) * SteadyLoad::kTickMs));
+  }
+  load.offered = static_cast<double>(enqueued) / SecondsSince(start);
+  PQfinish(producer);
+  return load;
+}
+
+// enqueue (created_at) -> marked SENT (sent_at) over every row, database clock:
+// {p50 ms, p99 ms, max ms, rows, rows a claim took}.
+inline std::vector<std::string> SentLatency(PGconn* admin, const std::string& schema) {
+  const std::string q =
+      "SELECT round((percentile_cont(0.5) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
+      "round((percentile_cont(0.99) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
+      "round((max(lat) * 1000)::numeric, 2), count(*), count(*) FILTER (WHERE claimed) FROM "
+      "(SELECT extract(epoch FROM sent_at - created_at) AS lat, lease_token IS NOT NULL AS claimed "
+      "FROM " + schema + ".outbox) s";
+  PGresult* res = PQexec(admin, q.c_str());
+  std::vector<std::string> out;
+  for (int i = 0; i < 5; ++i) out.push_back(PQgetvalue(res, 0, i));
+  PQclear(res);
+  return out;
 }
 
 }  // namespace outbox::bench

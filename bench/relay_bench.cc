@@ -73,19 +73,7 @@ RelayRun DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
   }
   std::string pid = Scalar(admin, "SELECT 0");  // keep the session warm
   (void)pid;
-  // VmHWM of the relay: find it through /proc by the subprocess' pid.
-  run.rss_kb = -1;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmd(entry.path() / "cmdline");
-    std::string c;
-    std::getline(cmd, c, '\0');
-    if (c == f.Str("relay")) {
-      run.rss_kb = PeakRssKb(static_cast<pid_t>(std::stol(name)));
-      break;
-    }
-  }
+  run.rss_kb = PeakRssOfExecutable(f.Str("relay"));
   relay->Signal(SIGTERM);
   if (relay->Wait(std::chrono::seconds(60)) != 0) {
     std::fprintf(stderr, "relay did not stop cleanly:\n%s", relay->Log().c_str());
@@ -164,51 +152,18 @@ int main(int argc, char** argv) {
   const fs::path log = fs::temp_directory_path() / "relay_bench_latency.log";
   auto relay = StartRelay(f, url, bootstrap, "update", log);
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  const int rate = f.Int("rate"), seconds = f.Int("seconds");
-  constexpr int kTickMs = 5;
-  const int per_tick = std::max(1, rate * kTickMs / 1000);
-  PGconn* producer = MustConnect(url);
-  EnqueueOptions eo;
-  eo.schema = kSchema;
-  std::vector<Event> batch_events(static_cast<std::size_t>(per_tick));
-  long enqueued = 0;
-  auto start = std::chrono::steady_clock::now();
-  for (long tick = 0; tick < static_cast<long>(seconds) * 1000 / kTickMs; ++tick) {
-    for (int i = 0; i < per_tick; ++i) {
-      Event& e = batch_events[static_cast<std::size_t>(i)];
-      e.aggregate_type = "bench";
-      e.aggregate_id = "agg-" + std::to_string((enqueued + i) % 1000);
-      e.event_type = "BenchEvent";
-      e.payload = std::string(200, 'x');
-    }
-    MustExec(producer, "BEGIN");
-    auto r = EnqueueBatch(producer, batch_events, eo);
-    if (!r.ok()) {
-      std::fprintf(stderr, "enqueue: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
-    MustExec(producer, "COMMIT");
-    enqueued += per_tick;
-    std::this_thread::sleep_until(start + std::chrono::milliseconds((tick + 1) * kTickMs));
-  }
-  const double offered = static_cast<double>(enqueued) / SecondsSince(start);
+  const int seconds = f.Int("seconds");
+  const SteadyLoad load = OfferSteadyLoad(url, kSchema, f.Int("rate"), seconds);
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   relay->Signal(SIGTERM);
   relay->Wait(std::chrono::seconds(60));
-  const std::string q =
-      "SELECT round((percentile_cont(0.5) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
-      "round((percentile_cont(0.99) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
-      "round((max(lat) * 1000)::numeric, 2), count(*) FROM (SELECT extract(epoch FROM sent_at - "
-      "created_at) AS lat FROM " + kSchema + ".outbox) s";
-  PGresult* res = PQexec(admin, q.c_str());
+  const std::vector<std::string> lat = SentLatency(admin, kSchema);
   std::printf("\n#### Latency at a steady offered load\n\n");
   std::printf("| offered load | events | enqueue → marked SENT p50 | p99 | max |\n|---|---|---|---|---|\n");
   std::printf("| %.0f events/s for %d s (%d events per transaction every %d ms) | %s | %s ms | %s ms | %s ms |\n",
-              offered, seconds, per_tick, kTickMs, PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 0),
-              PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
-  PQclear(res);
+              load.offered, seconds, load.per_transaction, SteadyLoad::kTickMs, lat[3].c_str(),
+              lat[0].c_str(), lat[1].c_str(), lat[2].c_str());
   MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
-  PQfinish(producer);
   PQfinish(admin);
   return 0;
 }
