@@ -173,6 +173,13 @@ TEST(Pgoutput, BeginCommitKeepaliveAndXLogDataCarryPositionsAndUnixTimes) {
   ASSERT_TRUE(wf.ok());
   EXPECT_EQ(std::get<XLogData>(*wf).data, commit);
   EXPECT_FALSE(DecodeFrame("x").ok());
+  // A time no clock can hold is refused, not overflowed (found by fuzz_pgoutput).
+  std::string far;
+  U8(&far, 'k');
+  U64(&far, 1);
+  U64(&far, 0x7fffffffffffffffULL);
+  U8(&far, 0);
+  EXPECT_FALSE(DecodeFrame(far).ok());
 }
 
 TEST(Pgoutput, TheStatusUpdateConfirmsOnePositionThreeTimes) {

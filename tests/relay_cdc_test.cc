@@ -1,6 +1,8 @@
 // outbox-relay with relay.source = cdc as a real process: the change stream
 // over PostgreSQL logical replication (real server, real slot), the sweeper,
 // and the crash matrix rows of the stream (real kills).
+#include <random>
+
 #include "relay_fixture.h"
 
 namespace outbox::testing {
@@ -284,16 +286,24 @@ TEST_F(RelayCdcTest, PastTheWalCapStreamingStopsTheSlotIsDroppedAndPollingDrains
   const int port = HttpPort(relay);
   ASSERT_TRUE(WaitForLog(relay, "streaming")) << relay.Log();
   // The broker is down, so the stream confirms nothing while the events (and
-  // their WAL, ~3 MB) pile up past the 2 MB cap.
+  // their WAL, ~3 MB: random payloads, which PostgreSQL cannot compress) pile
+  // up past the 2 MB cap.
+  std::mt19937 rng(42);
   for (int n = 0; n < 30; ++n) {
     for (int agg = 0; agg < 10; ++agg) {
       const std::string id = "agg-0-" + std::to_string(agg);
-      ASSERT_TRUE(EnqueueOne(id, id + "#" + std::to_string(n) + "#" + std::string(10000, 'p')));
+      std::string noise(10000, '\0');
+      for (char& c : noise) c = static_cast<char>('a' + rng() % 26);
+      ASSERT_TRUE(EnqueueOne(id, id + "#" + std::to_string(n) + "#" + noise));
     }
   }
   ASSERT_TRUE(WaitFor([&] {
     return Metric(Get(port, "/metrics"), "outbox_cdc_wal_cap_stops_total") >= 1;
-  }, 60s)) << relay.Log();
+  }, 60s)) << relay.Log() << "\nretained: "
+           << Metric(Get(port, "/metrics"), "outbox_cdc_slot_retained_wal_bytes") << "\nslot: "
+           << Exec(admin_.get(), "SELECT restart_lsn || ' ' || confirmed_flush_lsn || ' ' || "
+                                 "pg_current_wal_lsn() || ' ' || active FROM pg_replication_slots "
+                                 "WHERE slot_name = '" + Slot() + "'");
   EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
                                    Slot() + "' AND pg_wal_lsn_diff(pg_current_wal_lsn(), "
                                    "restart_lsn) > 2000000"),

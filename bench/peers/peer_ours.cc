@@ -7,6 +7,9 @@
 //
 //   peer_ours --db URL --mode drain|latency [--rows 50000] [--seconds 60]
 //             [--rate 1000] [--workers 4] [--batch 500] [--notify off|on]
+//             [--source poll|cdc]
+// --source cdc: the relay's change stream (logical replication; the slot is
+//          created before the outbox is filled) with its workers as sweepers.
 // drain:   a pre-filled outbox of --rows events (200-byte payload, 1000
 //          aggregates); rate = handled / time until all are handled (or over
 //          --seconds if that comes first).
@@ -22,6 +25,7 @@
 #include "../drain_common.h"
 #include "outbox/log.h"
 #include "outbox/metrics.h"
+#include "outbox/postgres.h"
 #include "outbox/relay.h"
 #include "outbox/transport.h"
 
@@ -81,10 +85,20 @@ double Percentile(std::vector<double>& sorted, double p) {
 int main(int argc, char** argv) {
   Flags f(argc, argv,
           {{"db", DefaultDb()}, {"mode", "drain"}, {"rows", "50000"}, {"seconds", "60"},
-           {"rate", "1000"}, {"workers", "4"}, {"batch", "500"}, {"notify", "off"}});
+           {"rate", "1000"}, {"workers", "4"}, {"batch", "500"}, {"notify", "off"},
+           {"source", "poll"}});
   const std::string url = f.Str("db");
+  const bool cdc = f.Str("source") == "cdc";
+  const std::string slot = DefaultStreamName(kSchema);
   PGconn* admin = MustConnect(url);
+  auto drop_stream = [&] {
+    Scalar(admin, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE "
+                  "slot_name = '" + slot + "'");
+    MustExec(admin, "DROP PUBLICATION IF EXISTS " + slot);
+  };
+  drop_stream();
   MigrateFresh(admin, url, kSchema);
+  if (cdc) Scalar(admin, "SELECT pg_create_logical_replication_slot('" + slot + "', 'pgoutput')");
   const long rows = f.Int("rows");
   if (f.Str("mode") == "drain") FillOutbox(admin, kSchema, static_cast<int>(rows), 1000, 200);
 
@@ -101,7 +115,17 @@ int main(int argc, char** argv) {
   PostgresStoreOptions so;
   so.conninfo = url;
   so.schema = kSchema;
-  auto relay = Relay::Create(ro, [so] { return OpenPostgresStore(so); }, transport, metrics, logger);
+  ChangeStreamFactory streams;
+  if (cdc) {
+    ro.source = RelaySource::kCdc;
+    ro.cdc.slot = slot;
+    PostgresChangeStreamOptions co;
+    co.conninfo = url;
+    co.schema = kSchema;
+    streams = [co] { return OpenPostgresChangeStream(co); };
+  }
+  auto relay = Relay::Create(ro, [so] { return OpenPostgresStore(so); }, streams, transport,
+                             metrics, logger);
   if (!relay.ok()) {
     std::fprintf(stderr, "relay: %s\n", relay.status().ToString().c_str());
     return 1;
@@ -120,9 +144,9 @@ int main(int argc, char** argv) {
     const auto end = handled >= static_cast<std::size_t>(rows) ? transport.last() : Clock::now();
     const double window = std::chrono::duration<double>(end - t0).count();
     std::snprintf(buf, sizeof buf,
-                  "{\"side\":\"ours\",\"mode\":\"drain\",\"rows\":%ld,\"handled\":%zu,\"window_s\":%.3f,"
-                  "\"rate\":%.1f,\"complete\":%s}",
-                  rows, handled, window, static_cast<double>(handled) / window,
+                  "{\"side\":\"ours\",\"source\":\"%s\",\"mode\":\"drain\",\"rows\":%ld,\"handled\":%zu,"
+                  "\"window_s\":%.3f,\"rate\":%.1f,\"complete\":%s}",
+                  f.Str("source").c_str(), rows, handled, window, static_cast<double>(handled) / window,
                   handled >= static_cast<std::size_t>(rows) ? "true" : "false");
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(1));  // the relay is connected
@@ -179,14 +203,15 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(1));  // let the last marks commit
     const long left = MustExec(admin, "SELECT 1 FROM " + kSchema + ".outbox WHERE status <> 'SENT'");
     std::snprintf(buf, sizeof buf,
-                  "{\"side\":\"ours\",\"mode\":\"latency\",\"notify\":\"%s\",\"left_unprocessed\":%ld,"
-                  "\"rate_target\":%d,\"offered_rate\":%.1f,\"sent\":%ld,\"handled\":%zu,\"p50_ms\":%.3f,"
-                  "\"p99_ms\":%.3f}",
-                  f.Str("notify").c_str(), left, rate, static_cast<double>(total) / produce_secs, total,
+                  "{\"side\":\"ours\",\"source\":\"%s\",\"mode\":\"latency\",\"notify\":\"%s\","
+                  "\"left_unprocessed\":%ld,\"rate_target\":%d,\"offered_rate\":%.1f,\"sent\":%ld,"
+                  "\"handled\":%zu,\"p50_ms\":%.3f,\"p99_ms\":%.3f}",
+                  f.Str("source").c_str(), f.Str("notify").c_str(), left, rate, static_cast<double>(total) / produce_secs, total,
                   lat.size(), Percentile(lat, 0.5), Percentile(lat, 0.99));
   }
   (*relay)->RequestStop();
   runner.join();
+  drop_stream();
   MustExec(admin, "DROP SCHEMA IF EXISTS " + kSchema + " CASCADE");
   PQfinish(admin);
   std::printf("%s\n", buf);

@@ -3,7 +3,7 @@
 # docs/benchmarks.md. Installs the package into a temporary folder, then runs,
 # interleaved in each round and against the same PostgreSQL:
 #   drain    a pre-filled outbox of --rows events: ours (relay engine, 4 workers,
-#            batch 500), theirs with the logical-replication listener, theirs with
+#            batch 500; and with relay.source = cdc), theirs with the logical-replication listener, theirs with
 #            the polling listener (bounded by --drain-seconds; rate over the window)
 #   latency  --rate events/s, then --low-rate events/s, for --seconds each, one per
 #            transaction: commit -> handler
@@ -50,6 +50,7 @@ machine="$(machine_line)"
 for run in $(seq "$RUNS"); do
   echo "== round $run of $RUNS" >&2
   "$OURS" --db "$OUTBOX_PG_URL" --mode drain --rows "$ROWS" >>"$RESULTS"
+  "$OURS" --db "$OUTBOX_PG_URL" --mode drain --rows "$ROWS" --source cdc >>"$RESULTS"
   "${THEIRS[@]}" --listener replication --mode drain --rows "$ROWS" --seconds 300 >>"$RESULTS"
   "${THEIRS[@]}" --listener polling --mode drain --rows "$ROWS" --seconds "$DRAIN_SECS" >>"$RESULTS"
   for r in "$RATE" "$LOW_RATE"; do
@@ -57,8 +58,9 @@ for run in $(seq "$RUNS"); do
     "${THEIRS[@]}" --listener replication --mode latency --rate "$r" --seconds "$SECS" >>"$RESULTS"
     "${THEIRS[@]}" --listener polling --mode latency --rate "$r" --seconds "$SECS" >>"$RESULTS"
     "$OURS" --db "$OUTBOX_PG_URL" --mode latency --rate "$r" --seconds "$SECS" --notify on >>"$RESULTS"
+    "$OURS" --db "$OUTBOX_PG_URL" --mode latency --rate "$r" --seconds "$SECS" --source cdc >>"$RESULTS"
   done
-  tail -n 11 "$RESULTS" >&2
+  tail -n 14 "$RESULTS" >&2
 done
 table="$(node "$PEER/summarize.js" "$RESULTS")"
 
@@ -90,8 +92,12 @@ listener falls behind (its figures are queueing time); ${LOW_RATE}/s shows it ke
 Ratios are ours / theirs with our defaults: above 1 is better for us in the drain,
 below 1 is better for us in latency. The last column is ours with the producers setting
 \`outbox.notify = on\` (commits wake the relay; off by default because it costs producers
-throughput, see the enqueue section) — the closer match to a push-based listener. Node.js runs theirs in one thread, our relay uses several; both share the
-same 2 cores with PostgreSQL.
+throughput, see the enqueue section) — the closer match to a push-based listener. The
+\`relay.source=cdc\` columns are ours reading the write-ahead log like their replication
+listener (the slot is created before the fill; the workers sweep): it checks each row
+in the table before handing it on and parks a row that is not yet visible to it (the
+MESSAGE_NOT_FOUND case below) until it is. Node.js runs theirs in one thread, our relay
+uses several; both share the same 2 cores with PostgreSQL.
 
 Reading it: the replication listener hands a commit to its handler sooner at p50 — the
 WAL stream pushes it, while our relay has to find it with a claim query, and at low

@@ -69,6 +69,7 @@ void Relay::StreamLoop() {
   std::int64_t covered_us = 0;    // database time up to which every commit is settled
   Clock::time_point last_status, last_activity;
   bool logged_standby = false, logged_down = false, logged_outage = false;
+  bool cap_handled = false;  // this cap episode's slot drop is done (or another relay's)
   milliseconds backoff{200};
 
   // Waits for the batch being marked; true when its outcomes are recorded.
@@ -148,31 +149,45 @@ void Relay::StreamLoop() {
       store = std::move(s).value();
     }
     if (wal_capped_) {
-      if (stream) {
-        (void)finish_marking();
-        stream.reset();
-        metrics_.cdc_streaming.Set(0);
-        // Our walsender may take a moment to exit after the disconnect: while
-        // it does, the slot is still "in use".
+      if (!cap_handled) {
+        // Our own walsender may take a moment to exit after the disconnect:
+        // while it does, the slot is still "in use". Another relay's is its
+        // business (it sees the cap too); an idle slot is anyone's to drop.
+        const bool had = stream != nullptr;
+        if (had) {
+          (void)finish_marking();
+          stream.reset();
+          parked.clear();
+          parked_since.clear();
+          metrics_.cdc_streaming.Set(0);
+        }
         Status dropped = Status::Ok();
-        for (int i = 0; i < 50 && cdc.drop_slot && !stopping_; ++i) {
+        for (int i = 0; i < (had ? 50 : 1) && cdc.drop_slot && !stopping_; ++i) {
           dropped = cdc.drop_slot();
           if (dropped.code() != Code::kFenced) break;
           SleepFor(milliseconds(100));
         }
-        Status forgot = store->DropStreamProgress(cdc.slot);
-        metrics_.cdc_wal_cap_stops.Inc();
-        logger_.Error("replication slot retains more WAL than cdc.max_retained_wal_bytes: "
-                      "streaming stopped and the slot dropped; the sweepers drain the outbox by "
-                      "polling, then a new slot starts",
-                      {{"slot", cdc.slot},
-                       {"max_retained_wal_bytes", std::to_string(cdc.max_retained_wal_bytes)},
-                       {"drop", dropped.ok() ? "ok" : dropped.ToString()},
-                       {"progress", forgot.ok() ? "cleared" : forgot.ToString()}});
+        if (dropped.ok()) {
+          Status forgot = store->DropStreamProgress(cdc.slot);
+          metrics_.cdc_wal_cap_stops.Inc();
+          logger_.Error("replication slot retains more WAL than cdc.max_retained_wal_bytes: "
+                        "streaming stopped and the slot dropped; the sweepers drain the outbox "
+                        "by polling, then a new slot starts",
+                        {{"slot", cdc.slot},
+                         {"max_retained_wal_bytes", std::to_string(cdc.max_retained_wal_bytes)},
+                         {"progress", forgot.ok() ? "cleared" : forgot.ToString()}});
+          cap_handled = true;
+        } else if (dropped.code() == Code::kFenced && !had) {
+          cap_handled = true;  // the relay reading it drops it
+        } else {
+          logger_.Warn("could not drop the replication slot over the WAL cap; retrying",
+                       {{"slot", cdc.slot}, {"error", dropped.ToString()}});
+        }
       }
       SleepFor(cdc.standby_retry);
       continue;
     }
+    cap_handled = false;
     if (!stream) {
       auto s = stream_factory_();
       if (!s.ok()) {

@@ -65,6 +65,15 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
+// PostgreSQL µs since 2000 -> Unix µs, for times a system_clock can hold
+// (before ~2262); false for anything else (a corrupt or hostile stream).
+bool ToUnixUs(std::int64_t pg_us, std::int64_t* unix_us) {
+  constexpr std::int64_t kMaxUnixUs = 9'000'000'000'000'000;  // ~2255
+  if (pg_us < -kPgEpochUnixUs || pg_us > kMaxUnixUs - kPgEpochUnixUs) return false;
+  *unix_us = pg_us + kPgEpochUnixUs;
+  return true;
+}
+
 Status Malformed(std::string_view what) {
   return Status::Internal("replication stream: malformed " + std::string(what));
 }
@@ -87,20 +96,20 @@ Result<Frame> DecodeFrame(std::string_view bytes) {
   if (!r.U8(&tag)) return Malformed("frame (empty)");
   if (tag == 'w') {
     XLogData x;
-    if (!r.U64(&x.start) || !r.U64(&x.wal_end) || !r.I64(&x.send_time_us)) {
+    if (!r.U64(&x.start) || !r.U64(&x.wal_end) || !r.I64(&x.send_time_us) ||
+        !ToUnixUs(x.send_time_us, &x.send_time_us)) {
       return Malformed("XLogData header");
     }
-    x.send_time_us += kPgEpochUnixUs;
     x.data = r.Rest();
     return Frame(x);
   }
   if (tag == 'k') {
     Keepalive k;
     std::uint8_t reply;
-    if (!r.U64(&k.wal_end) || !r.I64(&k.send_time_us) || !r.U8(&reply)) {
+    if (!r.U64(&k.wal_end) || !r.I64(&k.send_time_us) || !r.U8(&reply) ||
+        !ToUnixUs(k.send_time_us, &k.send_time_us)) {
       return Malformed("keepalive");
     }
-    k.send_time_us += kPgEpochUnixUs;
     k.reply_requested = reply != 0;
     return Frame(k);
   }
@@ -127,20 +136,19 @@ Result<Message> DecodeMessage(std::string_view bytes) {
     case 'B': {
       Begin b;
       std::uint32_t xid;
-      if (!r.U64(&b.final_lsn) || !r.I64(&b.commit_time_us) || !r.U32(&xid)) {
+      if (!r.U64(&b.final_lsn) || !r.I64(&b.commit_time_us) || !r.U32(&xid) ||
+          !ToUnixUs(b.commit_time_us, &b.commit_time_us)) {
         return Malformed("Begin");
       }
-      b.commit_time_us += kPgEpochUnixUs;
       return Message(b);
     }
     case 'C': {
       Commit c;
       std::uint8_t flags;
       if (!r.U8(&flags) || !r.U64(&c.commit_lsn) || !r.U64(&c.end_lsn) ||
-          !r.I64(&c.commit_time_us)) {
+          !r.I64(&c.commit_time_us) || !ToUnixUs(c.commit_time_us, &c.commit_time_us)) {
         return Malformed("Commit");
       }
-      c.commit_time_us += kPgEpochUnixUs;
       return Message(c);
     }
     case 'R': {
@@ -270,8 +278,11 @@ Result<ClaimedEvent> EventOf(const Insert& ins, const OutboxLayout& l) {
   if (!parsed.ok()) return parsed.status();
   ce.event.headers = std::move(parsed).value();
   if (Value d = col(l.dedup_key)) ce.event.dedup_key = std::string(*d);
-  ce.created_at = std::chrono::system_clock::time_point(std::chrono::microseconds(
-      static_cast<std::int64_t>(BigEndian(created)) + kPgEpochUnixUs));
+  std::int64_t created_us = 0;
+  if (!ToUnixUs(static_cast<std::int64_t>(BigEndian(created)), &created_us)) {
+    return Malformed("outbox row (created_at out of range)");
+  }
+  ce.created_at = std::chrono::system_clock::time_point(std::chrono::microseconds(created_us));
   return ce;
 }
 
