@@ -512,6 +512,29 @@ TEST_F(PostgresTest, WaitForWorkWakesOnEnqueueOnlyWhenProducersOptIn) {
   EXPECT_TRUE(*woken);
 }
 
+// The CDC sweeper's horizon test (migration 6) widens a row's 32-bit xmin to
+// 64 bits against the claim's own snapshot: checked across an epoch boundary,
+// for a row written after the reference (locked after an update), and for
+// frozen rows.
+TEST_F(PostgresTest, XidPassedWidensAcrossTheEpochAndRefusesNewerXids) {
+  auto passed = [&](const std::string& xid, const std::string& ref, const std::string& horizon) {
+    return Exec(conn_.get(), "SELECT " + schema_ + ".xid_passed('" + xid + "'::xid, " + ref +
+                                 ", " + horizon + ")");
+  };
+  const std::string ref = "4294967306";                        // epoch 1, xid 10
+  const std::string horizon = "'4294967295:4294967300:'::pg_snapshot";
+  EXPECT_EQ(passed("4294967290", ref, horizon), "t") << "epoch 0, before the horizon";
+  EXPECT_EQ(passed("8", ref, horizon), "f") << "epoch 1, after the horizon's xmax";
+  EXPECT_EQ(passed("12", ref, horizon), "f") << "newer than the reference";
+  EXPECT_EQ(passed("10", ref, horizon), "f") << "equal to the reference";
+  EXPECT_EQ(passed("2", ref, horizon), "t") << "frozen";
+  EXPECT_EQ(passed("4294967290", ref, "NULL"), "f") << "no horizon yet";
+  // epoch 1: xid 5 (full 4294967301) was running, xid 6 had committed
+  const std::string running = "'4294967295:4294967310:4294967301'::pg_snapshot";
+  EXPECT_EQ(passed("5", "4294967316", running), "f") << "running when the horizon was taken";
+  EXPECT_EQ(passed("6", "4294967316", running), "t") << "committed before the horizon";
+}
+
 TEST_F(PostgresTest, MissingSchemaSaysToMigrate) {
   PostgresStoreOptions o;
   o.conninfo = url_;

@@ -76,8 +76,9 @@ struct CdcOptions {
   milliseconds stream_stale_after{10'000};
   milliseconds standby_retry{1'000};  // a standby tries to take the slot this often
   // Asks the server for its position this often when the outbox is idle, so the
-  // slot moves while other tables write WAL.
-  milliseconds heartbeat_interval{10'000};
+  // slot moves while other tables write WAL — and the sweepers' horizon with it
+  // (rows of an idle stream's gaps and replays wait for it: docs/design.md, CDC).
+  milliseconds heartbeat_interval{1'000};
   // Retained WAL past which the streaming relay stops streaming, drops the
   // slot (releasing the WAL) and leaves the outbox to the sweepers until they
   // have drained it; then a new slot starts. 0 = no cap.

@@ -311,7 +311,7 @@ DECLARE
 BEGIN{SWEEP_BEGIN}
   OPEN heads NO SCROLL FOR
     SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts,
-           octet_length(o.payload)::bigint AS len
+           octet_length(o.payload)::bigint AS len{SWEEP_COLS}
     FROM {S}.outbox o
     WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
       -- A correlated scalar subquery, not NOT EXISTS: the planner may not turn
@@ -371,20 +371,26 @@ $fn$;
 
 constexpr const char* kClaimUnordered = R"SQL(
 WITH candidates AS (
-  SELECT o.seq, octet_length(o.payload)::bigint AS len
+  SELECT o.seq, octet_length(o.payload)::bigint AS len, o.attempts, o.xmin AS row_xid
   FROM {S}.outbox o
   WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
 ),
+bound AS (SELECT b.limit_seq, b.horizon,
+                 pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS ref
+          FROM {S}.stream_sweep_bound($7, $8) b),
 picked AS (  -- the byte bound: at least one row, then stop before going over $6
   SELECT c.seq FROM (
-    SELECT seq, sum(len) OVER (ORDER BY seq) AS cum, row_number() OVER (ORDER BY seq) AS n
-    FROM candidates) c
+    SELECT seq, attempts, row_xid, sum(len) OVER (ORDER BY seq) AS cum,
+           row_number() OVER (ORDER BY seq) AS n
+    FROM candidates) c, bound b
   WHERE (c.n = 1 OR c.cum <= $6)
     -- The CDC sweeper's bound, applied after the walk (see claim_ordered).
-    AND c.seq < (SELECT coalesce({S}.stream_sweep_limit($7, $8), 9223372036854775807))
+    AND (b.limit_seq IS NULL
+         OR (c.seq < b.limit_seq
+             AND (c.attempts > 0 OR {S}.xid_passed(c.row_xid, b.ref, b.horizon))))
 ),
 )SQL";
 
@@ -440,9 +446,12 @@ std::string ClaimUpdateForFunction() {
 }
 
 // The ordered claim function; `replace` for the migrations that redefine it.
-// `sweep`: version 5's form, with the CDC sweeper's bound (two more
-// parameters; see kMigration5).
-std::string ClaimFunction(bool replace, bool sweep) {
+// `sweep`: whether and how it takes the CDC sweeper's bound (two more
+// parameters): version 5's time bound, or version 6's, which also leaves the
+// rows of transactions the stream has not passed yet (see kMigration6).
+enum class Sweep { kNone, kTimeBound, kCommittedBound };
+
+std::string ClaimFunction(bool replace, Sweep sweep) {
   std::string t = std::string(kMigration2Head) + ClaimUpdateForFunction() + kMigration2Tail;
   if (replace) {
     const std::string from = "CREATE FUNCTION";
@@ -452,15 +461,42 @@ std::string ClaimFunction(bool replace, bool sweep) {
     const auto p = t.find(k);
     t.replace(p, k.size(), v);
   };
-  put("{SWEEP_PARAMS}", sweep ? ",\n                                  p_sweep_margin_ms bigint, p_stale_ms bigint" : "");
-  put("{SWEEP_DECLARE}", sweep ? "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it" : "");
-  put("{SWEEP_BEGIN}", sweep ? "\n  v_limit_seq := coalesce({S}.stream_sweep_limit(p_sweep_margin_ms, p_stale_ms),\n"
-                               "                          9223372036854775807);" : "");
+  const bool any = sweep != Sweep::kNone;
+  const bool committed = sweep == Sweep::kCommittedBound;
+  put("{SWEEP_PARAMS}", any ? ",\n                                  p_sweep_margin_ms bigint, p_stale_ms bigint" : "");
+  put("{SWEEP_DECLARE}",
+      !any ? ""
+      : committed
+          ? "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it\n"
+            "  v_horizon pg_snapshot;  -- and, of rows never claimed, only those committed in it\n"
+            "  v_bounded boolean;\n"
+            "  v_ref bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;"
+          : "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it");
+  put("{SWEEP_BEGIN}",
+      !any ? ""
+      : committed
+          ? "\n  SELECT b.limit_seq, b.horizon INTO v_limit_seq, v_horizon\n"
+            "  FROM {S}.stream_sweep_bound(p_sweep_margin_ms, p_stale_ms) b;\n"
+            "  v_bounded := v_limit_seq IS NOT NULL;  -- no live stream: no bound\n"
+            "  v_limit_seq := coalesce(v_limit_seq, 9223372036854775807);"
+          : "\n  v_limit_seq := coalesce({S}.stream_sweep_limit(p_sweep_margin_ms, p_stale_ms),\n"
+            "                          9223372036854775807);");
+  put("{SWEEP_COLS}", committed ? ", o.xmin AS row_xid" : "");
   // The bound ends the walk instead of joining the cursor's WHERE: there it
   // made the planner walk the primary key (SENT rows included) instead of the
   // partial index of unsent rows — claims of 300-600 ms on a 20,000-row table.
-  put("{SWEEP_HEAD}", sweep ? "\n    EXIT WHEN h.seq >= v_limit_seq;  -- heads come in seq order" : "");
-  put("{SWEEP_RUN}", sweep ? " AND x.seq < v_limit_seq" : "");
+  put("{SWEEP_HEAD}",
+      !any ? ""
+      : committed
+          ? "\n    EXIT WHEN h.seq >= v_limit_seq;  -- heads come in seq order\n"
+            "    CONTINUE WHEN v_bounded AND h.attempts = 0\n"
+            "                  AND NOT {S}.xid_passed(h.row_xid, v_ref, v_horizon);  -- the stream's"
+          : "\n    EXIT WHEN h.seq >= v_limit_seq;  -- heads come in seq order");
+  put("{SWEEP_RUN}", !any ? ""
+                     : committed
+                         ? " AND x.seq < v_limit_seq\n                  AND (NOT v_bounded OR x.attempts > 0\n"
+                           "                       OR {S}.xid_passed(x.xmin, v_ref, v_horizon))"
+                         : " AND x.seq < v_limit_seq");
   return t;
 }
 
@@ -528,6 +564,75 @@ $fn$;
 DROP FUNCTION IF EXISTS {S}.claim_ordered(integer, text, bigint, integer, boolean, bigint);
 )SQL";
 
+// Version 6: the CDC sweeper leaves the rows of transactions the stream has
+// not passed. A row's created_at is its transaction's start, so a producer
+// transaction open longer than the margin committed rows "older" than the
+// stream's settled point that the stream had not read yet: the sweeper took
+// them and both published them (a copy per such event, absorbed by inboxes,
+// but the stream is meant to claim nothing).
+//   - stream_progress gets a horizon: a snapshot every transaction visible in
+//     which had committed before the stream's settled position. Each report
+//     notes a candidate (a fresh snapshot and the WAL insert position after
+//     it); once the stream has settled past that position, the candidate
+//     becomes the horizon and a new one is noted. A transaction visible in a
+//     snapshot had written its commit record before the position.
+//   - stream_sweep_bound() returns the time bound's seq and the horizon;
+//     claims take a row never claimed (attempts = 0) only when the transaction
+//     that wrote it is visible in the horizon (xid_passed). Rows the relays
+//     have written since (claimed, retried, failed) are the table's life cycle,
+//     as before; a replayed row (attempts reset) waits for the horizon to pass
+//     its replay (one or two status intervals).
+constexpr const char* kMigration6 = R"SQL(
+ALTER TABLE {S}.stream_progress ADD COLUMN horizon pg_snapshot, ADD COLUMN candidate pg_snapshot,
+                                ADD COLUMN candidate_lsn pg_lsn;
+-- Whether the (32-bit) xid p_xid is visible in p_horizon: widened against
+-- p_ref (the caller's snapshot xmax, a full xid no row it sees was written by
+-- unless locked after an update: such a newer xid has not passed). Frozen xids
+-- (below 3) are ancient: passed.
+CREATE FUNCTION {S}.xid_passed(p_xid xid, p_ref bigint, p_horizon pg_snapshot) RETURNS boolean
+  LANGUAGE sql IMMUTABLE
+AS $fn$
+  SELECT p_xid::text::bigint < 3
+      OR (d BETWEEN 1 AND 2147483648
+          AND coalesce(pg_visible_in_snapshot((p_ref - d)::text::xid8, p_horizon), false))
+  FROM (SELECT (p_ref % 4294967296 - p_xid::text::bigint + 4294967296) % 4294967296 AS d) x
+$fn$;
+CREATE FUNCTION {S}.stream_sweep_bound(p_margin_ms bigint, p_stale_ms bigint,
+                                       OUT limit_seq bigint, OUT horizon pg_snapshot)
+  LANGUAGE plpgsql STABLE
+  SET enable_seqscan = off
+  SET enable_bitmapscan = off
+  SET enable_sort = off
+AS $fn$
+DECLARE
+  v_before timestamptz;
+BEGIN
+  IF p_margin_ms IS NULL THEN
+    RETURN;  -- no bound
+  END IF;
+  SELECT min(p.covered_until) INTO v_before FROM {S}.stream_progress p
+  WHERE p.updated_at > now() - p_stale_ms * interval '1 millisecond';
+  IF v_before IS NULL THEN
+    RETURN;  -- no live stream: sweep everything that is due
+  END IF;
+  -- The oldest horizon of the live streams; none yet (NULL) comes first.
+  SELECT p.horizon INTO horizon FROM {S}.stream_progress p
+  WHERE p.updated_at > now() - p_stale_ms * interval '1 millisecond'
+  ORDER BY p.horizon IS NOT NULL, pg_snapshot_xmax(p.horizon)::text::bigint LIMIT 1;
+  v_before := v_before - p_margin_ms * interval '1 millisecond';
+  SELECT o.seq INTO limit_seq FROM {S}.outbox o
+  WHERE o.status IN ('PENDING', 'PROCESSING') AND o.created_at >= v_before
+  ORDER BY o.seq LIMIT 1;
+  limit_seq := coalesce(limit_seq, 9223372036854775807);
+END
+$fn$;
+)SQL";
+
+// Version 6's tail: the claim uses the new bound; the old bound goes.
+constexpr const char* kMigration6Tail = R"SQL(
+DROP FUNCTION {S}.stream_sweep_limit(bigint, bigint);
+)SQL";
+
 }  // namespace
 
 std::string EnqueueFunction(bool replace, bool notify) {
@@ -550,17 +655,22 @@ MigrationSet OutboxMigrations(const std::string& schema) {
   return {"outbox.migrate", "schema_migrations", {
       {1, "outbox table, indexes, enqueue()",
        WithSchema(std::string(kMigration1) + EnqueueFunction(false, false), schema)},
-      {2, "claim_ordered()", WithSchema(ClaimFunction(/*replace=*/false, /*sweep=*/false), schema)},
+      {2, "claim_ordered()", WithSchema(ClaimFunction(/*replace=*/false, Sweep::kNone), schema)},
       {3, "enqueue(): opt-in NOTIFY (setting outbox.notify)",
        WithSchema(EnqueueFunction(true, true), schema)},
       {4, "SKIPPED state; claim_ordered() returns the age at claim; stats(); lock_aggregates(); enqueue() limits "
           "payload + key + headers (outbox.max_event_bytes)",
-       WithSchema(std::string(kMigration4) + ClaimFunction(/*replace=*/true, /*sweep=*/false) +
+       WithSchema(std::string(kMigration4) + ClaimFunction(/*replace=*/true, Sweep::kNone) +
                       EnqueueFunction(true, true),
                   schema)},
       {5, "CDC: publication outbox_<schema>, stream_progress, stream_sweep_limit(); claim_ordered() "
           "takes the sweeper's bound",
-       WithSchema(std::string(kMigration5) + ClaimFunction(/*replace=*/false, /*sweep=*/true), schema)},
+       WithSchema(std::string(kMigration5) + ClaimFunction(/*replace=*/false, Sweep::kTimeBound), schema)},
+      {6, "CDC: the sweeper leaves rows of transactions the stream has not passed (stream_progress "
+          "horizon, stream_sweep_bound())",
+       WithSchema(std::string(kMigration6) + ClaimFunction(/*replace=*/true, Sweep::kCommittedBound) +
+                      kMigration6Tail,
+                  schema)},
   }};
 }
 
@@ -990,10 +1100,18 @@ WHERE o.seq = ANY($1::bigint[])
 // $1 slot, $2 reader, $3 confirmed LSN (text), $4 covered until (µs since the Unix epoch)
 std::string SaveStreamProgress(const std::string& schema) {
   return WithSchema(R"SQL(
-INSERT INTO {S}.stream_progress AS p (slot, reader, confirmed_lsn, covered_until, updated_at)
-VALUES ($1, $2, $3::pg_lsn, to_timestamp($4::bigint / 1000000.0), now())
+INSERT INTO {S}.stream_progress AS p (slot, reader, confirmed_lsn, covered_until, updated_at,
+                                      candidate, candidate_lsn)
+VALUES ($1, $2, $3::pg_lsn, to_timestamp($4::bigint / 1000000.0), now(),
+        pg_current_snapshot(), pg_current_wal_insert_lsn())
 ON CONFLICT (slot) DO UPDATE SET reader = EXCLUDED.reader, confirmed_lsn = EXCLUDED.confirmed_lsn,
-  covered_until = greatest(p.covered_until, EXCLUDED.covered_until), updated_at = now()
+  covered_until = greatest(p.covered_until, EXCLUDED.covered_until), updated_at = now(),
+  horizon = CASE WHEN p.candidate_lsn <= EXCLUDED.confirmed_lsn THEN p.candidate
+                 ELSE p.horizon END,
+  candidate = CASE WHEN p.candidate_lsn <= EXCLUDED.confirmed_lsn THEN EXCLUDED.candidate
+                   ELSE p.candidate END,
+  candidate_lsn = CASE WHEN p.candidate_lsn <= EXCLUDED.confirmed_lsn THEN EXCLUDED.candidate_lsn
+                       ELSE p.candidate_lsn END
 )SQL",
                     schema);
 }
