@@ -3,6 +3,7 @@
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PQ REQUIRED IMPORTED_TARGET libpq)
 pkg_check_modules(RDKAFKA REQUIRED IMPORTED_TARGET rdkafka)
+pkg_check_modules(MARIADB REQUIRED IMPORTED_TARGET libmariadb)
 find_package(nlohmann_json 3.11 REQUIRED)
 find_package(Threads REQUIRED)
 if(OUTBOX_BUILD_TESTS)

@@ -1,0 +1,62 @@
+// MariaDB / MySQL outbox (issue 13, in progress): migrations and enqueue into a
+// caller's transaction. The Store (claim, transitions, operators' calls) is not
+// built yet; the relay and outboxctl do not take mysql:// URLs yet.
+//
+// Enqueue works on the caller's own libmariadb connection, inside the
+// transaction the caller has started; it never commits and never opens a
+// connection of its own. The same logic is available to services in any
+// language as the procedure outbox_enqueue(...) (docs/design.md, "MariaDB").
+// The outbox tables live in the connection's current database.
+//
+// This header does not include libmariadb: the connection is the opaque
+// `st_mysql` that MYSQL is a typedef of.
+//
+// Thread-safety: enqueue functions are as thread-safe as the connection passed
+// to them (one thread per connection at a time).
+#ifndef OUTBOX_MARIADB_H_
+#define OUTBOX_MARIADB_H_
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "outbox/event.h"
+#include "outbox/status.h"
+#include "outbox/store.h"
+
+struct st_mysql;  // libmariadb's MYSQL
+
+namespace outbox {
+
+struct MariaDbOptions {
+  std::string url;  // mysql://user[:password]@host[:port]/database
+  std::chrono::seconds connect_timeout{5};
+};
+
+// Creates or upgrades the outbox tables and the enqueue procedure in the URL's
+// database. Idempotent; concurrent runs serialise on a named lock; a run cut
+// short is finished by the next one. A bad URL is InvalidArgument naming the
+// part; an unreachable server is Unavailable.
+Status MigrateMariaDb(const MariaDbOptions& options);
+
+struct MariaDbEnqueueOptions {
+  EventLimits limits;
+};
+
+// Inserts `event` inside the caller's open transaction on `conn`.
+// REQUIRES: `conn` is connected and inside a transaction (START TRANSACTION);
+//           otherwise FailedPrecondition and nothing is sent.
+// A contract violation is InvalidArgument and nothing is sent to the server. A
+// server error fails the statement only (InnoDB); the caller decides to roll back.
+Result<EnqueueResult> Enqueue(st_mysql* conn, const Event& event,
+                              const MariaDbEnqueueOptions& options = {});
+
+// Same for several events: all validated before any is sent; the aggregates'
+// lock rows are taken first in key order; results in input order.
+Result<std::vector<EnqueueResult>> EnqueueBatch(st_mysql* conn, std::span<const Event> events,
+                                                const MariaDbEnqueueOptions& options = {});
+
+}  // namespace outbox
+
+#endif  // OUTBOX_MARIADB_H_

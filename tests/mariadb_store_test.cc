@@ -1,0 +1,297 @@
+// The MariaDB store against a real MariaDB 10.11 server (scripts/testenv):
+// migrations, enqueue in the caller's transaction (C++ and the procedure for
+// other languages), and the per-aggregate lock that keeps seq order = commit
+// order without advisory locks.
+#include <mysql.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "outbox/mariadb.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct MyConn {
+  MYSQL* c = nullptr;
+  MyConn() = default;
+  MyConn(const MyConn&) = delete;
+  MyConn& operator=(const MyConn&) = delete;
+  ~MyConn() {
+    if (c) mysql_close(c);
+  }
+};
+
+// host, port, user from mysql://user@host:port/db (the testenv's form).
+struct Target {
+  std::string user, host, db;
+  unsigned port = 0;
+};
+Target ParseTestUrl(const std::string& url) {
+  Target t;
+  std::string s = url.substr(std::string("mysql://").size());
+  t.user = s.substr(0, s.find('@'));
+  s = s.substr(s.find('@') + 1);
+  t.host = s.substr(0, s.find(':'));
+  t.port = static_cast<unsigned>(std::stoi(s.substr(s.find(':') + 1)));
+  t.db = s.substr(s.find('/') + 1);
+  return t;
+}
+
+class MariaDbTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(base_, "OUTBOX_MYSQL_URL");
+    target_ = ParseTestUrl(base_);
+    db_ = "t_" + RandomSuffix();
+    admin_ = Open("");
+    ASSERT_NE(admin_->c, nullptr);
+    Run(*admin_, "CREATE DATABASE " + db_);
+    url_ = base_.substr(0, base_.rfind('/') + 1) + db_;
+    Status st = MigrateMariaDb({url_});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    conn_ = Open(db_);
+    Run(*conn_, "CREATE TABLE business (id INT PRIMARY KEY)");
+  }
+  void TearDown() override {
+    if (admin_ && admin_->c) Run(*admin_, "DROP DATABASE IF EXISTS " + db_);
+  }
+
+  std::unique_ptr<MyConn> Open(const std::string& db) {
+    auto m = std::make_unique<MyConn>();
+    m->c = mysql_init(nullptr);
+    if (!mysql_real_connect(m->c, target_.host.c_str(), target_.user.c_str(), nullptr,
+                            db.empty() ? nullptr : db.c_str(), target_.port, nullptr, 0)) {
+      ADD_FAILURE() << "connect: " << mysql_error(m->c);
+      mysql_close(m->c);
+      m->c = nullptr;
+    }
+    return m;
+  }
+  // Runs `sql`; the first column of the first row ("" if none); fails the test on error.
+  static std::string Run(MyConn& m, const std::string& sql) {
+    std::string out;
+    if (mysql_real_query(m.c, sql.data(), sql.size()) != 0) {
+      ADD_FAILURE() << sql << ": " << mysql_error(m.c);
+      return out;
+    }
+    do {
+      if (MYSQL_RES* r = mysql_store_result(m.c)) {
+        MYSQL_ROW row = mysql_fetch_row(r);
+        if (row && row[0] && out.empty()) out = row[0];
+        mysql_free_result(r);
+      }
+    } while (mysql_next_result(m.c) == 0);
+    return out;
+  }
+  // The error text of `sql`, which must fail.
+  static std::string RunError(MyConn& m, const std::string& sql) {
+    if (mysql_real_query(m.c, sql.data(), sql.size()) == 0) {
+      do {
+        if (MYSQL_RES* r = mysql_store_result(m.c)) mysql_free_result(r);
+      } while (mysql_next_result(m.c) == 0);
+      return mysql_errno(m.c) ? mysql_error(m.c) : "";
+    }
+    return mysql_error(m.c);
+  }
+  std::string Count(const std::string& table) { return Run(*admin_, "SELECT count(*) FROM " + db_ + "." + table); }
+
+  static Event Valid(const std::string& agg = "1") {
+    Event e;
+    e.aggregate_type = "order";
+    e.aggregate_id = agg;
+    e.event_type = "OrderCreated";
+    e.payload = "{}";
+    return e;
+  }
+
+  std::string base_, url_, db_;
+  Target target_;
+  std::unique_ptr<MyConn> admin_, conn_;
+};
+
+TEST_F(MariaDbTest, MigrateIsIdempotentAndSafeConcurrently) {
+  std::vector<std::future<Status>> runs;
+  for (int i = 0; i < 4; ++i) runs.push_back(std::async(std::launch::async, [&] { return MigrateMariaDb({url_}); }));
+  for (auto& r : runs) {
+    Status st = r.get();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_EQ(Count("outbox_migrations"), "1");
+  EXPECT_EQ(Count("outbox"), "0");
+}
+
+TEST_F(MariaDbTest, BadUrlIsRejectedNamingThePartAndADeadServerIsUnavailable) {
+  Status st = MigrateMariaDb({"postgresql://x@h/db"});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("mysql://"), std::string::npos) << st.ToString();
+  st = MigrateMariaDb({"mysql://root@127.0.0.1:notaport/db"});
+  EXPECT_NE(st.message().find("port"), std::string::npos) << st.ToString();
+  st = MigrateMariaDb({"mysql://root@127.0.0.1:1/db"});
+  EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
+  st = MigrateMariaDb({"mysql://root:s3cret@127.0.0.1:1/db"});
+  EXPECT_EQ(st.message().find("s3cret"), std::string::npos) << "never print the password";
+}
+
+TEST_F(MariaDbTest, EventCommitsAndRollsBackWithTheBusinessData) {
+  Run(*conn_, "START TRANSACTION");
+  Run(*conn_, "INSERT INTO business VALUES (1)");
+  auto r = Enqueue(conn_->c, Valid());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->event_id.size(), 36u);
+  EXPECT_TRUE(r->enqueued);
+  Run(*conn_, "COMMIT");
+  Run(*conn_, "START TRANSACTION");
+  Run(*conn_, "INSERT INTO business VALUES (2)");
+  ASSERT_TRUE(Enqueue(conn_->c, Valid()).ok());
+  Run(*conn_, "ROLLBACK");
+  EXPECT_EQ(Count("business"), "1");
+  EXPECT_EQ(Count("outbox"), "1");
+  EXPECT_EQ(Run(*admin_, "SELECT concat(status, ' ', attempts) FROM " + db_ + ".outbox"), "PENDING 0");
+}
+
+TEST_F(MariaDbTest, EnqueueRequiresAnOpenTransaction) {
+  auto r = Enqueue(conn_->c, Valid());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("START TRANSACTION"), std::string::npos);
+  EXPECT_EQ(Count("outbox"), "0");
+}
+
+TEST_F(MariaDbTest, InvalidEventIsRejectedBeforeAnythingIsSentAndTheTransactionGoesOn) {
+  Run(*conn_, "START TRANSACTION");
+  Run(*conn_, "INSERT INTO business VALUES (1)");
+  Event bad = Valid();
+  bad.aggregate_id = "";
+  std::vector<Event> batch = {Valid("2"), bad};
+  auto r = EnqueueBatch(conn_->c, batch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("event[1]"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("aggregate_id"), std::string::npos) << r.status().ToString();
+  Run(*conn_, "COMMIT");
+  EXPECT_EQ(Count("business"), "1");
+  EXPECT_EQ(Count("outbox"), "0") << "nothing of the batch was sent";
+}
+
+TEST_F(MariaDbTest, DuplicateDedupKeyWritesNothingAndReturnsTheFirstId) {
+  Event e = Valid();
+  e.dedup_key = "order-1-created";
+  Run(*conn_, "START TRANSACTION");
+  auto first = Enqueue(conn_->c, e);
+  Run(*conn_, "COMMIT");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Run(*conn_, "START TRANSACTION");
+  auto second = Enqueue(conn_->c, e);
+  Run(*conn_, "COMMIT");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(second->enqueued);
+  EXPECT_EQ(second->event_id, first->event_id);
+  EXPECT_EQ(Count("outbox"), "1");
+}
+
+TEST_F(MariaDbTest, BatchKeepsInputOrderPerAggregateAndPayloadBytesRoundTrip) {
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  std::vector<Event> batch;
+  for (int i = 0; i < 6; ++i) {
+    Event e = Valid(i % 2 ? "b" : "a");
+    e.payload = std::to_string(i) + bytes;
+    e.headers = {{"traceparent", "00-x-" + std::to_string(i)}};
+    batch.push_back(e);
+  }
+  Run(*conn_, "START TRANSACTION");
+  auto r = EnqueueBatch(conn_->c, batch);
+  Run(*conn_, "COMMIT");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 6u);
+  EXPECT_EQ(Run(*admin_, "SELECT group_concat(left(payload, 1) ORDER BY seq SEPARATOR '') FROM " +
+                             db_ + ".outbox WHERE aggregate_id = 'a'"),
+            "024");
+  EXPECT_EQ(Run(*admin_, "SELECT count(*) FROM " + db_ + ".outbox WHERE substr(payload, 2) = " +
+                             "unhex('" + [&] {
+                               std::string h;
+                               char buf[3];
+                               for (char ch : bytes) {
+                                 const auto c = static_cast<unsigned char>(ch);
+                                 std::snprintf(buf, sizeof buf, "%02X", c);
+                                 h += buf;
+                               }
+                               return h;
+                             }() + "')"),
+            "6");
+  EXPECT_EQ(Run(*admin_, "SELECT json_value(headers, '$.traceparent') FROM " + db_ +
+                             ".outbox WHERE event_id = '" + (*r)[3].event_id + "'"),
+            "00-x-3");
+}
+
+TEST_F(MariaDbTest, ProcedureForOtherLanguagesRejectsBadInputNamingTheField) {
+  Run(*conn_, "START TRANSACTION");
+  EXPECT_EQ(Run(*conn_, "CALL outbox_enqueue('order', '7', 'OrderCreated', '{}', '{\"k\":\"v\"}', NULL)").size(), 36u);
+  const std::string e1 = RunError(*conn_, "CALL outbox_enqueue('or der', '7', 'X', '', NULL, NULL)");
+  EXPECT_NE(e1.find("aggregate_type"), std::string::npos) << e1;
+  const std::string e2 = RunError(*conn_, "CALL outbox_enqueue('order', '7', 'X', '', '{\"outbox-id\":\"v\"}', NULL)");
+  EXPECT_NE(e2.find("header \"outbox-id\""), std::string::npos) << e2;
+  const std::string e3 = RunError(*conn_, "CALL outbox_enqueue('order', '7', 'X', '', '{\"n\":1}', NULL)");
+  EXPECT_NE(e3.find("header \"n\""), std::string::npos) << e3;
+  const std::string e4 = RunError(*conn_, "CALL outbox_enqueue('order', '7', 'X', NULL, NULL, NULL)");
+  EXPECT_NE(e4.find("payload"), std::string::npos) << e4;
+  Run(*conn_, "SET @outbox_max_event_bytes = 10");
+  // 10 bytes exactly is admitted (payload 9 + key 1); one more is not.
+  EXPECT_EQ(Run(*conn_, "CALL outbox_enqueue('order', '7', 'X', '123456789', NULL, NULL)").size(), 36u);
+  const std::string e5 = RunError(*conn_, "CALL outbox_enqueue('order', '7', 'X', '1234567890', NULL, NULL)");
+  EXPECT_NE(e5.find("event is 11 bytes"), std::string::npos) << e5;
+  EXPECT_NE(e5.find("@outbox_max_event_bytes"), std::string::npos) << e5;
+  Run(*conn_, "COMMIT");
+  EXPECT_EQ(Count("outbox"), "2") << "only the valid calls wrote rows";
+}
+
+// The mechanism that replaces PostgreSQL's transaction-scoped advisory locks:
+// a second producer of the same aggregate waits for the first one's COMMIT
+// before it takes a seq, so the aggregate's seqs are in commit order; another
+// aggregate does not wait.
+TEST_F(MariaDbTest, TwoProducersOfOneAggregateTakeSeqsInCommitOrder) {
+  auto a = Open(db_);
+  auto b = Open(db_);
+  auto c = Open(db_);
+  Run(*a, "START TRANSACTION");
+  auto ea = Valid("hot");
+  ea.payload = "a";
+  ASSERT_TRUE(Enqueue(a->c, ea).ok());
+  std::atomic<bool> b_done{false};
+  std::int64_t b_seq_committed_after = 0;
+  std::thread tb([&] {
+    Run(*b, "START TRANSACTION");
+    Event eb = Valid("hot");
+    eb.payload = "b";
+    auto r = Enqueue(b->c, eb);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    b_done = true;
+    Run(*b, "COMMIT");
+    b_seq_committed_after = 1;
+  });
+  // Another aggregate goes through while "hot" is locked.
+  Run(*c, "START TRANSACTION");
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Enqueue(c->c, Valid("cold")).ok());
+  Run(*c, "COMMIT");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  std::this_thread::sleep_for(500ms);
+  EXPECT_FALSE(b_done.load()) << "the second producer of the aggregate must wait for the first";
+  Run(*a, "COMMIT");
+  tb.join();
+  EXPECT_TRUE(b_done.load());
+  EXPECT_EQ(b_seq_committed_after, 1);
+  EXPECT_EQ(Run(*admin_, "SELECT group_concat(payload ORDER BY seq SEPARATOR '') FROM " + db_ +
+                             ".outbox WHERE aggregate_id = 'hot'"),
+            "ab");
+}
+
+}  // namespace
+}  // namespace outbox::testing
