@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include "claim_plan.h"
 #include "outbox/mariadb.h"
+#include "store_contract.h"
 #include "test_env.h"
 
 namespace outbox::testing {
@@ -252,6 +254,32 @@ TEST_F(MariaDbTest, ProcedureForOtherLanguagesRejectsBadInputNamingTheField) {
   EXPECT_EQ(Count("outbox"), "2") << "only the valid calls wrote rows";
 }
 
+// The ordered claim's plan: heads in seq order, runs behind them, the batch
+// and byte bounds, and no run behind a head that turns FAILED.
+TEST(MariaDbClaimPlan, HeadsThenContiguousRunsWithinTheBounds) {
+  using maria::UnsentRow;
+  std::vector<UnsentRow> heads = {{1, "o", "a", true, 0, 10}, {2, "o", "b", true, 0, 10},
+                                  {9, "o", "c", true, 5, 10}};
+  std::vector<UnsentRow> behind = {{4, "o", "a", true, 0, 10}, {3, "o", "a", true, 0, 10},
+                                   {6, "o", "a", false, 0, 10},  // not due: ends a's run
+                                   {7, "o", "a", true, 0, 10},   {5, "o", "b", true, 0, 10},
+                                   {10, "o", "c", true, 0, 10}};
+  auto p = maria::PlanOrderedClaim(heads, behind, 100, 1000, /*max_attempts=*/5);
+  ASSERT_EQ(p.heads, (std::vector<std::int64_t>{1, 2, 9}));
+  EXPECT_EQ(p.runs[0], (std::vector<std::int64_t>{3, 4}));
+  EXPECT_EQ(p.runs[1], (std::vector<std::int64_t>{5}));
+  EXPECT_TRUE(p.runs[2].empty()) << "head 9 reached max_attempts: it turns FAILED, alone";
+  EXPECT_EQ(p.size(), 6u);
+  auto cut = maria::PlanOrderedClaim(heads, behind, 2, 1000, 5);
+  EXPECT_EQ(cut.heads, (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(cut.runs[0], (std::vector<std::int64_t>{3})) << "the batch size cuts the run";
+  auto bytes = maria::PlanOrderedClaim(heads, behind, 100, 25, 5);
+  EXPECT_EQ(bytes.size(), 2u) << "stops before going over 25 bytes";
+  auto one = maria::PlanOrderedClaim(heads, behind, 100, 1, 5);
+  EXPECT_EQ(one.heads, (std::vector<std::int64_t>{1})) << "one row always comes";
+  EXPECT_TRUE(one.runs[0].empty());
+}
+
 // The mechanism that replaces PostgreSQL's transaction-scoped advisory locks:
 // a second producer of the same aggregate waits for the first one's COMMIT
 // before it takes a seq, so the aggregate's seqs are in commit order; another
@@ -292,6 +320,125 @@ TEST_F(MariaDbTest, TwoProducersOfOneAggregateTakeSeqsInCommitOrder) {
                              ".outbox WHERE aggregate_id = 'hot'"),
             "ab");
 }
+
+}  // namespace
+}  // namespace outbox::testing
+
+// ---- The store contract suite, unchanged, on MariaDB -------------------------
+
+namespace outbox::testing {
+namespace {
+
+class MariaDbHarness : public StoreHarness {
+ public:
+  explicit MariaDbHarness(SentMode mode) : mode_(mode) {}
+  ~MariaDbHarness() override {
+    if (admin_.c) mysql_query(admin_.c, ("DROP DATABASE IF EXISTS " + db_).c_str());
+  }
+
+  bool SetUp(bool* skip) override {
+    const std::string base = EnvOr("OUTBOX_MYSQL_URL");
+    if (base.empty()) {
+      if (AllowSkip()) {
+        *skip = true;
+        return false;
+      }
+      ADD_FAILURE() << "OUTBOX_MYSQL_URL is not set: run through scripts/test";
+      return false;
+    }
+    const Target t = ParseTestUrl(base);
+    db_ = "t_" + RandomSuffix();
+    admin_.c = mysql_init(nullptr);
+    if (!mysql_real_connect(admin_.c, t.host.c_str(), t.user.c_str(), nullptr, nullptr, t.port,
+                            nullptr, 0) ||
+        mysql_query(admin_.c, ("CREATE DATABASE " + db_).c_str()) != 0 ||
+        mysql_select_db(admin_.c, db_.c_str()) != 0) {
+      ADD_FAILURE() << "MariaDB: " << mysql_error(admin_.c);
+      return false;
+    }
+    url_ = base.substr(0, base.rfind('/') + 1) + db_;
+    Status st = MigrateMariaDb({url_});
+    if (!st.ok()) {
+      ADD_FAILURE() << "migrate: " << st.ToString();
+      return false;
+    }
+    return true;
+  }
+
+  std::unique_ptr<Store> NewStore() override {
+    MariaDbStoreOptions o;
+    o.url = url_;
+    o.sent_mode = mode_;
+    auto s = OpenMariaDbStore(o);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status().ToString();
+      return nullptr;
+    }
+    return std::move(s).value();
+  }
+
+  Result<std::vector<EnqueueResult>> Enqueue(std::span<const Event> events, bool one_txn) override {
+    std::vector<EnqueueResult> out;
+    if (one_txn) {
+      mysql_query(admin_.c, "START TRANSACTION");
+      auto r = EnqueueBatch(admin_.c, events);
+      mysql_query(admin_.c, r.ok() ? "COMMIT" : "ROLLBACK");
+      return r;
+    }
+    for (const Event& e : events) {
+      mysql_query(admin_.c, "START TRANSACTION");
+      auto r = outbox::Enqueue(admin_.c, e);
+      mysql_query(admin_.c, r.ok() ? "COMMIT" : "ROLLBACK");
+      if (!r.ok()) return r.status();
+      out.push_back(*r);
+    }
+    return out;
+  }
+
+  std::optional<RowView> Row(std::int64_t seq) override {
+    const std::string sql = "SELECT status, attempts, last_error, lease_owner FROM outbox WHERE seq = " +
+                            std::to_string(seq);
+    std::optional<RowView> v;
+    if (mysql_query(admin_.c, sql.c_str()) != 0) return v;
+    MYSQL_RES* r = mysql_store_result(admin_.c);
+    if (!r) return v;
+    if (MYSQL_ROW row = mysql_fetch_row(r)) {
+      v = RowView{row[0], std::atoi(row[1]), std::nullopt, std::nullopt};
+      if (row[2]) v->last_error = row[2];
+      if (row[3]) v->lease_owner = row[3];
+    }
+    mysql_free_result(r);
+    return v;
+  }
+
+  std::int64_t CountRows() override {
+    std::int64_t n = -1;
+    if (mysql_query(admin_.c, "SELECT count(*) FROM outbox") != 0) return n;
+    MYSQL_RES* r = mysql_store_result(admin_.c);
+    if (MYSQL_ROW row = r ? mysql_fetch_row(r) : nullptr) n = std::stoll(row[0]);
+    if (r) mysql_free_result(r);
+    return n;
+  }
+
+ private:
+  SentMode mode_;
+  std::string db_, url_;
+  MyConn admin_;
+};
+
+std::unique_ptr<StoreHarness> MakeUpdateMode() {
+  return std::make_unique<MariaDbHarness>(SentMode::kUpdate);
+}
+std::unique_ptr<StoreHarness> MakeDeleteMode() {
+  return std::make_unique<MariaDbHarness>(SentMode::kDelete);
+}
+
+std::string ModeName(const ::testing::TestParamInfo<HarnessFactory>& p) {
+  return p.index == 0 ? "SentUpdate" : "SentDelete";
+}
+
+INSTANTIATE_TEST_SUITE_P(MariaDb, StoreContractTest,
+                         ::testing::Values(&MakeUpdateMode, &MakeDeleteMode), ModeName);
 
 }  // namespace
 }  // namespace outbox::testing

@@ -1,6 +1,6 @@
-// MariaDB / MySQL outbox (issue 13, in progress): migrations and enqueue into a
-// caller's transaction. The Store (claim, transitions, operators' calls) is not
-// built yet; the relay and outboxctl do not take mysql:// URLs yet.
+// MariaDB / MySQL outbox: the Store implementation, migrations and enqueue into
+// a caller's transaction. (The relay and outboxctl do not take mysql:// URLs
+// yet; issue 13.)
 //
 // Enqueue works on the caller's own libmariadb connection, inside the
 // transaction the caller has started; it never commits and never opens a
@@ -11,12 +11,14 @@
 // This header does not include libmariadb: the connection is the opaque
 // `st_mysql` that MYSQL is a typedef of.
 //
-// Thread-safety: enqueue functions are as thread-safe as the connection passed
-// to them (one thread per connection at a time).
+// Thread-safety: the store is not safe for concurrent use (see store.h). Enqueue
+// functions are as thread-safe as the connection passed to them (one thread per
+// connection at a time).
 #ifndef OUTBOX_MARIADB_H_
 #define OUTBOX_MARIADB_H_
 
 #include <chrono>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +41,20 @@ struct MariaDbOptions {
 // short is finished by the next one. A bad URL is InvalidArgument naming the
 // part; an unreachable server is Unavailable.
 Status MigrateMariaDb(const MariaDbOptions& options);
+
+struct MariaDbStoreOptions {
+  std::string url;  // mysql://user[:password]@host[:port]/database
+  SentMode sent_mode = SentMode::kUpdate;
+  // Bounds each statement (max_statement_time) and each lock wait
+  // (innodb_lock_wait_timeout, whole seconds) of the store's session.
+  std::chrono::milliseconds statement_timeout{30'000};
+  std::chrono::seconds connect_timeout{5};
+};
+
+// Opens a session (connects at once). A failed connection is Unavailable; after
+// a connection loss the next call reconnects first. MariaDB has no LISTEN:
+// WaitForWork sleeps its timeout and reports no wake-up.
+Result<std::unique_ptr<Store>> OpenMariaDbStore(const MariaDbStoreOptions& options);
 
 struct MariaDbEnqueueOptions {
   EventLimits limits;

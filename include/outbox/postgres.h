@@ -31,11 +31,6 @@ struct pg_conn;  // libpq's PGconn
 
 namespace outbox {
 
-enum class SentMode {
-  kUpdate,  // keep SENT rows until PurgeSent (dedup keys and `trace` keep working)
-  kDelete,  // delete at mark time: fewer writes; dedup only covers unsent rows
-};
-
 struct PostgresStoreOptions {
   std::string conninfo;         // "postgresql://user@host:port/db" or key=value form
   std::string schema = "outbox";  // validated as an identifier: [a-z_][a-z0-9_]{0,62}

@@ -33,6 +33,12 @@
 namespace outbox {
 
 enum class RowState { kPending, kProcessing, kSent, kFailed, kSkipped };
+
+// What MarkSent does with a row (every store's option).
+enum class SentMode {
+  kUpdate,  // keep SENT rows until PurgeSent (dedup keys and `trace` keep working)
+  kDelete,  // delete at mark time: fewer writes; dedup only covers unsent rows
+};
 std::string_view RowStateName(RowState s);  // "PENDING", ...
 
 // What an enqueue reports (every store's enqueue returns this).

@@ -8,9 +8,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  auto h = outbox::pg::ParseHeadersJson(text);
+  auto h = outbox::store_common::ParseHeadersJson(text);
   if (h.ok()) {
-    auto again = outbox::pg::ParseHeadersJson(outbox::pg::HeadersToJson(*h));
+    auto again = outbox::store_common::ParseHeadersJson(outbox::store_common::HeadersToJson(*h));
     if (!again.ok()) __builtin_trap();  // what we write, we must read back
   }
   return 0;

@@ -3,6 +3,7 @@
 #include <errmsg.h>
 #include <mysqld_error.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -125,7 +126,8 @@ Status LastError(MYSQL* conn, std::string_view what) {
   }
 }
 
-Result<ConnPtr> Connect(const Url& url, std::chrono::seconds timeout) {
+Result<ConnPtr> Connect(const Url& url, std::chrono::seconds timeout, bool found_rows,
+                        std::chrono::milliseconds statement_timeout) {
   ConnPtr c(mysql_init(nullptr));
   if (!c) return Status::Internal("mysql_init: out of memory");
   const unsigned t = static_cast<unsigned>(timeout.count());
@@ -135,12 +137,21 @@ Result<ConnPtr> Connect(const Url& url, std::chrono::seconds timeout) {
                 "SET SESSION tx_isolation = 'READ-COMMITTED', time_zone = '+00:00'");
   if (!mysql_real_connect(c.get(), url.host.c_str(), url.user.c_str(),
                           url.password.empty() ? nullptr : url.password.c_str(),
-                          url.database.c_str(), url.port, nullptr, 0)) {
+                          url.database.c_str(), url.port, nullptr,
+                          found_rows ? CLIENT_FOUND_ROWS : 0)) {
     Status st = LastError(c.get(), "connect to " + url.host + ":" + std::to_string(url.port));
     if (st.code() == Code::kInternal || st.code() == Code::kUnavailable) {
       return Status::Unavailable(st.message());
     }
     return st;
+  }
+  if (statement_timeout.count() > 0) {
+    const long ms = static_cast<long>(statement_timeout.count());
+    const std::string set = "SET SESSION max_statement_time = " + std::to_string(ms / 1000) + "." +
+                            std::to_string(1000 + ms % 1000).substr(1) +
+                            ", innodb_lock_wait_timeout = " + std::to_string(std::max(1L, ms / 1000));
+    auto done = Exec(c.get(), "connect: session timeouts", set);
+    if (!done.ok()) return done.status();
   }
   return c;
 }

@@ -32,8 +32,11 @@ using ConnPtr = std::unique_ptr<MYSQL, ConnDeleter>;
 
 // Connects (utf8mb4, READ COMMITTED, UTC session time zone, multi-statements
 // off). A failed connection is Unavailable and names host and port, never the
-// password.
-Result<ConnPtr> Connect(const Url& url, std::chrono::seconds timeout);
+// password. `found_rows`: affected-row counts report matched rows, as
+// PostgreSQL's do (the store's sessions). `statement_timeout` > 0 bounds each
+// statement and each lock wait of the session.
+Result<ConnPtr> Connect(const Url& url, std::chrono::seconds timeout, bool found_rows = false,
+                        std::chrono::milliseconds statement_timeout = std::chrono::milliseconds(0));
 
 // Maps the connection's last error to a Status naming `what`.
 Status LastError(MYSQL* conn, std::string_view what);

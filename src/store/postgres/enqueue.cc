@@ -21,7 +21,7 @@ std::vector<pg::Param> EnqueueParams(const Event& e) {
           pg::Param::Text(e.aggregate_id),
           pg::Param::Text(e.event_type),
           pg::Param::Binary(e.payload),
-          pg::Param::Text(pg::HeadersToJson(e.headers)),
+          pg::Param::Text(store_common::HeadersToJson(e.headers)),
           e.dedup_key ? pg::Param::Text(*e.dedup_key) : pg::Param::Null()};
 }
 

@@ -274,7 +274,7 @@ Result<ClaimedEvent> EventOf(const Insert& ins, const OutboxLayout& l) {
   ce.event.aggregate_id.assign(agg);
   ce.event.event_type.assign(etype);
   ce.event.payload.assign(payload);
-  auto parsed = ParseHeadersJson(std::string(headers.substr(1)));
+  auto parsed = store_common::ParseHeadersJson(std::string(headers.substr(1)));
   if (!parsed.ok()) return parsed.status();
   ce.event.headers = std::move(parsed).value();
   if (Value d = col(l.dedup_key)) ce.event.dedup_key = std::string(*d);

@@ -92,7 +92,7 @@ class PostgresStore final : public Store {
       ce.event.aggregate_id = pg::GetText(r, i, 3);
       ce.event.event_type = pg::GetText(r, i, 4);
       ce.event.payload = pg::GetText(r, i, 5);  // binary result: the raw bytes
-      auto headers = pg::ParseHeadersJson(pg::GetText(r, i, 6));
+      auto headers = store_common::ParseHeadersJson(pg::GetText(r, i, 6));
       if (!headers.ok()) return headers.status();
       ce.event.headers = std::move(headers).value();
       ce.event.dedup_key = pg::GetOptionalText(r, i, 7);

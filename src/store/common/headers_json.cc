@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace outbox::pg {
+namespace outbox::store_common {
 
 Result<std::vector<Header>> ParseHeadersJson(const std::string& json_text) {
   std::vector<Header> out;
@@ -26,4 +26,4 @@ std::string HeadersToJson(const std::vector<Header>& headers) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-}  // namespace outbox::pg
+}  // namespace outbox::store_common

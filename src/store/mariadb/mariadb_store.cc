@@ -1,0 +1,529 @@
+// The Store on MariaDB (docs/design.md, "MariaDB"). Every time comes from the
+// database (UTC_TIMESTAMP(6)); every multi-statement operation runs in one
+// transaction on the store's session (READ COMMITTED).
+//
+// The ordered claim reads candidates with plain reads, plans the batch in
+// PlanOrderedClaim, and only then locks exactly those rows by primary key
+// (FOR UPDATE SKIP LOCKED): a locking scan in InnoDB keeps every examined row
+// locked until commit, which would make concurrent claims skip each other's
+// whole candidate range. A head stays a head between the read and the lock:
+// an aggregate's earlier rows only ever go from unsent to sent, and a later
+// commit cannot bring an earlier seq (enqueue's aggregate lock row).
+#include <algorithm>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "claim_plan.h"
+#include "headers_json.h"
+#include "outbox/mariadb.h"
+#include "session.h"
+
+namespace outbox {
+namespace {
+
+using maria::Rows;
+
+std::string SeqList(const std::vector<std::int64_t>& seqs) {
+  std::string out;
+  for (std::size_t i = 0; i < seqs.size(); ++i) out += (i ? "," : "") + std::to_string(seqs[i]);
+  return out;
+}
+
+std::string TicketList(std::span<const Ticket> tickets) {
+  std::string out;
+  for (std::size_t i = 0; i < tickets.size(); ++i) {
+    out += std::string(i ? "," : "") + "(" + std::to_string(tickets[i].seq) + "," +
+           std::to_string(tickets[i].token) + ")";
+  }
+  return out;
+}
+
+std::int64_t Int(const std::optional<std::string>& v) { return v ? std::stoll(*v) : 0; }
+std::string Str(const std::optional<std::string>& v) { return v ? *v : std::string(); }
+
+constexpr const char* kRecordColumns =
+    "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts, "
+    "TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) / 1e6, coalesce(dedup_key, ''), "
+    "coalesce(last_error, ''), coalesce(lease_owner, ''), created_at, coalesce(claimed_at, ''), "
+    "coalesce(sent_at, ''), coalesce(failed_at, ''), coalesce(skipped_at, ''), "
+    "coalesce(skipped_by, ''), coalesce(skip_reason, '') FROM outbox ";
+
+EventRecord ReadRecord(const maria::Row& r) {
+  EventRecord e;
+  e.seq = Int(r[0]);
+  e.event_id = Str(r[1]);
+  e.aggregate_type = Str(r[2]);
+  e.aggregate_id = Str(r[3]);
+  e.event_type = Str(r[4]);
+  e.status = Str(r[5]);
+  e.attempts = static_cast<int>(Int(r[6]));
+  e.age_seconds = r[7] ? std::stod(*r[7]) : 0;
+  e.dedup_key = Str(r[8]);
+  e.last_error = Str(r[9]);
+  e.lease_owner = Str(r[10]);
+  e.created_at = Str(r[11]);
+  e.claimed_at = Str(r[12]);
+  e.sent_at = Str(r[13]);
+  e.failed_at = Str(r[14]);
+  e.skipped_at = Str(r[15]);
+  e.skipped_by = Str(r[16]);
+  e.skip_reason = Str(r[17]);
+  return e;
+}
+
+class MariaDbStore final : public Store {
+ public:
+  MariaDbStore(maria::Url url, MariaDbStoreOptions options)
+      : url_(std::move(url)), options_(std::move(options)) {}
+
+  Status Connect() {
+    auto c = maria::Connect(url_, options_.connect_timeout, /*found_rows=*/true,
+                            options_.statement_timeout);
+    if (!c.ok()) return c.status();
+    conn_ = std::move(c).value();
+    return Status::Ok();
+  }
+
+  Status Migrate() override { return MigrateMariaDb({options_.url, options_.connect_timeout}); }
+
+  Result<ClaimResult> Claim(const ClaimOptions& o) override {
+    if (o.batch_size <= 0) return Status::InvalidArgument("claim: batch_size must be > 0");
+    if (o.batch_bytes <= 0) return Status::InvalidArgument("claim: batch_bytes must be > 0");
+    if (o.lease.count() < 0) return Status::InvalidArgument("claim: lease must be >= 0");
+    if (o.max_attempts <= 0) return Status::InvalidArgument("claim: max_attempts must be > 0");
+    return InTransaction<ClaimResult>("claim", [&](MYSQL* c) -> Result<ClaimResult> {
+      auto chosen = o.ordered ? ChooseOrdered(c, o) : ChooseUnordered(c, o);
+      if (!chosen.ok()) return chosen.status();
+      ClaimResult out;
+      if (chosen->empty()) return out;
+      const std::string in = SeqList(*chosen);
+      auto token = maria::Query(c, "claim: token", "SELECT NEXTVAL(outbox_lease_token_seq)");
+      if (!token.ok()) return token.status();
+      const std::string t = Str((*token)[0][0]);
+      const std::string max = std::to_string(o.max_attempts);
+      // MariaDB assigns left to right with the new values: attempts goes last.
+      auto updated = maria::Exec(
+          c, "claim: update",
+          "UPDATE outbox SET "
+          "status = IF(attempts >= " + max + ", 'FAILED', 'PROCESSING'), "
+          "failed_at = IF(attempts >= " + max + ", UTC_TIMESTAMP(6), failed_at), "
+          "last_error = IF(attempts >= " + max + ", concat('claimed ', attempts, ' times without "
+          "finishing (max_attempts " + max + "); last error: ', coalesce(last_error, 'none')), "
+          "last_error), "
+          "lease_owner = " + maria::Quote(c, o.owner) + ", lease_token = " + t + ", "
+          "available_at = UTC_TIMESTAMP(6) + INTERVAL " + std::to_string(o.lease.count() * 1000) +
+          " MICROSECOND, claimed_at = UTC_TIMESTAMP(6), "
+          "attempts = IF(attempts >= " + max + ", attempts, attempts + 1) "
+          "WHERE seq IN (" + in + ")");
+      if (!updated.ok()) return updated.status();
+      auto rows = maria::Query(
+          c, "claim: read",
+          "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
+          "dedup_key, attempts, lease_token, status, "
+          "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at), "
+          "TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) "
+          "FROM outbox WHERE seq IN (" + in + ") ORDER BY seq");
+      if (!rows.ok()) return rows.status();
+      for (const auto& r : *rows) {
+        if (Str(r[10]) == "FAILED") {
+          out.expired_to_failed.push_back(Int(r[0]));
+          continue;
+        }
+        ClaimedEvent ce;
+        ce.ticket = Ticket{Int(r[0]), Int(r[9])};
+        ce.event_id = Str(r[1]);
+        ce.event.aggregate_type = Str(r[2]);
+        ce.event.aggregate_id = Str(r[3]);
+        ce.event.event_type = Str(r[4]);
+        ce.event.payload = Str(r[5]);
+        auto headers = store_common::ParseHeadersJson(Str(r[6]));
+        if (!headers.ok()) return headers.status();
+        ce.event.headers = std::move(headers).value();
+        ce.event.dedup_key = r[7];
+        ce.attempts = static_cast<int>(Int(r[8]));
+        ce.created_at = std::chrono::system_clock::time_point(std::chrono::microseconds(Int(r[11])));
+        ce.age_at_claim = std::chrono::microseconds(std::max<std::int64_t>(0, Int(r[12])));
+        out.events.push_back(std::move(ce));
+      }
+      return out;
+    });
+  }
+
+  Result<TransitionResult> MarkSent(std::span<const Ticket> tickets) override {
+    if (tickets.empty()) return TransitionResult{};
+    if (options_.sent_mode == SentMode::kDelete) {
+      return Fenced("mark sent", tickets, "'PROCESSING'", [](const std::string& in) {
+        return "DELETE FROM outbox WHERE seq IN (" + in + ")";
+      });
+    }
+    // 'SENT' too: a retried mark whose commit reply was lost reports applied.
+    return Fenced("mark sent", tickets, "'PROCESSING', 'SENT'", [](const std::string& in) {
+      return "UPDATE outbox SET status = 'SENT', sent_at = coalesce(sent_at, UTC_TIMESTAMP(6)), "
+             "last_error = NULL WHERE seq IN (" + in + ")";
+    });
+  }
+
+  Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) override {
+    if (items.empty()) return TransitionResult{};
+    std::vector<Ticket> tickets;
+    std::string attempts = "CASE seq", due = "CASE seq", error = "CASE seq";
+    for (const RescheduleItem& it : items) {
+      tickets.push_back(it.ticket);
+      const std::string when = " WHEN " + std::to_string(it.ticket.seq) + " THEN ";
+      attempts += when + (it.attempt_counts ? "attempts" : "GREATEST(attempts - 1, 0)");
+      due += when + "UTC_TIMESTAMP(6) + INTERVAL " +
+             std::to_string(std::max<std::int64_t>(0, it.delay.count()) * 1000) + " MICROSECOND";
+      error += when + maria::Quote(conn_.get(), it.error);
+    }
+    const std::string set = "UPDATE outbox SET status = 'PENDING', attempts = " + attempts +
+                            " END, available_at = " + due + " END, lease_owner = NULL, last_error = " +
+                            error + " END WHERE seq IN (";
+    return Fenced("reschedule", tickets, "'PROCESSING'",
+                  [&](const std::string& in) { return set + in + ")"; });
+  }
+
+  Result<TransitionResult> MarkFailed(std::span<const FailItem> items) override {
+    if (items.empty()) return TransitionResult{};
+    std::vector<Ticket> tickets;
+    std::string error = "CASE seq";
+    for (const FailItem& it : items) {
+      tickets.push_back(it.ticket);
+      error += " WHEN " + std::to_string(it.ticket.seq) + " THEN " + maria::Quote(conn_.get(), it.error);
+    }
+    const std::string set = "UPDATE outbox SET status = 'FAILED', failed_at = UTC_TIMESTAMP(6), "
+                            "last_error = " + error + " END WHERE seq IN (";
+    return Fenced("mark failed", tickets, "'PROCESSING'",
+                  [&](const std::string& in) { return set + in + ")"; });
+  }
+
+  Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) override {
+    return WithSession<std::int64_t>([&](MYSQL* c) -> Result<std::int64_t> {
+      auto n = maria::Exec(c, "purge",
+                           "DELETE FROM outbox WHERE status = 'SENT' AND sent_at < UTC_TIMESTAMP(6) - "
+                           "INTERVAL " + std::to_string(retention.count()) + " SECOND ORDER BY seq LIMIT " +
+                               std::to_string(std::max(batch, 1)));
+      if (!n.ok()) return n.status();
+      return static_cast<std::int64_t>(*n);
+    });
+  }
+
+  Result<StoreStats> Stats() override {
+    return WithSession<StoreStats>([&](MYSQL* c) -> Result<StoreStats> {
+      auto r = maria::Query(c, "stats", R"SQL(
+SELECT
+  (SELECT count(*) FROM outbox WHERE status = 'PENDING'),
+  (SELECT count(*) FROM outbox WHERE status = 'PROCESSING'),
+  (SELECT count(*) FROM outbox WHERE status = 'FAILED'),
+  (SELECT count(*) FROM outbox WHERE status = 'SKIPPED'),
+  coalesce((SELECT TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) DIV 1000 FROM outbox
+            WHERE status IN ('PENDING', 'PROCESSING') ORDER BY seq LIMIT 1), 0),
+  (SELECT count(*) FROM (
+     SELECT DISTINCT f.aggregate_type, f.aggregate_id FROM outbox f
+     WHERE f.status = 'FAILED' AND EXISTS (
+       SELECT 1 FROM outbox p
+       WHERE p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
+         AND p.seq > f.seq AND p.status IN ('PENDING', 'PROCESSING'))) h)
+)SQL");
+      if (!r.ok()) return r.status();
+      const auto& row = (*r)[0];
+      StoreStats s;
+      s.pending = Int(row[0]);
+      s.processing = Int(row[1]);
+      s.failed = Int(row[2]);
+      s.skipped = Int(row[3]);
+      s.oldest_unsent_age = std::chrono::milliseconds(Int(row[4]));
+      s.held_aggregates = Int(row[5]);
+      return s;
+    });
+  }
+
+  Result<std::int64_t> CountSent() override {
+    return WithSession<std::int64_t>([&](MYSQL* c) -> Result<std::int64_t> {
+      auto r = maria::Query(c, "count sent", "SELECT count(*) FROM outbox WHERE status = 'SENT'");
+      if (!r.ok()) return r.status();
+      return Int((*r)[0][0]);
+    });
+  }
+
+  Result<ReplayCounts> ReplayFailed(const ReplaySelection& sel) override {
+    return InTransaction<ReplayCounts>("replay", [&](MYSQL* c) -> Result<ReplayCounts> {
+      std::string where = "status = 'FAILED'";
+      if (!sel.event_id.empty()) where += " AND event_id = " + maria::Quote(c, sel.event_id);
+      if (!sel.aggregate_id.empty()) where += " AND aggregate_id = " + maria::Quote(c, sel.aggregate_id);
+      if (!sel.event_type.empty()) where += " AND event_type = " + maria::Quote(c, sel.event_type);
+      auto target = maria::Query(
+          c, "replay: select",
+          "SELECT seq, aggregate_type, aggregate_id, TIMESTAMPDIFF(SECOND, created_at, "
+          "UTC_TIMESTAMP(6)) FROM outbox WHERE " + where + " ORDER BY seq FOR UPDATE");
+      if (!target.ok()) return target.status();
+      ReplayCounts out;
+      out.matched = static_cast<std::int64_t>(target->size());
+      std::vector<std::int64_t> seqs;
+      std::map<std::pair<std::string, std::string>, std::int64_t> first;
+      for (const auto& r : *target) {
+        seqs.push_back(Int(r[0]));
+        first.emplace(std::make_pair(Str(r[1]), Str(r[2])), Int(r[0]));  // rows come in seq order
+        out.oldest_age = std::max(out.oldest_age, std::chrono::seconds(Int(r[3])));
+      }
+      if (sel.dry_run || seqs.empty()) return out;
+      auto done = maria::Exec(
+          c, "replay: update",
+          "UPDATE outbox SET status = 'PENDING', attempts = 0, available_at = UTC_TIMESTAMP(6), "
+          "lease_owner = NULL, failed_at = NULL, last_error = concat('replayed by outboxctl; "
+          "before: ', coalesce(last_error, '')) WHERE seq IN (" + SeqList(seqs) + ")");
+      if (!done.ok()) return done.status();
+      out.replayed = static_cast<std::int64_t>(*done);
+      for (const auto& [agg, seq] : first) {
+        auto n = maria::Exec(c, "replay: release",
+                             "UPDATE outbox SET attempts = 0 WHERE aggregate_type = " +
+                                 maria::Quote(c, agg.first) + " AND aggregate_id = " +
+                                 maria::Quote(c, agg.second) + " AND seq > " + std::to_string(seq) +
+                                 " AND status = 'PENDING' AND seq NOT IN (" + SeqList(seqs) + ")");
+        if (!n.ok()) return n.status();
+        out.released += static_cast<std::int64_t>(*n);
+      }
+      return out;
+    });
+  }
+
+  Result<SkipResult> Skip(const SkipRequest& req) override {
+    return InTransaction<SkipResult>("skip", [&](MYSQL* c) -> Result<SkipResult> {
+      auto target = maria::Query(c, "skip: select",
+                                 "SELECT seq, status, aggregate_type, aggregate_id FROM outbox "
+                                 "WHERE event_id = " + maria::Quote(c, req.event_id) + " FOR UPDATE");
+      if (!target.ok()) return target.status();
+      SkipResult out;
+      if (target->empty()) return out;
+      const auto& r = (*target)[0];
+      out.was = Str(r[1]);
+      if (req.dry_run || (out.was != "FAILED" && out.was != "PENDING")) return out;
+      auto done = maria::Exec(c, "skip: update",
+                              "UPDATE outbox SET status = 'SKIPPED', skipped_at = UTC_TIMESTAMP(6), "
+                              "skipped_by = " + maria::Quote(c, req.by) + ", skip_reason = " +
+                                  maria::Quote(c, req.reason) + ", lease_owner = NULL WHERE seq = " +
+                                  Str(r[0]));
+      if (!done.ok()) return done.status();
+      out.skipped = static_cast<std::int64_t>(*done);
+      auto n = maria::Exec(c, "skip: release",
+                           "UPDATE outbox SET attempts = 0 WHERE aggregate_type = " +
+                               maria::Quote(c, Str(r[2])) + " AND aggregate_id = " +
+                               maria::Quote(c, Str(r[3])) + " AND seq > " + Str(r[0]) +
+                               " AND status = 'PENDING'");
+      if (!n.ok()) return n.status();
+      out.released = static_cast<std::int64_t>(*n);
+      return out;
+    });
+  }
+
+  Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
+    using Out = std::optional<std::chrono::system_clock::time_point>;
+    return WithSession<Out>([&](MYSQL* c) -> Result<Out> {
+      auto r = maria::Query(c, "oldest unsent",
+                            "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) FROM outbox "
+                            "WHERE seq = (SELECT min(seq) FROM outbox "
+                            "WHERE status IN ('PENDING', 'PROCESSING', 'FAILED'))");
+      if (!r.ok()) return r.status();
+      if (r->empty()) return Out{};
+      return Out{std::chrono::system_clock::time_point(std::chrono::microseconds(Int((*r)[0][0])))};
+    });
+  }
+
+  Result<std::vector<EventRecord>> List(const ListFilter& f) override {
+    return WithSession<std::vector<EventRecord>>([&](MYSQL* c) -> Result<std::vector<EventRecord>> {
+      std::string where = "WHERE 1 = 1";
+      if (!f.state.empty()) where += " AND status = upper(" + maria::Quote(c, f.state) + ")";
+      if (!f.aggregate_id.empty()) where += " AND aggregate_id = " + maria::Quote(c, f.aggregate_id);
+      if (!f.event_type.empty()) where += " AND event_type = " + maria::Quote(c, f.event_type);
+      if (f.older_than.count() > 0) {
+        where += " AND created_at < UTC_TIMESTAMP(6) - INTERVAL " +
+                 std::to_string(f.older_than.count()) + " SECOND";
+      }
+      return Records("list", std::string(kRecordColumns) + where + " ORDER BY seq LIMIT " +
+                                 std::to_string(std::max(f.limit, 0)));
+    });
+  }
+
+  Result<std::vector<EventRecord>> Find(const std::string& key) override {
+    return WithSession<std::vector<EventRecord>>([&](MYSQL* c) -> Result<std::vector<EventRecord>> {
+      const std::string k = maria::Quote(c, key);
+      return Records("find", std::string(kRecordColumns) + "WHERE event_id = " + k +
+                                 " OR dedup_key = " + k + " ORDER BY seq");
+    });
+  }
+
+  // MariaDB has no LISTEN/NOTIFY: nothing wakes an idle relay early; its
+  // workers poll (relay.poll_max_ms).
+  Result<bool> WaitForWork(std::chrono::milliseconds timeout) override {
+    std::this_thread::sleep_for(timeout);
+    return false;
+  }
+
+ private:
+  // Runs `fn` on a connected session; reconnects first after a loss.
+  template <typename T, typename Fn>
+  Result<T> WithSession(Fn&& fn) {
+    if (!conn_) OUTBOX_RETURN_IF_ERROR(Connect());
+    Result<T> r = fn(conn_.get());
+    if (!r.ok() && r.status().code() == Code::kUnavailable) conn_.reset();
+    return r;
+  }
+
+  // Runs `fn` inside START TRANSACTION ... COMMIT (ROLLBACK on error).
+  template <typename T, typename Fn>
+  Result<T> InTransaction(std::string_view what, Fn&& fn) {
+    return WithSession<T>([&](MYSQL* c) -> Result<T> {
+      auto begun = maria::Exec(c, what, "START TRANSACTION");
+      if (!begun.ok()) return begun.status();
+      Result<T> r = fn(c);
+      if (!r.ok()) {
+        (void)maria::Exec(c, what, "ROLLBACK");
+        return r;
+      }
+      auto committed = maria::Exec(c, what, "COMMIT");
+      if (!committed.ok()) return committed.status();
+      return r;
+    });
+  }
+
+  // A fenced transition: the rows whose (seq, lease_token) match and whose
+  // status is one of `statuses` are locked and changed by `change(seq list)`;
+  // the others are reported refused.
+  template <typename Change>
+  Result<TransitionResult> Fenced(std::string_view what, std::span<const Ticket> tickets,
+                                  const std::string& statuses, Change&& change) {
+    return InTransaction<TransitionResult>(what, [&](MYSQL* c) -> Result<TransitionResult> {
+      auto held = maria::Query(c, what,
+                               "SELECT seq FROM outbox WHERE (seq, lease_token) IN (" +
+                                   TicketList(tickets) + ") AND status IN (" + statuses +
+                                   ") FOR UPDATE");
+      if (!held.ok()) return held.status();
+      std::set<std::int64_t> applied;
+      for (const auto& r : *held) applied.insert(Int(r[0]));
+      if (!applied.empty()) {
+        auto done = maria::Exec(c, what, change(SeqList({applied.begin(), applied.end()})));
+        if (!done.ok()) return done.status();
+      }
+      TransitionResult out;
+      for (const Ticket& t : tickets) {
+        if (applied.count(t.seq)) {
+          ++out.applied;
+        } else {
+          out.refused.push_back(t);
+        }
+      }
+      return out;
+    });
+  }
+
+  Result<std::vector<EventRecord>> Records(std::string_view what, const std::string& sql) {
+    auto rows = maria::Query(conn_.get(), what, sql);
+    if (!rows.ok()) return rows.status();
+    std::vector<EventRecord> out;
+    for (const auto& r : *rows) out.push_back(ReadRecord(r));
+    return out;
+  }
+
+  // Unordered: due rows in seq order, locked as they are read (SKIP LOCKED),
+  // then the byte bound.
+  Result<std::vector<std::int64_t>> ChooseUnordered(MYSQL* c, const ClaimOptions& o) {
+    auto rows = maria::Query(c, "claim",
+                             "SELECT seq, length(payload) FROM outbox WHERE status IN ('PENDING', "
+                             "'PROCESSING') AND available_at <= UTC_TIMESTAMP(6) ORDER BY seq LIMIT " +
+                                 std::to_string(o.batch_size) + " FOR UPDATE SKIP LOCKED");
+    if (!rows.ok()) return rows.status();
+    std::vector<std::int64_t> out;
+    std::int64_t bytes = 0;
+    for (const auto& r : *rows) {
+      const std::int64_t len = Int(r[1]);
+      if (!out.empty() && bytes + len > o.batch_bytes) break;
+      out.push_back(Int(r[0]));
+      bytes += len;
+    }
+    return out;
+  }
+
+  Result<std::vector<std::int64_t>> ChooseOrdered(MYSQL* c, const ClaimOptions& o) {
+    const std::string holds =
+        o.failed_holds_aggregate ? "" : " AND e.status <> 'FAILED'";
+    const std::string max = std::to_string(o.max_attempts);
+    auto head_rows = maria::Query(
+        c, "claim: heads",
+        "SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts, length(o.payload) FROM outbox o "
+        "WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= UTC_TIMESTAMP(6) "
+        "AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_type = o.aggregate_type "
+        "AND e.aggregate_id = o.aggregate_id AND e.seq < o.seq "
+        "AND e.status NOT IN ('SENT', 'SKIPPED')" + holds + ") ORDER BY o.seq LIMIT " +
+            std::to_string(o.batch_size));
+    if (!head_rows.ok()) return head_rows.status();
+    if (head_rows->empty()) return std::vector<std::int64_t>{};
+    std::vector<maria::UnsentRow> heads;
+    for (const auto& r : *head_rows) {
+      heads.push_back({Int(r[0]), Str(r[1]), Str(r[2]), true, static_cast<int>(Int(r[3])), Int(r[4])});
+    }
+    // Behind each head: its aggregate's next unsent rows, one index range each.
+    std::vector<maria::UnsentRow> behind;
+    std::string runs;
+    const std::string run_holds = o.failed_holds_aggregate ? "" : " AND status <> 'FAILED'";
+    for (const auto& h : heads) {
+      if (h.attempts >= o.max_attempts) continue;
+      runs += std::string(runs.empty() ? "" : " UNION ALL ") +
+              "(SELECT seq, aggregate_type, aggregate_id, status IN ('PENDING', 'PROCESSING') AND "
+              "available_at <= UTC_TIMESTAMP(6) AND attempts < " + max + ", attempts, "
+              "length(payload) FROM outbox WHERE aggregate_type = " + maria::Quote(c, h.aggregate_type) +
+              " AND aggregate_id = " + maria::Quote(c, h.aggregate_id) + " AND seq > " +
+              std::to_string(h.seq) + " AND status NOT IN ('SENT', 'SKIPPED')" + run_holds +
+              " ORDER BY seq LIMIT " + std::to_string(o.batch_size) + ")";
+    }
+    if (!runs.empty()) {
+      auto rows = maria::Query(c, "claim: runs", runs);
+      if (!rows.ok()) return rows.status();
+      for (const auto& r : *rows) {
+        behind.push_back({Int(r[0]), Str(r[1]), Str(r[2]), Int(r[3]) == 1,
+                          static_cast<int>(Int(r[4])), Int(r[5])});
+      }
+    }
+    maria::ClaimPick pick =
+        maria::PlanOrderedClaim(heads, behind, o.batch_size, o.batch_bytes, o.max_attempts);
+    std::vector<std::int64_t> all;
+    for (std::size_t i = 0; i < pick.heads.size(); ++i) {
+      all.push_back(pick.heads[i]);
+      all.insert(all.end(), pick.runs[i].begin(), pick.runs[i].end());
+    }
+    // Lock exactly those; what another claim holds (or took meanwhile) is skipped.
+    auto locked_rows = maria::Query(
+        c, "claim: lock",
+        "SELECT seq FROM outbox WHERE seq IN (" + SeqList(all) + ") AND status IN ('PENDING', "
+        "'PROCESSING') AND available_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED");
+    if (!locked_rows.ok()) return locked_rows.status();
+    std::set<std::int64_t> locked;
+    for (const auto& r : *locked_rows) locked.insert(Int(r[0]));
+    std::vector<std::int64_t> out;
+    for (std::size_t i = 0; i < pick.heads.size(); ++i) {
+      if (!locked.count(pick.heads[i])) continue;  // another relay's now: so is its run
+      out.push_back(pick.heads[i]);
+      for (std::int64_t s : pick.runs[i]) {
+        if (!locked.count(s)) break;  // a run is a prefix
+        out.push_back(s);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  maria::Url url_;
+  MariaDbStoreOptions options_;
+  maria::ConnPtr conn_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenMariaDbStore(const MariaDbStoreOptions& options) {
+  auto url = maria::ParseUrl(options.url);
+  if (!url.ok()) return url.status();
+  auto store = std::make_unique<MariaDbStore>(*url, options);
+  OUTBOX_RETURN_IF_ERROR(store->Connect());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace outbox
