@@ -12,6 +12,7 @@
 
 #include "claim_plan.h"
 #include "outbox/mariadb.h"
+#include "outbox/mariadb_inbox.h"
 #include "store_contract.h"
 #include "test_env.h"
 
@@ -127,6 +128,7 @@ TEST_F(MariaDbTest, MigrateIsIdempotentAndSafeConcurrently) {
   }
   EXPECT_EQ(Count("outbox_migrations"), "1");
   EXPECT_EQ(Count("outbox"), "0");
+  EXPECT_EQ(Count("outbox_aggregate_locks"), "65536") << "every lock bucket exists";
 }
 
 TEST_F(MariaDbTest, BadUrlIsRejectedNamingThePartAndADeadServerIsUnavailable) {
@@ -195,6 +197,33 @@ TEST_F(MariaDbTest, DuplicateDedupKeyWritesNothingAndReturnsTheFirstId) {
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_FALSE(second->enqueued);
   EXPECT_EQ(second->event_id, first->event_id);
+  EXPECT_EQ(Count("outbox"), "1");
+}
+
+// Two producers (different aggregates) enqueue one dedup key at once: the
+// second waits for the first's commit and gets its event id; one row.
+TEST_F(MariaDbTest, ConcurrentEnqueuesOfOneDedupKeyWriteOneRow) {
+  auto a = Open(db_);
+  auto b = Open(db_);
+  Event ea = Valid("x");
+  ea.dedup_key = "same";
+  Event eb = Valid("y");
+  eb.dedup_key = "same";
+  Run(*a, "START TRANSACTION");
+  auto first = Enqueue(a->c, ea);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = std::async(std::launch::async, [&] {
+    Run(*b, "START TRANSACTION");
+    auto r = Enqueue(b->c, eb);
+    Run(*b, "COMMIT");
+    return r;
+  });
+  EXPECT_EQ(second.wait_for(300ms), std::future_status::timeout) << "the second must wait";
+  Run(*a, "COMMIT");
+  auto r = second.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->enqueued);
+  EXPECT_EQ(r->event_id, first->event_id);
   EXPECT_EQ(Count("outbox"), "1");
 }
 
@@ -319,6 +348,166 @@ TEST_F(MariaDbTest, TwoProducersOfOneAggregateTakeSeqsInCommitOrder) {
   EXPECT_EQ(Run(*admin_, "SELECT group_concat(payload ORDER BY seq SEPARATOR '') FROM " + db_ +
                              ".outbox WHERE aggregate_id = 'hot'"),
             "ab");
+}
+
+// ---- The inbox on MariaDB -----------------------------------------------------
+
+InboundMessage Msg(const std::string& id, std::int64_t offset, std::string payload = "p") {
+  InboundMessage m;
+  m.topic = "outbox.event.order";
+  m.partition = 1;
+  m.offset = offset;
+  m.key = "k";
+  m.payload = std::move(payload);
+  m.headers = {{"outbox-event-id", id}, {"bin", std::string("\0\xff", 2)}};
+  m.timestamp = std::chrono::system_clock::time_point(std::chrono::milliseconds(1700000000123));
+  return m;
+}
+
+class MariaDbInboxTest : public MariaDbTest {
+ protected:
+  void SetUp() override {
+    MariaDbTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    Run(*conn_, "CREATE TABLE effects (id VARCHAR(64) PRIMARY KEY, payload TEXT)");
+  }
+  // A handler that inserts one effect row; payload "fail-transient" /
+  // "fail-permanent" fail after writing, "throw" throws.
+  std::unique_ptr<InboxStore> OpenInbox(const std::string& consumer = "c1") {
+    MariaDbInboxOptions o;
+    o.url = url_;
+    o.consumer = consumer;
+    auto inbox = OpenMariaDbInbox(o, [](const InboundMessage& m, st_mysql* txn) {
+      const std::string sql = "INSERT INTO effects VALUES ('" + *m.Header("outbox-event-id") +
+                              "', '" + m.payload + "')";
+      if (mysql_query(txn, sql.c_str()) != 0) return HandlerResult::Transient(mysql_error(txn));
+      if (m.payload == "fail-transient") return HandlerResult::Transient("try later");
+      if (m.payload == "fail-permanent") return HandlerResult::Permanent("bad payload");
+      if (m.payload == "throw") throw std::runtime_error("boom");
+      return HandlerResult::Ok();
+    });
+    EXPECT_TRUE(inbox.ok()) << inbox.status().ToString();
+    if (!inbox.ok()) return nullptr;
+    Status st = (*inbox)->Migrate();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return std::move(inbox).value();
+  }
+};
+
+TEST_F(MariaDbInboxTest, EffectsApplyOnceAndDuplicatesAreCountedOnTheStamp) {
+  auto inbox = OpenInbox();
+  ASSERT_NE(inbox, nullptr);
+  std::vector<InboundMessage> msgs = {Msg("e1", 1), Msg("e2", 2), Msg("e1", 3)};
+  std::vector<std::string> keys = {"e1", "e2", "e1"};
+  auto r = inbox->Apply(msgs, keys);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[2].outcome, Outcome::kDuplicate) << "a copy in the same batch";
+  auto again = inbox->Apply(msgs, keys);
+  ASSERT_TRUE(again.ok());
+  for (const auto& o : *again) EXPECT_EQ(o.outcome, Outcome::kDuplicate);
+  EXPECT_EQ(Count("effects"), "2");
+  EXPECT_EQ(Run(*admin_, "SELECT duplicates FROM " + db_ + ".inbox_stamps WHERE dedup_key = 'e1'"), "3");
+  auto found = inbox->FindStamps(std::vector<std::string>{"e1"});
+  ASSERT_TRUE(found.ok());
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0].offset, "1");
+  EXPECT_EQ((*found)[0].duplicates, 3);
+  // Another consumer of the same database has its own stamps.
+  auto other = OpenInbox("c2");
+  auto theirs = other->Apply(std::vector<InboundMessage>{Msg("e9", 9)}, std::vector<std::string>{"e9"});
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ((*theirs)[0].outcome, Outcome::kApplied);
+}
+
+TEST_F(MariaDbInboxTest, AFailingHandlerUndoesOnlyItsOwnStampAndWrites) {
+  auto inbox = OpenInbox();
+  ASSERT_NE(inbox, nullptr);
+  std::vector<InboundMessage> msgs = {Msg("a", 1), Msg("b", 2, "fail-transient"),
+                                      Msg("c", 3, "fail-permanent"), Msg("d", 4, "throw"),
+                                      Msg("e", 5)};
+  std::vector<std::string> keys = {"a", "b", "c", "d", "e"};
+  auto r = inbox->Apply(msgs, keys);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kTransient);
+  EXPECT_EQ((*r)[2].outcome, Outcome::kPermanent);
+  EXPECT_EQ((*r)[3].outcome, Outcome::kTransient);
+  EXPECT_NE((*r)[3].error.find("boom"), std::string::npos);
+  EXPECT_EQ((*r)[4].outcome, Outcome::kApplied);
+  EXPECT_EQ(Run(*admin_, "SELECT group_concat(id ORDER BY id) FROM " + db_ + ".effects"), "a,e");
+  EXPECT_EQ(Run(*admin_, "SELECT group_concat(dedup_key ORDER BY dedup_key) FROM " + db_ + ".inbox_stamps"),
+            "a,e");
+  EXPECT_EQ(Run(*admin_, "SELECT count(*) FROM " + db_ + ".effects WHERE id = 'b'"), "0");
+  // The failed ones apply on their next delivery.
+  auto later = inbox->Apply(std::vector<InboundMessage>{Msg("b", 2)}, std::vector<std::string>{"b"});
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ((*later)[0].outcome, Outcome::kApplied);
+}
+
+TEST_F(MariaDbInboxTest, OrderedModeHoldsTheRestOfAFailedKeyAndTheParkedQueueWorks) {
+  auto inbox = OpenInbox();
+  ASSERT_NE(inbox, nullptr);
+  std::vector<InboundMessage> msgs = {Msg("x1", 1, "fail-transient"), Msg("y1", 2), Msg("x2", 3)};
+  std::vector<std::string> keys = {"x1", "y1", "x2"};
+  std::vector<std::string> order = {"X", "Y", "X"};
+  auto r = inbox->Apply(msgs, keys, order);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].outcome, Outcome::kTransient);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[2].outcome, Outcome::kHeld) << "x2 must not pass x1";
+  // Park x1 (due now) and x2 behind it; parking again changes nothing.
+  std::vector<ParkedMessage> park = {{0, "X", "x1", msgs[0], 1, "try later", std::chrono::milliseconds(0)},
+                                     {0, "X", "x2", msgs[2], 0, "", std::chrono::milliseconds(0)}};
+  ASSERT_TRUE(inbox->Park(park).ok());
+  ASSERT_TRUE(inbox->Park(park).ok());
+  auto keys_parked = inbox->ParkedKeys(std::vector<std::string>{"X", "Y"});
+  ASSERT_TRUE(keys_parked.ok());
+  EXPECT_EQ(*keys_parked, (std::set<std::string>{"X"}));
+  auto due = inbox->Due(10);
+  ASSERT_TRUE(due.ok()) << due.status().ToString();
+  ASSERT_EQ(due->size(), 2u);
+  EXPECT_EQ((*due)[0].dedup_key, "x1");
+  EXPECT_EQ((*due)[0].attempts, 1);
+  EXPECT_EQ((*due)[0].last_error, "try later");
+  EXPECT_EQ((*due)[0].message.headers, msgs[0].headers) << "header bytes round-trip";
+  EXPECT_EQ((*due)[0].message.timestamp, msgs[0].timestamp);
+  EXPECT_EQ((*due)[1].dedup_key, "x2");
+  // The head fails again: nothing of X is due for an hour.
+  ASSERT_TRUE(inbox->Reschedule((*due)[0].id, 2, "again", std::chrono::hours(1)).ok());
+  auto none = inbox->Due(10);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  ASSERT_TRUE(inbox->Unpark(std::vector<std::int64_t>{(*due)[0].id, (*due)[1].id}).ok());
+  EXPECT_EQ(Count("inbox_parked"), "0");
+  auto summary = inbox->Summary(std::chrono::hours(1));
+  ASSERT_TRUE(summary.ok());
+  ASSERT_EQ(summary->size(), 1u);
+  EXPECT_EQ((*summary)[0].stamps, 1);
+  EXPECT_EQ((*summary)[0].older, 0);
+  auto purged = inbox->PurgeStamps(std::chrono::seconds(0), 10);
+  ASSERT_TRUE(purged.ok());
+  EXPECT_EQ(*purged, 1);
+}
+
+TEST_F(MariaDbInboxTest, ABadDedupKeyFailsAloneAndAnOperatorInboxRefusesApply) {
+  auto inbox = OpenInbox();
+  ASSERT_NE(inbox, nullptr);
+  auto r = inbox->Apply(std::vector<InboundMessage>{Msg("ok", 1), Msg("bad", 2)},
+                        std::vector<std::string>{"ok", std::string("\xff", 1)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kPermanent);
+  MariaDbInboxOptions o;
+  o.url = url_;
+  o.consumer = "ops";
+  auto ops = OpenMariaDbInbox(o);
+  ASSERT_TRUE(ops.ok());
+  auto refused = (*ops)->Apply(std::vector<InboundMessage>{Msg("z", 1)}, std::vector<std::string>{"z"});
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  o.consumer = "";
+  EXPECT_EQ(OpenMariaDbInbox(o).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -31,6 +31,13 @@ struct st_mysql;  // libmariadb's MYSQL
 
 namespace outbox {
 
+// True for a mysql:// URL: the tools pick the MariaDB store for it.
+bool IsMariaDbUrl(const std::string& url);
+// OK when `url` is a well-formed mysql:// URL; else InvalidArgument naming the part.
+Status ValidateMariaDbUrl(const std::string& url);
+// The URL with its password replaced by ***, for logs and --print-config.
+std::string RedactMariaDbUrl(const std::string& url);
+
 struct MariaDbOptions {
   std::string url;  // mysql://user[:password]@host[:port]/database
   std::chrono::seconds connect_timeout{5};
@@ -69,7 +76,8 @@ Result<EnqueueResult> Enqueue(st_mysql* conn, const Event& event,
                               const MariaDbEnqueueOptions& options = {});
 
 // Same for several events: all validated before any is sent; the aggregates'
-// lock rows are taken first in key order; results in input order.
+// lock rows are taken first in one statement, in key order (two batches never
+// deadlock on them); results in input order.
 Result<std::vector<EnqueueResult>> EnqueueBatch(st_mysql* conn, std::span<const Event> events,
                                                 const MariaDbEnqueueOptions& options = {});
 

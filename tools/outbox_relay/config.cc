@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include "outbox/mariadb.h"
+
 #include <limits>
 
 #include <unistd.h>
@@ -442,6 +444,16 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
   if (Status st = ValidateSchemaName(c.database.schema); !st.ok()) {
     return Status::InvalidArgument("config key database.schema: " + st.message());
   }
+  if (IsMariaDbUrl(c.database.conninfo)) {
+    if (Status st = ValidateMariaDbUrl(c.database.conninfo); !st.ok()) {
+      return Status::InvalidArgument("config key database.url: " + st.message());
+    }
+    if (c.relay.source == RelaySource::kCdc) {
+      return Status::InvalidArgument(
+          "config key relay.source: cdc reads PostgreSQL's write-ahead log; with a mysql:// "
+          "database.url use relay.source = poll");
+    }
+  }
   if (!c.kafka.properties.count("bootstrap.servers")) {
     return Status::InvalidArgument(
         "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "
@@ -479,7 +491,7 @@ std::string PrintConfig(const Config& c) {
       section = sec;
     }
     std::string v = k.get(c);
-    if (k.name == "database.url") v = RedactConninfo(v);
+    if (k.name == "database.url") v = IsMariaDbUrl(v) ? RedactMariaDbUrl(v) : RedactConninfo(v);
     out += k.name.substr(dot + 1) + " = " + (k.quoted ? Quote(v) : v) + "\n";
     if (k.name == "kafka.topic_template") {
       out += "\n[kafka.properties]\n";

@@ -20,6 +20,7 @@
 #include "config.h"
 #include "outbox/http.h"
 #include "outbox/kafka.h"
+#include "outbox/mariadb.h"
 #include "outbox/postgres.h"
 #include "outbox/relay.h"
 
@@ -97,6 +98,14 @@ int main(int argc, char** argv) {
   }
   outbox::PostgresStoreOptions db = cfg->database;
   outbox::StoreFactory factory = [db]() { return outbox::OpenPostgresStore(db); };
+  if (outbox::IsMariaDbUrl(db.conninfo)) {  // the store follows the URL's scheme
+    outbox::MariaDbStoreOptions mo;
+    mo.url = db.conninfo;
+    mo.sent_mode = db.sent_mode;
+    mo.statement_timeout = db.statement_timeout;
+    mo.connect_timeout = db.connect_timeout;
+    factory = [mo]() { return outbox::OpenMariaDbStore(mo); };
+  }
 
   outbox::MetricsRegistry registry;
   outbox::RelayMetrics metrics(registry);

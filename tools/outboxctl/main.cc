@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "outbox/kafka.h"
+#include "outbox/mariadb.h"
 #include "outbox/parse.h"
 #include "outbox/postgres.h"
 #include "outbox/postgres_inbox.h"
@@ -197,6 +198,21 @@ int DltReplay(const Args& a, bool json) {
 // an hour of slack for clocks and leases.
 constexpr std::chrono::seconds kStampSlack{3600};
 
+// The outbox store the URL names: mysql:// is MariaDB/MySQL (its tables in the
+// URL's database; --schema does not apply), anything else PostgreSQL.
+outbox::Result<std::unique_ptr<outbox::Store>> OpenOutboxStore(const std::string& db,
+                                                                const std::string& schema) {
+  if (outbox::IsMariaDbUrl(db)) {
+    outbox::MariaDbStoreOptions o;
+    o.url = db;
+    return outbox::OpenMariaDbStore(o);
+  }
+  outbox::PostgresStoreOptions o;
+  o.conninfo = db;
+  o.schema = schema;
+  return outbox::OpenPostgresStore(o);
+}
+
 int InboxCommand(Args& a, bool json) {
   if (a.positional.size() != 2 || (a.positional[1] != "status" && a.positional[1] != "purge")) {
     return Usage("inbox: the subcommands are status and purge");
@@ -228,7 +244,10 @@ int InboxCommand(Args& a, bool json) {
     so.conninfo = a.Flag("db");
     so.schema = a.Flag("schema", "outbox");
     if (auto st = outbox::ValidateSchemaName(so.schema); !st.ok()) return Usage(st.message());
-    auto store = outbox::OpenPostgresStore(so);
+    if (outbox::IsMariaDbUrl(so.conninfo)) {
+      if (auto st = outbox::ValidateMariaDbUrl(so.conninfo); !st.ok()) return Usage("--db: " + st.message());
+    }
+    auto store = OpenOutboxStore(so.conninfo, so.schema);
     if (!store.ok()) return Fail(store.status(), json);
     auto oldest = (*store)->OldestUnsent();
     if (!oldest.ok()) return Fail(oldest.status(), json);
@@ -347,6 +366,9 @@ int main(int argc, char** argv) {
   const std::string db = a.Flag("db"), schema = a.Flag("schema", "outbox");
   if (db.empty()) return Usage("no database: pass --db URL or set OUTBOX_PG_URL");
   if (auto st = outbox::ValidateSchemaName(schema); !st.ok()) return Usage(st.message());
+  if (outbox::IsMariaDbUrl(db)) {
+    if (auto st = outbox::ValidateMariaDbUrl(db); !st.ok()) return Usage("--db: " + st.message());
+  }
 
   // Every number is checked before anything touches the database.
   auto retention = outbox::ParseSeconds("--retention-s", a.Flag("retention-s", "604800"),
@@ -362,12 +384,9 @@ int main(int argc, char** argv) {
     a.flags["older-than"] = std::to_string(older->count());
   }
 
-  outbox::PostgresStoreOptions o;
-  o.conninfo = db;
-  o.schema = schema;
 
   if (command == "migrate" || command == "status" || command == "purge") {
-    auto store = outbox::OpenPostgresStore(o);
+    auto store = OpenOutboxStore(db, schema);
     if (!store.ok()) return Fail(store.status(), json);
     if (command == "migrate") {
       outbox::Status st = (*store)->Migrate();
@@ -432,7 +451,7 @@ int main(int argc, char** argv) {
     sel.aggregate_id = a.Flag("aggregate");
     sel.event_type = a.Flag("type");
     sel.dry_run = a.Has("dry-run");
-    auto store = outbox::OpenPostgresStore(o);
+    auto store = OpenOutboxStore(db, schema);
     if (!store.ok()) return Fail(store.status(), json);
     auto r = (*store)->ReplayFailed(sel);
     if (!r.ok()) return Fail(r.status(), json);
@@ -470,7 +489,7 @@ int main(int argc, char** argv) {
     }
     req.reason = a.Flag("reason", "skipped by an operator (no reason given)");
     req.dry_run = a.Has("dry-run");
-    auto store = outbox::OpenPostgresStore(o);
+    auto store = OpenOutboxStore(db, schema);
     if (!store.ok()) return Fail(store.status(), json);
     auto r = (*store)->Skip(req);
     if (!r.ok()) return Fail(r.status(), json);
@@ -496,7 +515,7 @@ int main(int argc, char** argv) {
     }
     return kExitOk;
   }
-  auto store = outbox::OpenPostgresStore(o);
+  auto store = OpenOutboxStore(db, schema);
   if (!store.ok()) return Fail(store.status(), json);
   if (command == "list") {
     outbox::ListFilter f;

@@ -3,7 +3,9 @@
 #ifndef OUTBOX_SRC_STORE_COMMON_HEADERS_JSON_H_
 #define OUTBOX_SRC_STORE_COMMON_HEADERS_JSON_H_
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "outbox/event.h"
@@ -16,6 +18,12 @@ Result<std::vector<Header>> ParseHeadersJson(const std::string& json_text);
 
 // The inverse, as enqueue writes it.
 std::string HeadersToJson(const std::vector<Header>& headers);
+
+// A consumed message's headers (bytes, not necessarily text) as one blob, as
+// the inboxes' parked queues keep them: per header, 4-byte big-endian lengths
+// and the bytes of name and value.
+std::string EncodeInboxHeaders(const std::map<std::string, std::string>& headers);
+Result<std::map<std::string, std::string>> DecodeInboxHeaders(std::string_view in);
 
 }  // namespace outbox::store_common
 

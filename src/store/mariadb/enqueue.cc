@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <set>
 
 #include "outbox/mariadb.h"
 #include "session.h"
@@ -71,20 +70,17 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(st_mysql* conn, std::span<const 
   std::vector<EnqueueResult> out(events.size());
   if (events.empty()) return out;
   if (events.size() > 1) {
-    // Every aggregate's lock row first, in key order (one statement), so that
-    // two batches over the same aggregates cannot deadlock; then the events in
-    // aggregate order, each aggregate's in the caller's order.
-    std::set<std::pair<std::string, std::string>> keys;
-    for (const Event& e : events) keys.emplace(e.aggregate_type, e.aggregate_id);
-    std::string sql = "INSERT INTO outbox_aggregate_locks (aggregate_type, aggregate_id) VALUES ";
-    bool first = true;
-    for (const auto& [t, id] : keys) {
-      sql += std::string(first ? "" : ", ") + "(" + maria::Quote(conn, t) + ", " +
-             maria::Quote(conn, id) + ")";
-      first = false;
+    // Every aggregate's lock bucket first, in one statement: InnoDB locks them
+    // in primary-key order, so two batches over colliding buckets lock in the
+    // same order and cannot deadlock; the procedure's own lock is then held.
+    std::string in;
+    for (const Event& e : events) {
+      in += std::string(in.empty() ? "" : ", ") + "crc32(concat(" + maria::Quote(conn, e.aggregate_type) +
+            ", char(31), " + maria::Quote(conn, e.aggregate_id) + ")) % 65536";
     }
-    sql += " ON DUPLICATE KEY UPDATE enqueued = enqueued";
-    auto locked = maria::Exec(conn, "enqueue: lock aggregates", sql);
+    auto locked = maria::Query(conn, "enqueue: lock aggregates",
+                               "SELECT bucket FROM outbox_aggregate_locks WHERE bucket IN (" + in +
+                                   ") ORDER BY bucket FOR UPDATE");
     if (!locked.ok()) return locked.status();
   }
   std::vector<std::size_t> order(events.size());

@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include "outbox/mariadb.h"
+
 #include <errmsg.h>
 #include <mysqld_error.h>
 
@@ -92,6 +94,25 @@ Result<Url> ParseUrl(const std::string& text) {
   }
   return url;
 }
+
+}  // namespace outbox::maria
+
+namespace outbox {
+
+bool IsMariaDbUrl(const std::string& url) { return url.rfind("mysql://", 0) == 0; }
+
+Status ValidateMariaDbUrl(const std::string& url) { return maria::ParseUrl(url).status(); }
+
+std::string RedactMariaDbUrl(const std::string& url) {
+  auto u = maria::ParseUrl(url);
+  if (!u.ok()) return "<not a valid mysql:// URL; not shown>";
+  return "mysql://" + u->user + (u->password.empty() ? "" : ":***") + "@" + u->host + ":" +
+         std::to_string(u->port) + "/" + u->database;
+}
+
+}  // namespace outbox
+
+namespace outbox::maria {
 
 Status LastError(MYSQL* conn, std::string_view what) {
   const unsigned err = mysql_errno(conn);

@@ -7,10 +7,11 @@ namespace {
 // procedure.
 //   outbox                   one row per event, seq = enqueue order; every time
 //                            is UTC_TIMESTAMP(6), the database's clock
-//   outbox_aggregate_locks   one row per aggregate ever enqueued. MariaDB has no
+//   outbox_aggregate_locks   65,536 lock rows; an aggregate's is
+//                            crc32(type ␟ id) % 65536. MariaDB has no
 //                            transaction-scoped advisory locks (GET_LOCK is held
 //                            by the session past COMMIT), so enqueue locks this
-//                            row (INSERT ... ON DUPLICATE KEY UPDATE) before it
+//                            row (SELECT ... FOR UPDATE by primary key) before it
 //                            inserts: two transactions enqueueing for one
 //                            aggregate take their seqs in commit order, which
 //                            the ordered claim relies on.
@@ -50,12 +51,19 @@ CREATE TABLE IF NOT EXISTS outbox (
 
 constexpr const char* kLocksTable = R"SQL(
 CREATE TABLE IF NOT EXISTS outbox_aggregate_locks (
-  aggregate_type VARCHAR(255) NOT NULL,
-  aggregate_id   VARCHAR(255) NOT NULL,
-  enqueued       BIGINT       NOT NULL DEFAULT 0,
-  PRIMARY KEY (aggregate_type, aggregate_id)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin
+  bucket INT NOT NULL PRIMARY KEY
+) ENGINE = InnoDB
 )SQL";
+
+// Every bucket exists from the start: enqueue only ever locks an existing row
+// by primary key — a record lock, never a gap or an insert.
+constexpr const char* kLocksFill = R"SQL(
+INSERT IGNORE INTO outbox_aggregate_locks (bucket)
+WITH RECURSIVE d (n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM d WHERE n < 15)
+SELECT a.n * 4096 + b.n * 256 + c.n * 16 + e.n FROM d a, d b, d c, d e
+)SQL";
+// (16 steps of recursion: max_recursive_iterations is 1,000 by default, and a
+// first version that counted to 65,535 stopped there without an error.)
 
 constexpr const char* kLeaseTokenSeq = "CREATE SEQUENCE IF NOT EXISTS outbox_lease_token_seq START WITH 1";
 
@@ -77,6 +85,7 @@ BEGIN
   DECLARE v_max BIGINT DEFAULT coalesce(@outbox_max_event_bytes, 1000000);
   DECLARE v_msg TEXT;
   DECLARE v_dup INT DEFAULT 0;
+  DECLARE v_bucket INT;
   -- A concurrent enqueue of the same dedup key committed first (READ COMMITTED
   -- has no gap lock to stop both from inserting): ours is the duplicate.
   DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
@@ -133,12 +142,17 @@ BEGIN
                        '); the limit is ', v_max, ' (variable @outbox_max_event_bytes)');
     SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
   END IF;
-  -- The aggregate's lock row, held to COMMIT: same-aggregate enqueues serialise here.
-  INSERT INTO outbox_aggregate_locks (aggregate_type, aggregate_id, enqueued)
-  VALUES (p_aggregate_type, p_aggregate_id, 1)
-  ON DUPLICATE KEY UPDATE enqueued = enqueued + 1;
+  -- The aggregate's lock bucket, held to COMMIT: same-aggregate enqueues
+  -- serialise here. An existing row locked by primary key: a record lock, never
+  -- a gap, so producers of other aggregates do not deadlock with this one under
+  -- REPEATABLE READ (the caller's isolation level, whatever it is).
+  SET v_bucket = crc32(concat(p_aggregate_type, char(31), p_aggregate_id)) % 65536;
+  SELECT bucket INTO v_i FROM outbox_aggregate_locks WHERE bucket = v_bucket FOR UPDATE;
+  -- A plain read: a locking one on a missing key would lock a gap (and IF
+  -- EXISTS (SELECT ...) in a routine reads with shared next-key locks). A row
+  -- this snapshot cannot see yet surfaces as a unique-key error below.
   IF p_dedup_key IS NOT NULL THEN
-    SELECT event_id INTO v_existing FROM outbox WHERE dedup_key = p_dedup_key LOCK IN SHARE MODE;
+    SELECT event_id INTO v_existing FROM outbox WHERE dedup_key = p_dedup_key;
   END IF;
   IF v_existing IS NOT NULL THEN
     SELECT v_existing AS event_id, 0 AS enqueued;
@@ -149,7 +163,7 @@ BEGIN
     VALUES (v_id, p_aggregate_type, p_aggregate_id, p_event_type, p_payload, p_headers, p_dedup_key,
             utc_timestamp(6), utc_timestamp(6));
     IF v_dup = 1 THEN
-      SELECT event_id INTO v_existing FROM outbox WHERE dedup_key = p_dedup_key;
+      SELECT event_id INTO v_existing FROM outbox WHERE dedup_key = p_dedup_key LOCK IN SHARE MODE;
       SELECT v_existing AS event_id, 0 AS enqueued;
     ELSE
       SELECT v_id AS event_id, 1 AS enqueued;
@@ -158,12 +172,59 @@ BEGIN
 END
 )SQL";
 
+// The inbox: a stamp per (consumer, dedup key), written in the transaction of
+// the effect; the ordered mode's parked queue. Keys up to 512 characters
+// (the primary key stays under InnoDB's 3,072-byte limit in utf8mb4).
+constexpr const char* kInboxStamps = R"SQL(
+CREATE TABLE IF NOT EXISTS inbox_stamps (
+  consumer          VARCHAR(128) NOT NULL,
+  dedup_key         VARCHAR(512) NOT NULL,
+  topic             VARCHAR(255) NULL,
+  `partition`       INT          NULL,
+  `offset`          BIGINT       NULL,
+  applied_at        DATETIME(6)  NOT NULL,
+  duplicates        INT          NOT NULL DEFAULT 0,
+  last_duplicate_at DATETIME(6)  NULL,
+  PRIMARY KEY (consumer, dedup_key),
+  KEY inbox_stamps_age (consumer, applied_at)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin
+)SQL";
+
+constexpr const char* kInboxParked = R"SQL(
+CREATE TABLE IF NOT EXISTS inbox_parked (
+  id          BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  consumer    VARCHAR(128) NOT NULL,
+  order_key   VARCHAR(512) NOT NULL,
+  dedup_key   VARCHAR(512) NOT NULL,
+  topic       VARCHAR(255) NOT NULL,
+  `partition` INT          NOT NULL,
+  `offset`    BIGINT       NOT NULL,
+  msg_key     LONGBLOB     NOT NULL,
+  payload     LONGBLOB     NULL,
+  headers     LONGBLOB     NOT NULL,
+  ts_ms       BIGINT       NOT NULL,
+  attempts    INT          NOT NULL DEFAULT 0,
+  last_error  TEXT         NULL,
+  due_at      DATETIME(6)  NOT NULL,
+  parked_at   DATETIME(6)  NOT NULL,
+  UNIQUE KEY inbox_parked_dedup (consumer, dedup_key),
+  KEY inbox_parked_key (consumer, order_key, id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin
+)SQL";
+
 }  // namespace
+
+const std::vector<Migration>& InboxMigrations() {
+  static const std::vector<Migration> kAll = {
+      {1, "inbox_stamps, inbox_parked", {kInboxStamps, kInboxParked}},
+  };
+  return kAll;
+}
 
 const std::vector<Migration>& Migrations() {
   static const std::vector<Migration> kAll = {
       {1, "outbox table, aggregate locks, lease token sequence, outbox_enqueue()",
-       {kOutboxTable, kLocksTable, kLeaseTokenSeq, kEnqueueProcedure}},
+       {kOutboxTable, kLocksTable, kLocksFill, kLeaseTokenSeq, kEnqueueProcedure}},
   };
   return kAll;
 }

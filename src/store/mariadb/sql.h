@@ -17,6 +17,9 @@ struct Migration {
 // outbox, outbox_aggregate_locks, outbox_migrations.
 const std::vector<Migration>& Migrations();
 
+// The inbox's (inbox_stamps, inbox_parked; versions in inbox_migrations).
+const std::vector<Migration>& InboxMigrations();
+
 }  // namespace outbox::maria::sql
 
 #endif  // OUTBOX_SRC_STORE_MARIADB_SQL_H_

@@ -14,6 +14,7 @@
 #include "outbox/event.h"
 #include "outbox/fault.h"
 #include "outbox/postgres.h"
+#include "headers_json.h"
 #include "session.h"
 #include "sql.h"
 
@@ -29,43 +30,6 @@ enum class Pass { kCommitted, kHandlerFailed, kCommitFailed };
 // but a lost connection or a timeout, which say nothing about one message.
 bool Isolable(const Status& st) {
   return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded;
-}
-
-// Headers as one bytea: per header, 4-byte big-endian lengths and the bytes
-// of name and value (names and values are bytes, not necessarily text).
-void PutLength(std::string& out, std::size_t n) {
-  for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((n >> shift) & 0xff);
-}
-
-std::string EncodeHeaders(const std::map<std::string, std::string>& headers) {
-  std::string out;
-  for (const auto& [k, v] : headers) {
-    PutLength(out, k.size());
-    out += k;
-    PutLength(out, v.size());
-    out += v;
-  }
-  return out;
-}
-
-Result<std::map<std::string, std::string>> DecodeHeaders(std::string_view in) {
-  std::map<std::string, std::string> out;
-  auto take = [&](std::string& field) -> bool {
-    if (in.size() < 4) return false;
-    std::size_t n = 0;
-    for (int i = 0; i < 4; ++i) n = (n << 8) | static_cast<unsigned char>(in[static_cast<std::size_t>(i)]);
-    in.remove_prefix(4);
-    if (in.size() < n) return false;
-    field.assign(in.substr(0, n));
-    in.remove_prefix(n);
-    return true;
-  };
-  while (!in.empty()) {
-    std::string k, v;
-    if (!take(k) || !take(v)) return Status::Internal("inbox_parked.headers: malformed");
-    out[std::move(k)] = std::move(v);
-  }
-  return out;
 }
 
 std::string GetBytes(const PGresult* r, int row, int col) {
@@ -235,7 +199,7 @@ class PostgresInbox final : public InboxStore {
            Param::Text(m.topic), Param::Text(std::to_string(m.partition)),
            Param::Text(std::to_string(m.offset)), Param::Binary(m.key),
            m.payload_is_null ? Param::Null() : Param::Binary(m.payload),
-           Param::Binary(EncodeHeaders(m.headers)), Param::Text(std::to_string(ts_ms.count())),
+           Param::Binary(store_common::EncodeInboxHeaders(m.headers)), Param::Text(std::to_string(ts_ms.count())),
            Param::Text(std::to_string(p.attempts)),
            p.last_error.empty() ? Param::Null() : Param::Text(pg::sql::StorableText(p.last_error, 8000)),
            Param::Text(std::to_string(p.delay.count()))});
@@ -267,7 +231,7 @@ class PostgresInbox final : public InboxStore {
       p.message.key = GetBytes(res, i, 6);
       p.message.payload_is_null = GetBytes(res, i, 8) == "true";
       if (!p.message.payload_is_null) p.message.payload = GetBytes(res, i, 7);
-      auto headers = DecodeHeaders(GetBytes(res, i, 9));
+      auto headers = store_common::DecodeInboxHeaders(GetBytes(res, i, 9));
       if (!headers.ok()) return headers.status();
       p.message.headers = std::move(headers).value();
       p.message.timestamp = std::chrono::system_clock::time_point(

@@ -1,0 +1,382 @@
+#include "outbox/mariadb_inbox.h"
+
+#include <exception>
+#include <map>
+#include <set>
+
+#include "headers_json.h"
+#include "migrate.h"
+#include "outbox/event.h"
+#include "outbox/fault.h"
+#include "session.h"
+#include "sql.h"
+
+namespace outbox {
+namespace {
+
+std::int64_t Int(const std::optional<std::string>& v) { return v ? std::stoll(*v) : 0; }
+std::string Str(const std::optional<std::string>& v) { return v ? *v : std::string(); }
+
+// A database error inside one message's savepoint: its own outcome, unless the
+// session itself is gone (then the whole call fails and nothing counts).
+bool Isolable(const Status& st) {
+  return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded;
+}
+
+MessageOutcome FromStatus(const Status& st) {
+  return {st.code() == Code::kInvalidArgument ? Outcome::kPermanent : Outcome::kTransient,
+          st.message()};
+}
+
+MessageOutcome FromHandler(const HandlerResult& hr) {
+  if (hr.error == ErrorClass::kPermanent) return {Outcome::kPermanent, hr.message};
+  return {Outcome::kTransient, hr.message};
+}
+
+class MariaDbInbox final : public InboxStore {
+ public:
+  MariaDbInbox(maria::Url url, MariaDbInboxOptions options, MariaDbHandler handler)
+      : url_(std::move(url)), options_(std::move(options)), handler_(std::move(handler)) {}
+
+  Status Connect() {
+    auto c = maria::Connect(url_, options_.connect_timeout, /*found_rows=*/false,
+                            options_.statement_timeout);
+    if (!c.ok()) return c.status();
+    conn_ = std::move(c).value();
+    return Status::Ok();
+  }
+
+  Status Migrate() override {
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    return maria::RunMigrations(conn_.get(), "inbox_migrations", "outbox.inbox.migrate",
+                                maria::sql::InboxMigrations());
+  }
+
+  Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,
+                                            std::span<const std::string> keys,
+                                            std::span<const std::string> order_keys) override {
+    if (!handler_) {
+      return Status::FailedPrecondition("inbox apply: this inbox was opened without a handler");
+    }
+    if (keys.size() != msgs.size() || (!order_keys.empty() && order_keys.size() != msgs.size())) {
+      return Status::InvalidArgument("inbox apply: one key (and order key) per message is required");
+    }
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    std::vector<MessageOutcome> out(msgs.size());
+    std::vector<bool> todo(msgs.size(), true);
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (keys[i].empty() || !IsValidText(keys[i])) {
+        out[i] = {Outcome::kPermanent, "dedup key is empty or not valid UTF-8 text"};
+        todo[i] = false;
+      }
+    }
+    auto whole = Pass(msgs, keys, order_keys, todo, out, /*per_message=*/false);
+    if (!whole.ok()) return whole.status();
+    if (*whole) return out;
+    // The COMMIT failed: which message's writes broke it is unknown. One
+    // transaction per message finds it; the others apply.
+    auto single = Pass(msgs, keys, order_keys, todo, out, /*per_message=*/true);
+    if (!single.ok()) return single.status();
+    return out;
+  }
+
+  Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) override {
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    auto n = maria::Exec(conn_.get(), "inbox purge",
+                         "DELETE FROM inbox_stamps WHERE consumer = " + Q(options_.consumer) +
+                             " AND applied_at < UTC_TIMESTAMP(6) - INTERVAL " +
+                             std::to_string(horizon.count()) + " SECOND ORDER BY applied_at LIMIT " +
+                             std::to_string(std::max(batch, 1)));
+    if (!n.ok()) return Lost(n.status());
+    return static_cast<std::int64_t>(*n);
+  }
+
+  Result<std::vector<StampSummary>> Summary(std::chrono::seconds horizon) override {
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    auto stamps = maria::Query(
+        conn_.get(), "inbox summary",
+        "SELECT consumer, count(*), sum(applied_at < UTC_TIMESTAMP(6) - INTERVAL " +
+            std::to_string(horizon.count()) +
+            " SECOND), coalesce(TIMESTAMPDIFF(SECOND, min(applied_at), UTC_TIMESTAMP(6)), 0) "
+            "FROM inbox_stamps GROUP BY consumer");
+    if (!stamps.ok()) return Lost(stamps.status());
+    auto parked = maria::Query(
+        conn_.get(), "inbox summary",
+        "SELECT consumer, count(*), coalesce(TIMESTAMPDIFF(SECOND, min(parked_at), "
+        "UTC_TIMESTAMP(6)), 0) FROM inbox_parked GROUP BY consumer");
+    if (!parked.ok()) return Lost(parked.status());
+    std::map<std::string, StampSummary> by;
+    for (const auto& r : *stamps) {
+      StampSummary& s = by[Str(r[0])];
+      s.consumer = Str(r[0]);
+      s.stamps = Int(r[1]);
+      s.older = Int(r[2]);
+      s.oldest_stamp_age = std::chrono::seconds(Int(r[3]));
+    }
+    for (const auto& r : *parked) {
+      StampSummary& s = by[Str(r[0])];
+      s.consumer = Str(r[0]);
+      s.parked = Int(r[1]);
+      s.oldest_parked_age = std::chrono::seconds(Int(r[2]));
+    }
+    std::vector<StampSummary> out;
+    for (auto& [k, s] : by) out.push_back(std::move(s));
+    return out;
+  }
+
+  Result<std::vector<StampRecord>> FindStamps(std::span<const std::string> keys) override {
+    std::vector<StampRecord> out;
+    std::string in;
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    for (const auto& k : keys) {
+      if (!IsValidText(k)) continue;  // no stamp can have it
+      in += (in.empty() ? "" : ", ") + Q(k);
+    }
+    if (in.empty()) return out;
+    auto rows = maria::Query(conn_.get(), "inbox find stamps",
+                             "SELECT consumer, dedup_key, applied_at, coalesce(topic, ''), "
+                             "coalesce(`partition`, ''), coalesce(`offset`, ''), duplicates "
+                             "FROM inbox_stamps WHERE dedup_key IN (" + in +
+                                 ") ORDER BY consumer, applied_at");
+    if (!rows.ok()) return Lost(rows.status());
+    for (const auto& r : *rows) {
+      out.push_back({Str(r[0]), Str(r[1]), Str(r[2]), Str(r[3]), Str(r[4]), Str(r[5]), Int(r[6])});
+    }
+    return out;
+  }
+
+  Result<std::set<std::string>> ParkedKeys(std::span<const std::string> order_keys) override {
+    std::set<std::string> out;
+    if (order_keys.empty()) return out;
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    std::string in;
+    for (const auto& k : order_keys) in += (in.empty() ? "" : ", ") + Q(k);
+    auto rows = maria::Query(conn_.get(), "inbox parked keys",
+                             "SELECT DISTINCT order_key FROM inbox_parked WHERE consumer = " +
+                                 Q(options_.consumer) + " AND order_key IN (" + in + ")");
+    if (!rows.ok()) return Lost(rows.status());
+    for (const auto& r : *rows) out.insert(Str(r[0]));
+    return out;
+  }
+
+  Status Park(std::span<const ParkedMessage> messages) override {
+    if (messages.empty()) return Status::Ok();
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    MYSQL* c = conn_.get();
+    OUTBOX_RETURN_IF_ERROR(Run("inbox park", "START TRANSACTION"));
+    for (const ParkedMessage& p : messages) {
+      const InboundMessage& m = p.message;
+      const auto ts_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(m.timestamp.time_since_epoch());
+      const std::string sql =
+          "INSERT INTO inbox_parked (consumer, order_key, dedup_key, topic, `partition`, `offset`, "
+          "msg_key, payload, headers, ts_ms, attempts, last_error, due_at, parked_at) VALUES (" +
+          Q(options_.consumer) + ", " + Q(p.order_key) + ", " + Q(p.dedup_key) + ", " + Q(m.topic) +
+          ", " + std::to_string(m.partition) + ", " + std::to_string(m.offset) + ", " +
+          maria::HexLiteral(m.key) + ", " +
+          (m.payload_is_null ? std::string("NULL") : maria::HexLiteral(m.payload)) + ", " +
+          maria::HexLiteral(store_common::EncodeInboxHeaders(m.headers)) + ", " +
+          std::to_string(ts_ms.count()) + ", " + std::to_string(p.attempts) + ", " +
+          (p.last_error.empty() ? std::string("NULL") : Q(p.last_error.substr(0, 8000))) +
+          ", UTC_TIMESTAMP(6) + INTERVAL " + std::to_string(std::max<std::int64_t>(0, p.delay.count()) * 1000) +
+          " MICROSECOND, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE id = id";
+      auto done = maria::Exec(c, "inbox park", sql);
+      if (!done.ok()) {
+        (void)maria::Exec(c, "inbox park", "ROLLBACK");
+        return Lost(done.status());
+      }
+    }
+    return Run("inbox park", "COMMIT");
+  }
+
+  Result<std::vector<ParkedMessage>> Due(int limit) override {
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    const std::string me = Q(options_.consumer);
+    auto rows = maria::Query(
+        conn_.get(), "inbox due parked",
+        "SELECT p.id, p.order_key, p.dedup_key, p.topic, p.`partition`, p.`offset`, p.msg_key, "
+        "p.payload, p.headers, p.ts_ms, p.attempts, coalesce(p.last_error, '') FROM inbox_parked p "
+        "JOIN (SELECT h.order_key FROM inbox_parked h WHERE h.consumer = " + me +
+            " AND h.due_at <= UTC_TIMESTAMP(6) AND h.id = (SELECT min(x.id) FROM inbox_parked x "
+            "WHERE x.consumer = h.consumer AND x.order_key = h.order_key)) k "
+            "ON k.order_key = p.order_key WHERE p.consumer = " + me +
+            " ORDER BY p.order_key, p.id LIMIT " + std::to_string(std::max(limit, 0)));
+    if (!rows.ok()) return Lost(rows.status());
+    std::vector<ParkedMessage> out;
+    for (const auto& r : *rows) {
+      ParkedMessage p;
+      p.id = Int(r[0]);
+      p.order_key = Str(r[1]);
+      p.dedup_key = Str(r[2]);
+      p.message.topic = Str(r[3]);
+      p.message.partition = static_cast<int>(Int(r[4]));
+      p.message.offset = Int(r[5]);
+      p.message.key = Str(r[6]);
+      p.message.payload_is_null = !r[7].has_value();
+      p.message.payload = Str(r[7]);
+      auto headers = store_common::DecodeInboxHeaders(Str(r[8]));
+      if (!headers.ok()) return headers.status();
+      p.message.headers = std::move(headers).value();
+      p.message.timestamp =
+          std::chrono::system_clock::time_point(std::chrono::milliseconds(Int(r[9])));
+      p.attempts = static_cast<int>(Int(r[10]));
+      p.last_error = Str(r[11]);
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  Status Unpark(std::span<const std::int64_t> ids) override {
+    if (ids.empty()) return Status::Ok();
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    std::string in;
+    for (std::int64_t id : ids) in += (in.empty() ? "" : ",") + std::to_string(id);
+    return Run("inbox unpark", "DELETE FROM inbox_parked WHERE consumer = " + Q(options_.consumer) +
+                                   " AND id IN (" + in + ")");
+  }
+
+  Status Reschedule(std::int64_t id, int attempts, const std::string& error,
+                    std::chrono::milliseconds delay) override {
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    return Run("inbox reschedule parked",
+               "UPDATE inbox_parked SET attempts = " + std::to_string(attempts) +
+                   ", last_error = " + Q(error.substr(0, 8000)) +
+                   ", due_at = UTC_TIMESTAMP(6) + INTERVAL " +
+                   std::to_string(std::max<std::int64_t>(0, delay.count()) * 1000) +
+                   " MICROSECOND WHERE consumer = " + Q(options_.consumer) +
+                   " AND id = " + std::to_string(id));
+  }
+
+ private:
+  Status Ensure() {
+    if (conn_) return Status::Ok();
+    return Connect();
+  }
+  std::string Q(std::string_view s) { return maria::Quote(conn_.get(), s); }
+  // A lost session is reopened by the next call.
+  Status Lost(Status st) {
+    if (st.code() == Code::kUnavailable) conn_.reset();
+    return st;
+  }
+  Status Run(std::string_view what, const std::string& sql) {
+    auto r = maria::Exec(conn_.get(), what, sql);
+    return r.ok() ? Status::Ok() : Lost(r.status());
+  }
+
+  // Runs the handler; exceptions become transient errors.
+  HandlerResult RunHandler(const InboundMessage& m) {
+    try {
+      return handler_(m, conn_.get());
+    } catch (const std::exception& e) {
+      return HandlerResult::Transient(std::string("handler threw: ") + e.what());
+    } catch (...) {
+      return HandlerResult::Transient("handler threw a non-standard exception");
+    }
+  }
+
+  // The stamp: 1 row affected when new, 2 when it existed (its duplicate
+  // counted), 0 when it existed and duplicates are not counted.
+  Result<bool> Stamp(const InboundMessage& m, const std::string& key) {
+    const std::string sql =
+        "INSERT INTO inbox_stamps (consumer, dedup_key, topic, `partition`, `offset`, applied_at) "
+        "VALUES (" + Q(options_.consumer) + ", " + Q(key) + ", " + Q(m.topic) + ", " +
+        std::to_string(m.partition) + ", " + std::to_string(m.offset) + ", UTC_TIMESTAMP(6)) " +
+        (options_.count_duplicates
+             ? "ON DUPLICATE KEY UPDATE duplicates = duplicates + 1, last_duplicate_at = UTC_TIMESTAMP(6)"
+             : "ON DUPLICATE KEY UPDATE consumer = consumer");
+    auto n = maria::Exec(conn_.get(), "inbox stamp", sql);
+    if (!n.ok()) return n.status();
+    return *n == 1;
+  }
+
+  // One pass over the messages still to do: all in one transaction, or
+  // (`per_message`) one transaction each. True when everything it ran is
+  // committed; false when the one COMMIT failed (nothing of the pass counts).
+  Result<bool> Pass(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
+                    std::span<const std::string> order_keys, const std::vector<bool>& todo,
+                    std::vector<MessageOutcome>& out, bool per_message) {
+    MYSQL* c = conn_.get();
+    std::set<std::string> blocked;  // order keys with a transient failure in this call
+    std::vector<std::size_t> ran;
+    if (!per_message) OUTBOX_RETURN_IF_ERROR(Run("inbox apply", "START TRANSACTION"));
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (!todo[i]) continue;
+      if (!order_keys.empty() && blocked.count(order_keys[i])) {
+        out[i] = {Outcome::kHeld, "an earlier message of its order key failed"};
+        continue;
+      }
+      if (per_message) OUTBOX_RETURN_IF_ERROR(Run("inbox apply", "START TRANSACTION"));
+      OUTBOX_RETURN_IF_ERROR(Run("inbox apply", "SAVEPOINT m"));
+      MessageOutcome result{Outcome::kApplied, ""};
+      auto fresh = Stamp(msgs[i], keys[i]);
+      if (!fresh.ok()) {
+        if (!Isolable(fresh.status())) {
+          (void)maria::Exec(c, "inbox apply", "ROLLBACK");
+          return Lost(fresh.status());
+        }
+        result = FromStatus(fresh.status());
+      } else if (!*fresh) {
+        result = {Outcome::kDuplicate, ""};
+      } else {
+        HandlerResult hr = RunHandler(msgs[i]);
+        if (hr.error != ErrorClass::kNone) result = FromHandler(hr);
+      }
+      if (result.outcome == Outcome::kPermanent || result.outcome == Outcome::kTransient) {
+        auto back = maria::Exec(c, "inbox apply", "ROLLBACK TO SAVEPOINT m");
+        if (!back.ok()) {
+          (void)maria::Exec(c, "inbox apply", "ROLLBACK");
+          return Lost(back.status());
+        }
+        if (result.outcome == Outcome::kTransient && !order_keys.empty()) blocked.insert(order_keys[i]);
+      }
+      out[i] = result;
+      ran.push_back(i);
+      if (per_message) {
+        (void)OUTBOX_FAULT(fault::kInboxInsideTransaction);
+        auto committed = maria::Exec(c, "inbox commit", "COMMIT");
+        if (!committed.ok()) {
+          if (!Isolable(committed.status())) return Lost(committed.status());
+          out[i] = FromStatus(committed.status());
+          if (out[i].outcome == Outcome::kTransient && !order_keys.empty()) blocked.insert(order_keys[i]);
+        }
+      }
+    }
+    if (per_message) return true;
+    (void)OUTBOX_FAULT(fault::kInboxInsideTransaction);
+    auto committed = maria::Exec(c, "inbox commit", "COMMIT");
+    if (committed.ok()) return true;
+    if (!Isolable(committed.status())) return Lost(committed.status());
+    (void)maria::Exec(c, "inbox apply", "ROLLBACK");
+    return false;
+  }
+
+  maria::Url url_;
+  MariaDbInboxOptions options_;
+  MariaDbHandler handler_;
+  maria::ConnPtr conn_;
+};
+
+Result<std::unique_ptr<InboxStore>> Open(const MariaDbInboxOptions& options, MariaDbHandler handler) {
+  if (options.consumer.empty() || options.consumer.size() > 128) {
+    return Status::InvalidArgument("inbox: consumer is required (at most 128 characters)");
+  }
+  auto url = maria::ParseUrl(options.url);
+  if (!url.ok()) return url.status();
+  auto store = std::make_unique<MariaDbInbox>(*url, options, std::move(handler));
+  OUTBOX_RETURN_IF_ERROR(store->Connect());
+  return std::unique_ptr<InboxStore>(std::move(store));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<InboxStore>> OpenMariaDbInbox(const MariaDbInboxOptions& options,
+                                                     MariaDbHandler handler) {
+  if (!handler) return Status::InvalidArgument("inbox: a handler is required");
+  return Open(options, std::move(handler));
+}
+
+Result<std::unique_ptr<InboxStore>> OpenMariaDbInbox(const MariaDbInboxOptions& options) {
+  return Open(options, nullptr);
+}
+
+}  // namespace outbox
