@@ -11,8 +11,14 @@
 // failing run prints the seed to replay it with --seed.
 //
 //   chaos [--events 50000] [--seconds 90] [--seed N] [--source poll|cdc]
-// Needs OUTBOX_PG_URL, OUTBOX_PG_DATA, OUTBOX_PG_BIN (scripts/testenv's env).
+//         [--store postgres|mariadb]
+// Needs OUTBOX_PG_URL, OUTBOX_PG_DATA, OUTBOX_PG_BIN (scripts/testenv's env);
+// --store mariadb puts the outbox on OUTBOX_MYSQL_URL's server, which is
+// restarted a third of the way in (scripts/testenv restart-mysql; needs
+// OUTBOX_MYSQL_DATA); the consumers' inbox stays on PostgreSQL, restarted
+// half-way.
 #include <libpq-fe.h>
+#include <mysql.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,6 +36,7 @@
 #include <vector>
 
 #include "kafka_helpers.h"
+#include "outbox/mariadb.h"
 #include "outbox/postgres.h"
 #include "subprocess.h"
 
@@ -45,6 +52,7 @@ struct Args {
   long seconds = 90;
   std::uint64_t seed = 0;
   bool cdc = false;  // --source cdc: the relays stream (one reads the slot, two stand by)
+  bool mariadb = false;  // --store mariadb: the outbox on MariaDB
 };
 
 std::string Env(const char* n) {
@@ -85,6 +93,63 @@ class Db {
   PGconn* c_ = nullptr;
 };
 
+// The same for a MariaDB outbox (mysql://user@host:port/db, the testenv's form;
+// db "" = none).
+class MyDb {
+ public:
+  MyDb(const std::string& url, std::string db) : db_(std::move(db)) {
+    std::string s = url.substr(std::string("mysql://").size());
+    user_ = s.substr(0, s.find('@'));
+    s = s.substr(s.find('@') + 1);
+    host_ = s.substr(0, s.find(':'));
+    port_ = static_cast<unsigned>(std::atoi(s.substr(s.find(':') + 1).c_str()));
+  }
+  ~MyDb() { if (c_) mysql_close(c_); }
+  MYSQL* Connected() {
+    for (int i = 0; i < 100 && !c_; ++i) {
+      c_ = mysql_init(nullptr);
+      if (!mysql_real_connect(c_, host_.c_str(), user_.c_str(), nullptr,
+                              db_.empty() ? nullptr : db_.c_str(), port_, nullptr, 0)) {
+        mysql_close(c_);
+        c_ = nullptr;
+        std::this_thread::sleep_for(200ms);
+      }
+    }
+    if (!c_) {
+      std::fprintf(stderr, "chaos: MariaDB unreachable\n");
+      std::exit(3);
+    }
+    return c_;
+  }
+  // Runs `sql`; the first column of the first row ("" if none); retried.
+  std::string Q(const std::string& sql) {
+    for (int i = 0; i < 100; ++i) {
+      MYSQL* c = Connected();
+      if (mysql_query(c, sql.c_str()) == 0) {
+        std::string v;
+        if (MYSQL_RES* r = mysql_store_result(c)) {
+          if (MYSQL_ROW row = mysql_fetch_row(r); row && row[0]) v = row[0];
+          mysql_free_result(r);
+        }
+        return v;
+      }
+      Drop();
+      std::this_thread::sleep_for(200ms);
+    }
+    std::fprintf(stderr, "chaos: MariaDB unusable for: %s\n", sql.c_str());
+    std::exit(3);
+  }
+  void Drop() {
+    if (c_) mysql_close(c_);
+    c_ = nullptr;
+  }
+
+ private:
+  std::string db_, user_, host_;
+  unsigned port_ = 0;
+  MYSQL* c_ = nullptr;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,9 +163,11 @@ int main(int argc, char** argv) {
     else if (k == "--seed") a.seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--source" && (std::string(argv[i + 1]) == "poll" || std::string(argv[i + 1]) == "cdc"))
       a.cdc = std::string(argv[i + 1]) == "cdc";
+    else if (k == "--store" && (std::string(argv[i + 1]) == "postgres" || std::string(argv[i + 1]) == "mariadb"))
+      a.mariadb = std::string(argv[i + 1]) == "mariadb";
     else {
       std::fprintf(stderr, "usage: chaos [--events N] [--seconds S | --minutes M] [--seed N] "
-                           "[--source poll|cdc]\n");
+                           "[--source poll|cdc] [--store postgres|mariadb]\n");
       return 2;
     }
   }
@@ -109,8 +176,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "chaos: OUTBOX_PG_URL, OUTBOX_PG_DATA and OUTBOX_PG_BIN are required (scripts/testenv)\n");
     return 2;
   }
-  std::printf("chaos: seed %llu, %ld events, %ld s, source %s\n",
-              static_cast<unsigned long long>(a.seed), a.events, a.seconds, a.cdc ? "cdc" : "poll");
+  const std::string mysql_base = Env("OUTBOX_MYSQL_URL"), mysql_data = Env("OUTBOX_MYSQL_DATA");
+  if (a.mariadb && (a.cdc || mysql_base.empty() || mysql_data.empty())) {
+    std::fprintf(stderr, "chaos: --store mariadb needs OUTBOX_MYSQL_URL, OUTBOX_MYSQL_DATA and --source poll\n");
+    return 2;
+  }
+  std::printf("chaos: seed %llu, %ld events, %ld s, source %s, store %s\n",
+              static_cast<unsigned long long>(a.seed), a.events, a.seconds, a.cdc ? "cdc" : "poll",
+              a.mariadb ? "mariadb" : "postgres");
   std::fflush(stdout);
   std::mt19937_64 rng(a.seed);
   const std::string tag = std::to_string(a.seed % 1000000);
@@ -139,6 +212,20 @@ int main(int argc, char** argv) {
     auto s = OpenPostgresStore(o);
     if (!s.ok() || !(*s)->Migrate().ok()) return 3;
   }
+  // --store mariadb: the outbox in its own database on the MariaDB server.
+  const std::string mdb_name = "chaos_" + tag;
+  const std::string murl = mysql_base.substr(0, mysql_base.rfind('/') + 1) + mdb_name;
+  std::unique_ptr<MyDb> mdb;
+  if (a.mariadb) {
+    MyDb admin(mysql_base, "");
+    admin.Q("DROP DATABASE IF EXISTS " + mdb_name);
+    admin.Q("CREATE DATABASE " + mdb_name);
+    if (!MigrateMariaDb({murl}).ok()) return 3;
+    mdb = std::make_unique<MyDb>(mysql_base, mdb_name);
+  }
+  // Queries on the outbox table, wherever it is.
+  const std::string outbox_table = a.mariadb ? "outbox" : schema + ".outbox";
+  auto oq = [&](const std::string& sql) { return a.mariadb ? mdb->Q(sql) : db.Q(sql); };
   db.Q("CREATE SCHEMA " + cschema);
   db.Q("CREATE TABLE " + cschema + ".effects (k text, payload text, applied_at timestamptz DEFAULT clock_timestamp(), id bigserial)");
   db.Q("CREATE TABLE " + cschema + ".attempts (k text PRIMARY KEY, n int)");
@@ -151,7 +238,7 @@ int main(int argc, char** argv) {
 
   auto relay_argv = [&](int i) {
     std::vector<std::string> v{
-        OUTBOX_RELAY_BIN, "--db", url, "--bootstrap", kafka.bootstrap(), "--set",
+        OUTBOX_RELAY_BIN, "--db", a.mariadb ? murl : url, "--bootstrap", kafka.bootstrap(), "--set",
         "database.schema=" + schema, "--set", "relay.id=chaos-relay-" + std::to_string(i), "--set",
         "http.listen=127.0.0.1:0", "--set", "kafka.properties.message.timeout.ms=1000", "--set",
         "relay.lease_ms=6500", "--set", "relay.batch_size=200", "--set", "relay.backoff_base_ms=100",
@@ -195,7 +282,8 @@ int main(int argc, char** argv) {
   const auto produce_for = std::chrono::milliseconds(a.seconds * 600);
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
-      Db pdb(url);
+      Db pdb(a.mariadb ? std::string() : url);
+      MyDb mpdb(mysql_base, mdb_name);
       EnqueueOptions eo;
       eo.schema = schema;
       std::vector<int> next(kAggsPerProducer, 0);
@@ -214,6 +302,16 @@ int main(int argc, char** argv) {
         }
         // Retry the whole transaction if the server goes away (the PG restart).
         for (;;) {
+          if (a.mariadb) {
+            MYSQL* c = mpdb.Connected();
+            bool committed = mysql_query(c, "START TRANSACTION") == 0;
+            auto r = committed ? EnqueueBatch(c, batch) : Result<std::vector<EnqueueResult>>(Status::Unavailable("begin"));
+            committed = r.ok() && mysql_query(c, "COMMIT") == 0;
+            if (committed) break;
+            if (mysql_query(c, "ROLLBACK") != 0) mpdb.Drop();
+            std::this_thread::sleep_for(100ms);
+            continue;
+          }
           pdb.Q("SELECT 1");
           PQclear(PQexec(pdb.raw(), "BEGIN"));
           auto r = EnqueueBatch(pdb.raw(), batch, eo);
@@ -233,7 +331,8 @@ int main(int argc, char** argv) {
   }
 
   // Chaos.
-  int relay_kills = 0, consumer_kills = 0, broker_outages = 0, pg_restarts = 0;
+  int relay_kills = 0, consumer_kills = 0, broker_outages = 0, pg_restarts = 0, mysql_restarts = 0;
+  bool mysql_restarted = !a.mariadb;
   const auto t0 = std::chrono::steady_clock::now();
   const auto end = t0 + std::chrono::seconds(a.seconds);
   bool pg_restarted = false;
@@ -241,7 +340,13 @@ int main(int argc, char** argv) {
   while (std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
     const int act = action(rng);
-    if (!pg_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 2)) {
+    if (!mysql_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 3)) {
+      const std::string cmd = std::string(OUTBOX_TESTENV_SCRIPT) + " restart-mysql '" +
+                              fs::path(mysql_data).parent_path().string() + "' >/dev/null";
+      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: MariaDB restart failed\n");
+      mysql_restarted = true;
+      ++mysql_restarts;
+    } else if (!pg_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 2)) {
       const std::string cmd = outbox::testing::PostgresRestartCommand(bin, data);
       if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: pg restart failed\n");
       pg_restarted = true;
@@ -275,7 +380,7 @@ int main(int argc, char** argv) {
   const auto drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   long effects = 0;
   while (std::chrono::steady_clock::now() < drain_deadline) {
-    long unsent = std::atol(db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status IN ('PENDING','PROCESSING')").c_str());
+    long unsent = std::atol(oq("SELECT count(*) FROM " + outbox_table + " WHERE status IN ('PENDING','PROCESSING')").c_str());
     effects = std::atol(db.Q("SELECT count(DISTINCT payload) FROM " + cschema + ".effects").c_str());
     if (unsent == 0 && effects >= total) break;
     std::this_thread::sleep_for(500ms);
@@ -304,9 +409,9 @@ int main(int argc, char** argv) {
   }
 
   // Books.
-  const long sent = std::atol(db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status = 'SENT'").c_str());
-  const long processing = std::atol(db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status = 'PROCESSING'").c_str());
-  const long failed = std::atol(db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status = 'FAILED'").c_str());
+  const long sent = std::atol(oq("SELECT count(*) FROM " + outbox_table + " WHERE status = 'SENT'").c_str());
+  const long processing = std::atol(oq("SELECT count(*) FROM " + outbox_table + " WHERE status = 'PROCESSING'").c_str());
+  const long failed = std::atol(oq("SELECT count(*) FROM " + outbox_table + " WHERE status = 'FAILED'").c_str());
   effects = std::atol(db.Q("SELECT count(DISTINCT payload) FROM " + cschema + ".effects").c_str());
   const long effect_rows = std::atol(db.Q("SELECT count(*) FROM " + cschema + ".effects").c_str());
   const long doubles = std::atol(db.Q("SELECT count(*) FROM (SELECT payload FROM " + cschema +
@@ -334,12 +439,15 @@ int main(int argc, char** argv) {
     if (n >= want) want = n + 1;
   }
   std::printf("\n== chaos report (seed %llu)\n", static_cast<unsigned long long>(a.seed));
+  std::printf("outbox store                     %s\n", a.mariadb ? "MariaDB" : "PostgreSQL");
   std::printf("events enqueued (committed)      %ld\n", total);
   std::printf("run time                         %ld s\n", a.seconds);
   std::printf("relay kills (SIGKILL)            %d\n", relay_kills);
   std::printf("consumer kills (SIGKILL)         %d\n", consumer_kills);
   std::printf("broker outages                   %d\n", broker_outages);
-  std::printf("PostgreSQL restarts              %d\n", pg_restarts);
+  std::printf("PostgreSQL restarts              %d%s\n", pg_restarts,
+              a.mariadb ? " (the consumers' inbox database)" : "");
+  if (a.mariadb) std::printf("MariaDB restarts (the outbox)    %d\n", mysql_restarts);
   std::printf("messages on the broker           %lld (%lld re-published copies)\n",
               static_cast<long long>(on_broker), static_cast<long long>(on_broker - total));
   std::printf("duplicates delivered and absorbed %ld (by the inbox, all consumer processes)\n", dup_absorbed);
@@ -347,7 +455,7 @@ int main(int argc, char** argv) {
   if (a.cdc) {
     // A streamed row is marked SENT without a claim: its lease_token stays NULL.
     std::printf("sent by the stream (no claim)    %s\n",
-                db.Q("SELECT count(*) FROM " + schema + ".outbox WHERE status = 'SENT' AND "
+                oq("SELECT count(*) FROM " + outbox_table + " WHERE status = 'SENT' AND "
                      "lease_token IS NULL").c_str());
   }
   std::printf("effects (distinct events)        %ld (%ld rows)\n", effects, effect_rows);
@@ -364,6 +472,10 @@ int main(int argc, char** argv) {
   drop_stream();
   db.Q("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
   db.Q("DROP SCHEMA IF EXISTS " + cschema + " CASCADE");
+  if (a.mariadb) {
+    mdb.reset();
+    MyDb(mysql_base, "").Q("DROP DATABASE IF EXISTS " + mdb_name);
+  }
   if (ok) fs::remove_all(dir);
   return ok ? 0 : 1;
 }
