@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "kafka_helpers.h"
 #include "outbox/mariadb.h"
@@ -189,6 +190,35 @@ class RelayMariaDbTest : public ::testing::Test {
     return dups;
   }
 
+  // The relay's HTTP port (from its log), and one metric's value (-1 if absent).
+  static int HttpPort(Subprocess& relay) {
+    const std::string marker = "http listening address=127.0.0.1:";
+    int port = 0;
+    WaitFor([&] {
+      const std::string log = relay.Log();
+      const auto pos = log.find(marker);
+      if (pos != std::string::npos) port = std::atoi(log.c_str() + pos + marker.size());
+      return port > 0;
+    }, 10s);
+    return port;
+  }
+  static double Metric(int port, const std::string& name) {
+    httplib::Client cli("127.0.0.1", port);
+    auto res = cli.Get("/metrics");
+    if (!res) return -1;
+    const std::string key = "\n" + name + " ";
+    const auto pos = res->body.find(key);
+    return pos == std::string::npos ? -1 : std::atof(res->body.c_str() + pos + key.size());
+  }
+  // Short timeouts so lease expiry happens within the test: message.timeout.ms
+  // 1000 -> the lease must exceed 6000.
+  static std::vector<std::string> Fast(std::vector<std::string> more = {}) {
+    std::vector<std::string> s = {"kafka.properties.message.timeout.ms=1000", "relay.lease_ms=6500",
+                                  "relay.batch_size=50"};
+    s.insert(s.end(), more.begin(), more.end());
+    return s;
+  }
+
   std::string base_, url_, db_;
   MYSQL* admin_ = nullptr;
   std::unique_ptr<MockKafka> kafka_;
@@ -231,6 +261,56 @@ TEST_F(RelayMariaDbTest, KilledBetweenAckAndMarkRepublishesAndLosesNothing) {
   EXPECT_GT(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u) << "the killed batch came again";
   b.Signal(SIGTERM);
   EXPECT_EQ(b.Wait(Scaled(30s)), 0) << b.Log();
+}
+
+// Crash matrix, claimed -> nothing published: the lease expires, another relay
+// publishes; nothing reached the broker twice; the claim's attempt counted.
+TEST_F(RelayMariaDbTest, KilledAfterClaimBeforePublishTheLeaseExpiresAndAnotherRelayPublishes) {
+  constexpr int kProducers = 2, kAggs = 10, kPer = 10;
+  EnqueueMany(kProducers, kAggs, kPer);
+  Subprocess& a = StartRelay(Fast(), {{"OUTBOX_FAULTS", "Relay::AfterClaim=crash@1"}});
+  EXPECT_EQ(a.Wait(Scaled(30s)), 70) << a.Log();
+  const auto leased = CountStatus("PROCESSING");
+  EXPECT_GT(leased, 0) << "the dead relay's claim is still leased";
+  Subprocess& b = StartRelay(Fast());
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, 60s))
+      << b.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer,
+                        Scaled(30s));
+  EXPECT_EQ(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u) << "nothing was published before the crash";
+  EXPECT_EQ(std::stoll(Query(admin_, "SELECT count(*) FROM outbox WHERE attempts = 2")), leased);
+}
+
+// Crash matrix, the mark fails: the rows stay leased, are published again after
+// the lease, and end SENT (never FAILED).
+TEST_F(RelayMariaDbTest, MarkSentFailsTheRowsArePublishedAgainAfterTheLeaseAndEndSent) {
+  constexpr int kProducers = 2, kAggs = 10, kPer = 10;
+  EnqueueMany(kProducers, kAggs, kPer);
+  Subprocess& a = StartRelay(Fast(), {{"OUTBOX_FAULTS", "Relay::MarkSent=error@1"}});
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, 60s))
+      << a.Log();
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer,
+                        Scaled(30s));
+  EXPECT_GT(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u) << "the unmarked batch came again";
+  EXPECT_NE(a.Log().find("could not record transition"), std::string::npos) << a.Log();
+}
+
+// A relay stalls after publishing for longer than its lease; another takes the
+// rows over; the first one's late marks are refused (fenced) and counted.
+TEST_F(RelayMariaDbTest, ALateMarkAfterTheLeaseExpiredIsFenced) {
+  EnqueueMany(1, 5, 4);  // 20 events: one batch
+  Subprocess& a = StartRelay(Fast({"relay.workers=1", "relay.id=relay-A"}),
+                             {{"OUTBOX_FAULTS", "Relay::AfterPublishBeforeMarkSent=delay:9000@1"}});
+  const int port_a = HttpPort(a);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("PROCESSING") == 20; }, 30s)) << a.Log();
+  Subprocess& b = StartRelay(Fast({"relay.id=relay-B"}));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 20; }, 60s)) << b.Log();
+  EXPECT_EQ(Query(admin_, "SELECT count(*) FROM outbox WHERE lease_owner = 'relay-B'"), "20");
+  EXPECT_TRUE(WaitFor([&] { return Metric(port_a, "outbox_relay_transitions_fenced_total") == 20; }, 30s))
+      << a.Log();
+  EXPECT_EQ(Query(admin_, "SELECT count(*) FROM outbox WHERE lease_owner = 'relay-B'"), "20")
+      << "the late marks changed nothing";
 }
 
 TEST_F(RelayMariaDbTest, BrokerDownThenUpLosesNothing) {
