@@ -275,7 +275,10 @@ int main(int argc, char** argv) {
     for (auto& m : methods) {
       if (m.section != section) continue;
       std::string all;
-      for (double x : m.rates) all += (all.empty() ? "" : ", ") + std::to_string(static_cast<long>(x));
+      for (double x : m.rates) {
+        if (!all.empty()) all += ", ";
+        all += std::to_string(static_cast<long>(x));
+      }
       std::printf("| %s | %.0f | %s |\n", m.name.c_str(), Median(m.rates), all.c_str());
     }
     std::printf("\n");

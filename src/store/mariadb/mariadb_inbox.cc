@@ -130,7 +130,8 @@ class MariaDbInbox final : public InboxStore {
     OUTBOX_RETURN_IF_ERROR(Ensure());
     for (const auto& k : keys) {
       if (!IsValidText(k)) continue;  // no stamp can have it
-      in += (in.empty() ? "" : ", ") + Q(k);
+      if (!in.empty()) in += ", ";
+      in += Q(k);
     }
     if (in.empty()) return out;
     auto rows = maria::Query(conn_.get(), "inbox find stamps",
@@ -150,7 +151,10 @@ class MariaDbInbox final : public InboxStore {
     if (order_keys.empty()) return out;
     OUTBOX_RETURN_IF_ERROR(Ensure());
     std::string in;
-    for (const auto& k : order_keys) in += (in.empty() ? "" : ", ") + Q(k);
+    for (const auto& k : order_keys) {
+      if (!in.empty()) in += ", ";
+      in += Q(k);
+    }
     auto rows = maria::Query(conn_.get(), "inbox parked keys",
                              "SELECT DISTINCT order_key FROM inbox_parked WHERE consumer = " +
                                  Q(options_.consumer) + " AND order_key IN (" + in + ")");
@@ -230,7 +234,10 @@ class MariaDbInbox final : public InboxStore {
     if (ids.empty()) return Status::Ok();
     OUTBOX_RETURN_IF_ERROR(Ensure());
     std::string in;
-    for (std::int64_t id : ids) in += (in.empty() ? "" : ",") + std::to_string(id);
+    for (std::int64_t id : ids) {
+      if (!in.empty()) in += ',';
+      in += std::to_string(id);
+    }
     return Run("inbox unpark", "DELETE FROM inbox_parked WHERE consumer = " + Q(options_.consumer) +
                                    " AND id IN (" + in + ")");
   }

@@ -26,7 +26,10 @@ using maria::Rows;
 
 std::string SeqList(const std::vector<std::int64_t>& seqs) {
   std::string out;
-  for (std::size_t i = 0; i < seqs.size(); ++i) out += (i ? "," : "") + std::to_string(seqs[i]);
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(seqs[i]);
+  }
   return out;
 }
 
@@ -393,10 +396,13 @@ SELECT
   Result<TransitionResult> Fenced(std::string_view what, std::span<const Ticket> tickets,
                                   const std::string& statuses, Change&& change) {
     return InTransaction<TransitionResult>(what, [&](MYSQL* c) -> Result<TransitionResult> {
+      std::vector<std::int64_t> seqs;
+      for (const Ticket& t : tickets) seqs.push_back(t.seq);
+      // seq IN (...) for the primary-key lookups; the pairs for the fence.
       auto held = maria::Query(c, what,
-                               "SELECT seq FROM outbox WHERE (seq, lease_token) IN (" +
-                                   TicketList(tickets) + ") AND status IN (" + statuses +
-                                   ") FOR UPDATE");
+                               "SELECT seq FROM outbox WHERE seq IN (" + SeqList(seqs) +
+                                   ") AND (seq, lease_token) IN (" + TicketList(tickets) +
+                                   ") AND status IN (" + statuses + ") FOR UPDATE");
       if (!held.ok()) return held.status();
       std::set<std::int64_t> applied;
       for (const auto& r : *held) applied.insert(Int(r[0]));
@@ -427,15 +433,21 @@ SELECT
   // Unordered: due rows in seq order, locked as they are read (SKIP LOCKED),
   // then the byte bound.
   Result<std::vector<std::int64_t>> ChooseUnordered(MYSQL* c, const ClaimOptions& o) {
-    auto rows = maria::Query(c, "claim",
-                             "SELECT seq, length(payload) FROM outbox WHERE status IN ('PENDING', "
-                             "'PROCESSING') AND available_at <= UTC_TIMESTAMP(6) ORDER BY seq LIMIT " +
-                                 std::to_string(o.batch_size) + " FOR UPDATE SKIP LOCKED");
+    // One state at a time: each walks (status, seq) in order and stops early.
+    std::string sql;
+    for (const char* state : {"PENDING", "PROCESSING"}) {
+      sql += std::string(sql.empty() ? "" : " UNION ALL ") +
+             "(SELECT seq, length(payload) AS len FROM outbox FORCE INDEX (outbox_unsent) WHERE status = '" + state +
+             "' AND available_at <= UTC_TIMESTAMP(6) ORDER BY seq LIMIT " +
+             std::to_string(o.batch_size) + " FOR UPDATE SKIP LOCKED)";
+    }
+    auto rows = maria::Query(c, "claim", sql + " ORDER BY seq");
     if (!rows.ok()) return rows.status();
     std::vector<std::int64_t> out;
     std::int64_t bytes = 0;
     for (const auto& r : *rows) {
       const std::int64_t len = Int(r[1]);
+      if (out.size() >= static_cast<std::size_t>(o.batch_size)) break;
       if (!out.empty() && bytes + len > o.batch_bytes) break;
       out.push_back(Int(r[0]));
       bytes += len;
@@ -444,36 +456,55 @@ SELECT
   }
 
   Result<std::vector<std::int64_t>> ChooseOrdered(MYSQL* c, const ClaimOptions& o) {
-    const std::string holds =
-        o.failed_holds_aggregate ? "" : " AND e.status <> 'FAILED'";
     const std::string max = std::to_string(o.max_attempts);
-    auto head_rows = maria::Query(
-        c, "claim: heads",
-        "SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts, length(o.payload) FROM outbox o "
-        "WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= UTC_TIMESTAMP(6) "
-        "AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_type = o.aggregate_type "
-        "AND e.aggregate_id = o.aggregate_id AND e.seq < o.seq "
-        "AND e.status NOT IN ('SENT', 'SKIPPED')" + holds + ") ORDER BY o.seq LIMIT " +
-            std::to_string(o.batch_size));
+    // Heads, one state at a time (each an ordered walk of (status, seq) that
+    // stops early), each candidate probed for an earlier unsent row of its
+    // aggregate on (aggregate, status, seq), one probe per unsent state. The
+    // indexes are forced: with stale statistics the planner walked the primary
+    // key through every SENT row, or probed all in-flight rows per candidate.
+    std::string earlier;
+    for (const char* state : {"PENDING", "PROCESSING", "FAILED"}) {
+      if (std::string_view(state) == "FAILED" && !o.failed_holds_aggregate) continue;
+      earlier += std::string(" AND NOT EXISTS (SELECT 1 FROM outbox e FORCE INDEX "
+                             "(outbox_aggregate_state) WHERE e.aggregate_type = o.aggregate_type "
+                             "AND e.aggregate_id = o.aggregate_id AND e.status = '") +
+                 state + "' AND e.seq < o.seq)";
+    }
+    std::string heads_sql;
+    for (const char* state : {"PENDING", "PROCESSING"}) {
+      if (!heads_sql.empty()) heads_sql += " UNION ALL ";
+      heads_sql += std::string("(SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts, "
+                               "length(o.payload) FROM outbox o FORCE INDEX (outbox_unsent) "
+                               "WHERE o.status = '") +
+                   state + "' AND o.available_at <= UTC_TIMESTAMP(6)" + earlier +
+                   " ORDER BY o.seq LIMIT " + std::to_string(o.batch_size) + ")";
+    }
+    auto head_rows = maria::Query(c, "claim: heads",
+                                  heads_sql + " ORDER BY 1 LIMIT " + std::to_string(o.batch_size));
     if (!head_rows.ok()) return head_rows.status();
     if (head_rows->empty()) return std::vector<std::int64_t>{};
     std::vector<maria::UnsentRow> heads;
     for (const auto& r : *head_rows) {
       heads.push_back({Int(r[0]), Str(r[1]), Str(r[2]), true, static_cast<int>(Int(r[3])), Int(r[4])});
     }
-    // Behind each head: its aggregate's next unsent rows, one index range each.
+    // Behind each head: its aggregate's next unsent rows, one index range each,
+    // no more than the batch has room for once every head is in (none when
+    // the heads fill it: the common case of many interleaved aggregates).
     std::vector<maria::UnsentRow> behind;
     std::string runs;
     const std::string run_holds = o.failed_holds_aggregate ? "" : " AND status <> 'FAILED'";
+    const std::size_t room =
+        heads.size() >= static_cast<std::size_t>(o.batch_size) ? 0 : static_cast<std::size_t>(o.batch_size) - heads.size();
     for (const auto& h : heads) {
-      if (h.attempts >= o.max_attempts) continue;
+      if (h.attempts >= o.max_attempts || room == 0) continue;
       runs += std::string(runs.empty() ? "" : " UNION ALL ") +
               "(SELECT seq, aggregate_type, aggregate_id, status IN ('PENDING', 'PROCESSING') AND "
               "available_at <= UTC_TIMESTAMP(6) AND attempts < " + max + ", attempts, "
-              "length(payload) FROM outbox WHERE aggregate_type = " + maria::Quote(c, h.aggregate_type) +
+              "length(payload) FROM outbox FORCE INDEX (outbox_aggregate) WHERE aggregate_type = " +
+              maria::Quote(c, h.aggregate_type) +
               " AND aggregate_id = " + maria::Quote(c, h.aggregate_id) + " AND seq > " +
               std::to_string(h.seq) + " AND status NOT IN ('SENT', 'SKIPPED')" + run_holds +
-              " ORDER BY seq LIMIT " + std::to_string(o.batch_size) + ")";
+              " ORDER BY seq LIMIT " + std::to_string(room) + ")";
     }
     if (!runs.empty()) {
       auto rows = maria::Query(c, "claim: runs", runs);

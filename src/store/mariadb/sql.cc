@@ -6,7 +6,12 @@ namespace {
 // Version 1: the outbox table, the per-aggregate lock rows and the enqueue
 // procedure.
 //   outbox                   one row per event, seq = enqueue order; every time
-//                            is UTC_TIMESTAMP(6), the database's clock
+//                            is UTC_TIMESTAMP(6), the database's clock. No
+//                            partial indexes in MariaDB: the claim walks
+//                            (status, seq) one state at a time, runs behind a
+//                            head walk (aggregate, seq), and "an earlier unsent
+//                            row?" probes (aggregate, status, seq) per state, so
+//                            none of them reads the SENT rows kept for retention.
 //   outbox_aggregate_locks   65,536 lock rows; an aggregate's is
 //                            crc32(type ␟ id) % 65536. MariaDB has no
 //                            transaction-scoped advisory locks (GET_LOCK is held
@@ -45,6 +50,7 @@ CREATE TABLE IF NOT EXISTS outbox (
   UNIQUE KEY outbox_dedup_key (dedup_key),
   KEY outbox_unsent (status, seq),
   KEY outbox_aggregate (aggregate_type, aggregate_id, seq),
+  KEY outbox_aggregate_state (aggregate_type, aggregate_id, status, seq),
   CONSTRAINT outbox_status CHECK (status IN ('PENDING', 'PROCESSING', 'SENT', 'FAILED', 'SKIPPED'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin
 )SQL";
