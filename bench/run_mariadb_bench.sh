@@ -29,6 +29,7 @@ Command: \`bench/run_mariadb_bench.sh --rows $ROWS --runs $RUNS --batch $BATCH -
 $machine MariaDB $maria on the same machine (the testenv's: 256 MiB buffer pool, defaults otherwise).
 
 $out
+
 Every method runs in one process, interleaved run by run, against the two servers the
 testenv starts on this machine; medians of $RUNS runs. Drain: one session in a loop of
 Claim($BATCH) + MarkSent (ordered claim, \`sent_mode=update\`); the ceilings are bare batched
@@ -38,5 +39,14 @@ function and its advisory locks; MariaDB: the procedure and its lock buckets). I
 store's \`Apply\` with a handler that inserts one row, batches of 100 new messages, no
 broker (PostgreSQL: one stamp statement and one COMMIT per batch; MariaDB: a savepoint
 and a stamp statement per message, one COMMIT).
+
+How to read it: both stores drain at about the same share of their own database's
+ceiling; MariaDB's ceiling and store are slower on this machine. The MariaDB claim runs
+five statements per batch (heads, runs, lock, lease, read back) and every transition
+moves a row between two secondary indexes that hold the state (no partial indexes in
+MariaDB); its inbox takes a savepoint and a statement per message where PostgreSQL's
+stamps a whole batch in one statement. Not measured yet: SKIP LOCKED on the row (the
+seed's design) against this lease on MariaDB, several relays at once, a relay with a
+broker.
 MD
 echo "updated $DOC" >&2
