@@ -39,7 +39,36 @@ inline void MigrateFresh(PGconn* admin, const std::string& url, const std::strin
   }
 }
 
-// Claim + MarkSent in a loop from one session; returns rows/s.
+// Claim + MarkSent in a loop on `store` until it is empty; returns rows/s.
+inline double DrainLoop(Store& store, const ClaimOptions& co, long rows) {
+  long drained = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    auto c = store.Claim(co);
+    if (!c.ok()) {
+      std::fprintf(stderr, "claim: %s\n", c.status().ToString().c_str());
+      std::exit(1);
+    }
+    if (c->events.empty()) break;
+    std::vector<Ticket> t;
+    t.reserve(c->events.size());
+    for (const auto& e : c->events) t.push_back(e.ticket);
+    auto m = store.MarkSent(t);
+    if (!m.ok() || !m->refused.empty()) {
+      std::fprintf(stderr, "mark sent failed\n");
+      std::exit(1);
+    }
+    drained += static_cast<long>(c->events.size());
+  }
+  double secs = SecondsSince(t0);
+  if (drained != rows) {
+    std::fprintf(stderr, "drained %ld of %ld rows\n", drained, rows);
+    std::exit(1);
+  }
+  return static_cast<double>(drained) / secs;
+}
+
+// The PostgreSQL store drained from one session; returns rows/s.
 inline double DrainStore(const std::string& url, const std::string& schema, SentMode mode,
                          bool ordered, int batch, long rows) {
   PostgresStoreOptions o;
@@ -55,31 +84,7 @@ inline double DrainStore(const std::string& url, const std::string& schema, Sent
   co.batch_size = batch;
   co.owner = "bench";
   co.ordered = ordered;
-  long drained = 0;
-  auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    auto c = (*store)->Claim(co);
-    if (!c.ok()) {
-      std::fprintf(stderr, "claim: %s\n", c.status().ToString().c_str());
-      std::exit(1);
-    }
-    if (c->events.empty()) break;
-    std::vector<Ticket> t;
-    t.reserve(c->events.size());
-    for (const auto& e : c->events) t.push_back(e.ticket);
-    auto m = (*store)->MarkSent(t);
-    if (!m.ok() || !m->refused.empty()) {
-      std::fprintf(stderr, "mark sent failed\n");
-      std::exit(1);
-    }
-    drained += static_cast<long>(c->events.size());
-  }
-  double secs = SecondsSince(t0);
-  if (drained != rows) {
-    std::fprintf(stderr, "drained %ld of %ld rows\n", drained, rows);
-    std::exit(1);
-  }
-  return static_cast<double>(drained) / secs;
+  return DrainLoop(**store, co, rows);
 }
 
 // The database's ceiling: a bare batched DELETE ... RETURNING, one connection.

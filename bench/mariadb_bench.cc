@@ -76,26 +76,7 @@ double MyDrainStore(const std::string& url, SentMode mode, int batch, long rows)
   ClaimOptions co;
   co.batch_size = batch;
   co.owner = "bench";
-  long drained = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    auto c = (*store)->Claim(co);
-    if (!c.ok()) {
-      std::fprintf(stderr, "claim: %s\n", c.status().ToString().c_str());
-      std::exit(1);
-    }
-    if (c->events.empty()) break;
-    std::vector<Ticket> t;
-    for (const auto& e : c->events) t.push_back(e.ticket);
-    auto m = (*store)->MarkSent(t);
-    if (!m.ok() || !m->refused.empty()) {
-      std::fprintf(stderr, "mark sent failed\n");
-      std::exit(1);
-    }
-    drained += static_cast<long>(c->events.size());
-  }
-  if (drained != rows) std::exit(1);
-  return static_cast<double>(drained) / SecondsSince(t0);
+  return DrainLoop(**store, co, rows);
 }
 
 double MyDrainCeiling(MYSQL* c, int batch, long rows) {

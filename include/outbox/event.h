@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,8 @@ inline constexpr char kReservedHeaderPrefix[] = "outbox-";
 
 // OK, or InvalidArgument naming the first field that breaks the contract.
 Status ValidateEvent(const Event& event, const EventLimits& limits = {});
+// Every event of a batch; the error names the first bad one: "event[3]: ...".
+Status ValidateEvents(std::span<const Event> events, const EventLimits& limits = {});
 
 // True when `s` is well-formed UTF-8 without NUL bytes (what PostgreSQL text accepts).
 bool IsValidText(std::string_view s);

@@ -136,4 +136,14 @@ Status ValidateEvent(const Event& event, const EventLimits& limits) {
   return Status::Ok();
 }
 
+Status ValidateEvents(std::span<const Event> events, const EventLimits& limits) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    Status st = ValidateEvent(events[i], limits);
+    if (!st.ok()) {
+      return Status::InvalidArgument("event[" + std::to_string(i) + "]: " + st.message());
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace outbox

@@ -60,12 +60,7 @@ Status CheckCallerConnection(MYSQL* c) {
 
 Result<std::vector<EnqueueResult>> EnqueueBatch(st_mysql* conn, std::span<const Event> events,
                                                 const MariaDbEnqueueOptions& options) {
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    Status st = ValidateEvent(events[i], options.limits);
-    if (!st.ok()) {
-      return Status::InvalidArgument("event[" + std::to_string(i) + "]: " + st.message());
-    }
-  }
+  OUTBOX_RETURN_IF_ERROR(ValidateEvents(events, options.limits));
   OUTBOX_RETURN_IF_ERROR(CheckCallerConnection(conn));
   std::vector<EnqueueResult> out(events.size());
   if (events.empty()) return out;

@@ -57,12 +57,7 @@ EnqueueResult ReadRow(const PGresult* res) {
 Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const Event> events,
                                                 const EnqueueOptions& options) {
   OUTBOX_RETURN_IF_ERROR(ValidateSchemaName(options.schema));
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    Status st = ValidateEvent(events[i], options.limits);
-    if (!st.ok()) {
-      return Status::InvalidArgument("event[" + std::to_string(i) + "]: " + st.message());
-    }
-  }
+  OUTBOX_RETURN_IF_ERROR(ValidateEvents(events, options.limits));
   OUTBOX_RETURN_IF_ERROR(CheckCallerConnection(conn));
   std::vector<EnqueueResult> out(events.size());
   if (events.empty()) return out;
