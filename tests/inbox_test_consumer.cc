@@ -14,6 +14,8 @@
 //   a NULL value         permanent
 // Arguments: --db URL --bootstrap B --schema S --topic T --group G
 //            [--retry-delays MS,MS,...] [--batch N] [--batch-wait-ms MS] [--ordered 1]
+// With a mysql:// --db the inbox is MariaDB's (tables in the URL's database,
+// --schema unused); its handler knows "permanent" and applies anything else.
 // On SIGTERM it stops and prints "counters applied=.. duplicates=.. retried=.. dead_lettered=..".
 #include <libpq-fe.h>
 #include <signal.h>
@@ -27,7 +29,11 @@
 #include "outbox/consumer.h"
 #include "outbox/inbox.h"
 #include "outbox/kafka.h"
+#include "outbox/mariadb.h"
+#include "outbox/mariadb_inbox.h"
 #include "outbox/postgres_inbox.h"
+
+#include <mysql.h>
 
 namespace {
 
@@ -51,7 +57,7 @@ int main(int argc, char** argv) {
   outbox::StreamLogger logger(false, outbox::LogLevel::kDebug);
 
   // An autocommit side connection counts attempts (it must survive rollbacks).
-  PGconn* side = PQconnectdb(a["db"].c_str());
+  PGconn* side = outbox::IsMariaDbUrl(a["db"]) ? nullptr : PQconnectdb(a["db"].c_str());
 
   outbox::Handler handler = [&](const outbox::InboundMessage& m, pg_conn* txn) {
     if (m.payload_is_null) return outbox::HandlerResult::Permanent("a tombstone was not expected");
@@ -97,11 +103,31 @@ int main(int argc, char** argv) {
     return ok ? outbox::HandlerResult::Ok() : outbox::HandlerResult::Transient("insert failed");
   };
 
-  outbox::PostgresInboxOptions io;
-  io.conninfo = a["db"];
-  io.schema = schema;
-  io.consumer = "test-consumer";
-  auto inbox = outbox::OpenPostgresInbox(io, handler);
+  // MariaDB: one effect row per applied event, in the inbox's transaction.
+  outbox::MariaDbHandler maria_handler = [](const outbox::InboundMessage& m, st_mysql* txn) {
+    if (m.payload_is_null) return outbox::HandlerResult::Permanent("a tombstone was not expected");
+    if (m.payload == "permanent") return outbox::HandlerResult::Permanent("contract violation");
+    std::string k(m.key.size() * 2 + 1, '\0'), p(m.payload.size() * 2 + 1, '\0');
+    k.resize(mysql_real_escape_string(txn, k.data(), m.key.data(), m.key.size()));
+    p.resize(mysql_real_escape_string(txn, p.data(), m.payload.data(), m.payload.size()));
+    const std::string sql = "INSERT INTO effects (k, payload) VALUES ('" + k + "', '" + p + "')";
+    return mysql_query(txn, sql.c_str()) == 0 ? outbox::HandlerResult::Ok()
+                                               : outbox::HandlerResult::Transient(mysql_error(txn));
+  };
+  outbox::Result<std::unique_ptr<outbox::InboxStore>> inbox =
+      outbox::Status::Internal("no inbox");
+  if (outbox::IsMariaDbUrl(a["db"])) {
+    outbox::MariaDbInboxOptions mo;
+    mo.url = a["db"];
+    mo.consumer = "test-consumer";
+    inbox = outbox::OpenMariaDbInbox(mo, maria_handler);
+  } else {
+    outbox::PostgresInboxOptions io;
+    io.conninfo = a["db"];
+    io.schema = schema;
+    io.consumer = "test-consumer";
+    inbox = outbox::OpenPostgresInbox(io, handler);
+  }
   if (!inbox.ok() || !(*inbox)->Migrate().ok()) {
     std::cerr << "inbox: " << inbox.status().ToString() << "\n";
     return 1;
@@ -141,6 +167,6 @@ int main(int argc, char** argv) {
   auto c = (*consumer)->counters();
   std::cout << "counters applied=" << c.applied << " duplicates=" << c.duplicates
             << " retried=" << c.retried << " dead_lettered=" << c.dead_lettered << std::endl;
-  PQfinish(side);
+  if (side) PQfinish(side);
   return st.ok() ? 0 : 1;
 }

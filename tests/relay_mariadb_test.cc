@@ -313,6 +313,45 @@ TEST_F(RelayMariaDbTest, ALateMarkAfterTheLeaseExpiredIsFenced) {
       << "the late marks changed nothing";
 }
 
+// The whole flow on MariaDB: outbox, relay, and a consumer whose inbox and
+// effects live in MariaDB. The consumer dies after committing its effects and
+// before committing its offsets (crash matrix, consumer row): the batch comes
+// again and is absorbed; every effect once, in order per aggregate.
+TEST_F(RelayMariaDbTest, TheWholeFlowOnMariaDbAppliesEachEffectOnceAcrossAConsumerCrash) {
+  Query(admin_, "CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(255), "
+                "payload VARCHAR(255))");
+  constexpr int kProducers = 2, kAggs = 10, kPer = 10;  // 200 events
+  EnqueueMany(kProducers, kAggs, kPer);
+  Subprocess& relay = StartRelay();
+  const std::vector<std::string> argv = {OUTBOX_INBOX_CONSUMER_BIN, "--db", url_, "--bootstrap",
+                                         kafka_->bootstrap(), "--schema", "unused", "--topic", kTopic,
+                                         "--group", "g-" + db_, "--batch", "20"};
+  const auto log = [&](const char* n) {
+    return (std::filesystem::temp_directory_path() / ("consumer-" + db_ + n)).string();
+  };
+  {
+    Subprocess crashing(argv, {{"OUTBOX_FAULTS", "Inbox::AfterCommitBeforeOffsetCommit=crash@2"}},
+                        log("-1"));
+    EXPECT_EQ(crashing.Wait(Scaled(60s)), 70) << crashing.Log();
+  }
+  Subprocess consumer(argv, {}, log("-2"));
+  ASSERT_TRUE(WaitFor([&] {
+    return Query(admin_, "SELECT count(DISTINCT payload) FROM effects") == "200";
+  }, 60s)) << consumer.Log() << relay.Log();
+  EXPECT_EQ(Query(admin_, "SELECT count(*) FROM effects"), "200") << "an effect applied twice";
+  EXPECT_EQ(Query(admin_, "SELECT count(*) FROM (SELECT CAST(SUBSTRING_INDEX(payload, '#', -1) AS "
+                          "UNSIGNED) AS n, LAG(CAST(SUBSTRING_INDEX(payload, '#', -1) AS UNSIGNED)) "
+                          "OVER (PARTITION BY k ORDER BY id) AS prev FROM effects) s "
+                          "WHERE prev IS NOT NULL AND n <> prev + 1"),
+            "0") << "effects out of order within an aggregate";
+  EXPECT_EQ(Query(admin_, "SELECT count(*) FROM inbox_stamps"), "200");
+  EXPECT_TRUE(WaitFor([&] {
+    return Query(admin_, "SELECT coalesce(sum(duplicates), 0) FROM inbox_stamps") != "0";
+  }, 30s)) << "the crashed consumer's committed batch came again and was absorbed";
+  consumer.Signal(SIGTERM);
+  EXPECT_EQ(consumer.Wait(Scaled(30s)), 0) << consumer.Log();
+}
+
 TEST_F(RelayMariaDbTest, BrokerDownThenUpLosesNothing) {
   constexpr int kProducers = 2, kAggs = 10, kPer = 5;
   Subprocess& a = StartRelay();
