@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <future>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -307,6 +308,38 @@ TEST(MariaDbClaimPlan, HeadsThenContiguousRunsWithinTheBounds) {
   auto one = maria::PlanOrderedClaim(heads, behind, 100, 1, 5);
   EXPECT_EQ(one.heads, (std::vector<std::int64_t>{1})) << "one row always comes";
   EXPECT_TRUE(one.runs[0].empty());
+}
+
+// A killed session is reopened by the next call: a transition that fails on
+// the dead connection is Unavailable (retryable), the one after it applies.
+TEST_F(MariaDbTest, StoreReconnectsAfterItsSessionIsKilled) {
+  Run(*conn_, "START TRANSACTION");
+  ASSERT_TRUE(Enqueue(conn_->c, Valid()).ok());
+  Run(*conn_, "COMMIT");
+  MariaDbStoreOptions o;
+  o.url = url_;
+  auto store = OpenMariaDbStore(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ClaimOptions co;
+  co.owner = "t";
+  auto c = (*store)->Claim(co);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 1u);
+  // Every session on the test's database dies (the admin one has none).
+  const std::string ids = Run(*admin_, "SELECT group_concat(id) FROM information_schema.processlist "
+                                       "WHERE db = '" + db_ + "'");
+  std::stringstream ss(ids);
+  for (std::string id; std::getline(ss, id, ',');) Run(*admin_, "KILL " + id);
+  RescheduleItem item{c->events[0].ticket, std::chrono::milliseconds(0), "it's retried", false};
+  auto first = (*store)->Reschedule(std::span(&item, 1));
+  if (!first.ok()) {
+    EXPECT_TRUE(first.status().retryable()) << first.status().ToString();
+    auto again = (*store)->Reschedule(std::span(&item, 1));
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->applied, 1u);
+  } else {
+    EXPECT_EQ(first->applied, 1u);
+  }
 }
 
 // The mechanism that replaces PostgreSQL's transaction-scoped advisory locks:

@@ -169,6 +169,7 @@ class MariaDbStore final : public Store {
 
   Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) override {
     if (items.empty()) return TransitionResult{};
+    OUTBOX_RETURN_IF_ERROR(Ensure());  // the texts are escaped for this connection
     std::vector<Ticket> tickets;
     std::string attempts = "CASE seq", due = "CASE seq", error = "CASE seq";
     for (const RescheduleItem& it : items) {
@@ -188,6 +189,7 @@ class MariaDbStore final : public Store {
 
   Result<TransitionResult> MarkFailed(std::span<const FailItem> items) override {
     if (items.empty()) return TransitionResult{};
+    OUTBOX_RETURN_IF_ERROR(Ensure());  // the texts are escaped for this connection
     std::vector<Ticket> tickets;
     std::string error = "CASE seq";
     for (const FailItem& it : items) {
@@ -363,10 +365,12 @@ SELECT
   }
 
  private:
+  Status Ensure() { return conn_ ? Status::Ok() : Connect(); }
+
   // Runs `fn` on a connected session; reconnects first after a loss.
   template <typename T, typename Fn>
   Result<T> WithSession(Fn&& fn) {
-    if (!conn_) OUTBOX_RETURN_IF_ERROR(Connect());
+    OUTBOX_RETURN_IF_ERROR(Ensure());
     Result<T> r = fn(conn_.get());
     if (!r.ok() && r.status().code() == Code::kUnavailable) conn_.reset();
     return r;
