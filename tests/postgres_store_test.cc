@@ -535,6 +535,44 @@ TEST_F(PostgresTest, XidPassedWidensAcrossTheEpochAndRefusesNewerXids) {
   EXPECT_EQ(passed("6", "4294967316", running), "t") << "committed before the horizon";
 }
 
+// The change stream's check leaves out its own acked rows by row, not by
+// count. Found by a CI run of the poll -> cdc switch: the stream had acked
+// rows 1-2 of an aggregate, a polling relay marked them SENT and put 3 back
+// for a retry; a count of "2 of ours" then hid 3, and the stream published 4
+// before 3's first copy.
+TEST_F(PostgresTest, StreamStatesLeavesOutTheCallersAckedRowsByRowNotByCount) {
+  std::vector<std::int64_t> seqs;
+  for (int i = 0; i < 4; ++i) {
+    Exec(conn_.get(), "BEGIN");
+    auto r = Enqueue(conn_.get(), Valid("a"), opts_);
+    Exec(conn_.get(), "COMMIT");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    seqs.push_back(std::stoll(Exec(conn_.get(), "SELECT seq FROM " + schema_ +
+                                                    ".outbox WHERE event_id = '" + r->event_id +
+                                                    "'")));
+  }
+  const std::vector<std::int64_t> last{seqs[3]};
+  const std::vector<std::int64_t> ours{seqs[0], seqs[1]};
+  auto st = store_->StreamStates(last, true, ours);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ(st->size(), 1u);
+  EXPECT_EQ((*st)[0].earlier_unsent, 1) << "rows 1-2 are ours (acked), row 3 is not";
+  EXPECT_TRUE((*st)[0].held);
+  // Someone else marks 1-2 SENT: still exactly row 3 holds it.
+  Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT' WHERE seq IN (" +
+                        std::to_string(seqs[0]) + "," + std::to_string(seqs[1]) + ")");
+  st = store_->StreamStates(last, true, ours);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ((*st)[0].earlier_unsent, 1);
+  EXPECT_TRUE((*st)[0].held);
+  // Row 3 is ours too: nothing holds row 4.
+  const std::vector<std::int64_t> all_ours{seqs[0], seqs[1], seqs[2]};
+  st = store_->StreamStates(last, true, all_ours);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ((*st)[0].earlier_unsent, 0);
+  EXPECT_FALSE((*st)[0].held);
+}
+
 TEST_F(PostgresTest, MissingSchemaSaysToMigrate) {
   PostgresStoreOptions o;
   o.conninfo = url_;

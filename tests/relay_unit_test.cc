@@ -425,19 +425,6 @@ TEST(PickStreamed, ARowNotYetVisibleIsParkedAndBlocksItsAggregate) {
   EXPECT_EQ(Seqs(pick.park), (std::vector<std::int64_t>{1, 2}));
 }
 
-TEST(PickStreamed, OwnAckedRowsStillBeingMarkedDoNotHoldTheirAggregate) {
-  StreamRowState first = Row(5, RowState::kPending, /*held=*/true);
-  first.earlier_unsent = 2;  // both are the stream's own acked rows, mark in flight
-  auto pass = relay_internal::PickStreamed({Ce(5, "a"), Ce(6, "a")}, std::vector{first, Row(6, RowState::kPending)},
-                                           true, true, {{{"order", "a"}, 2}});
-  EXPECT_EQ(Seqs(pass.publish), (std::vector<std::int64_t>{5, 6}));
-  // One of the two earlier rows is not ours (in a sweeper's hands, say): wait.
-  auto wait = relay_internal::PickStreamed({Ce(5, "a"), Ce(6, "a")}, std::vector{first, Row(6, RowState::kPending)},
-                                           true, true, {{{"order", "a"}, 1}});
-  EXPECT_TRUE(wait.publish.empty());
-  EXPECT_EQ(Seqs(wait.park), (std::vector<std::int64_t>{5, 6}));
-}
-
 TEST(PickStreamed, FailedBlocksUnderHoldNotUnderPassAndUnorderedNeverBlocks) {
   const std::vector<StreamRowState> states = {Row(1, RowState::kFailed), Row(2, RowState::kPending)};
   auto hold = relay_internal::PickStreamed({Ce(1, "a"), Ce(2, "a")}, states, true, true);

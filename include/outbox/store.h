@@ -176,9 +176,8 @@ struct StreamRowState {
   // that aggregate is unsent (in flight, waiting for a retry, or FAILED under
   // the hold policy).
   bool held = false;
-  // For that first row: how many earlier events of its aggregate are unsent
-  // (held == earlier_unsent > 0). The stream discounts its own acked rows
-  // whose SENT mark is still being written.
+  // For that first row: how many earlier events of its aggregate are unsent,
+  // not counting the caller's own acked rows (held == earlier_unsent > 0).
   std::int64_t earlier_unsent = 0;
 };
 
@@ -254,8 +253,12 @@ class Store {
 
   // The rows of `seqs` (a change stream's batch, in commit order) as the table
   // has them now; a row missing from the answer is gone (purged or deleted).
+  // `acked`: rows the caller published and saw acked whose SENT mark is still
+  // on its way; they are not counted in `earlier_unsent` (whatever their state:
+  // their copy is in the partition already).
   virtual Result<std::vector<StreamRowState>> StreamStates(std::span<const std::int64_t> seqs,
-                                                           bool failed_holds_aggregate);
+                                                           bool failed_holds_aggregate,
+                                                           std::span<const std::int64_t> acked);
   virtual Status SaveStreamProgress(const StreamProgress& progress);
   // Forgets a slot's progress: the sweepers then poll everything (slot dropped).
   virtual Status DropStreamProgress(const std::string& slot);

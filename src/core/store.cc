@@ -11,7 +11,8 @@ Status NoStream() {
 
 }  // namespace
 
-Result<std::vector<StreamRowState>> Store::StreamStates(std::span<const std::int64_t>, bool) {
+Result<std::vector<StreamRowState>> Store::StreamStates(std::span<const std::int64_t>, bool,
+                                                       std::span<const std::int64_t>) {
   return NoStream();
 }
 Status Store::SaveStreamProgress(const StreamProgress&) { return NoStream(); }

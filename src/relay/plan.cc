@@ -105,7 +105,7 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
 }
 
 StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const StreamRowState> states,
-                        bool ordered, bool failed_holds, const AggregateCounts& acked_unmarked) {
+                        bool ordered, bool failed_holds) {
   std::map<std::int64_t, const StreamRowState*> by_seq;
   for (const StreamRowState& s : states) by_seq[s.seq] = &s;
   std::map<std::pair<std::string, std::string>, bool> blocked;  // aggregate -> left behind
@@ -127,10 +127,7 @@ StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const Stream
       ++pick.already_done;
       continue;
     }
-    std::int64_t own = 0;
-    if (auto a = acked_unmarked.find(key); a != acked_unmarked.end()) own = a->second;
-    const bool held = st.held && st.earlier_unsent > own;
-    const bool publishable = st.state == RowState::kPending && st.due && !held &&
+    const bool publishable = st.state == RowState::kPending && st.due && !st.held &&
                              !(ordered && blocked[key]);
     if (!publishable) {
       if (ordered && (st.state != RowState::kFailed || failed_holds)) blocked[key] = true;

@@ -79,12 +79,10 @@ struct StreamPick {
 // `failed_holds`). An event whose row is missing from `states` is parked: it
 // may be gone (purged, deleted when sent) or committed but not yet visible to
 // the check's snapshot.
-// `acked_unmarked`: per aggregate, how many of its events the stream has
-// published and seen acked but whose SENT mark is not yet written (they are
-// still PENDING in `states`' counts); they do not hold the aggregate.
-using AggregateCounts = std::map<std::pair<std::string, std::string>, std::int64_t>;
+// `states[i].held` already leaves out the stream's own acked rows whose SENT
+// mark is not written yet (Store::StreamStates' `acked`).
 StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const StreamRowState> states,
-                        bool ordered, bool failed_holds, const AggregateCounts& acked_unmarked = {});
+                        bool ordered, bool failed_holds);
 
 }  // namespace outbox::relay_internal
 

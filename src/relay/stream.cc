@@ -64,7 +64,7 @@ void Relay::StreamLoop() {
   std::future<bool> marking;          // the previous batch's transitions
   std::uint64_t after_mark_lsn = 0;   // settled once `marking` succeeds
   std::int64_t after_mark_covered = 0;
-  relay_internal::AggregateCounts acked_unmarked;  // the marking batch's acked rows
+  std::vector<std::int64_t> acked_unmarked;  // the marking batch's acked rows (seqs)
   std::uint64_t settled = 0;      // confirmable: every batch up to it is settled
   std::int64_t covered_us = 0;    // database time up to which every commit is settled
   Clock::time_point last_status, last_activity;
@@ -269,7 +269,7 @@ void Relay::StreamLoop() {
       for (const ClaimedEvent& e : batch->events) seqs.push_back(e.ticket.seq);
       metrics_.cdc_streamed.Inc(fresh);
       const auto check_at = Clock::now();
-      auto states = store->StreamStates(seqs, holds);
+      auto states = store->StreamStates(seqs, holds, acked_unmarked);
       const auto checked_at = Clock::now();
       if (!states.ok()) {
         if (probing) EndBrokerProbe();
@@ -280,7 +280,7 @@ void Relay::StreamLoop() {
         continue;
       }
       relay_internal::StreamPick pick = relay_internal::PickStreamed(
-          std::move(batch->events), *states, options_.ordered, holds, acked_unmarked);
+          std::move(batch->events), *states, options_.ordered, holds);
       metrics_.cdc_left_to_sweeper.Inc(pick.left_to_sweeper);
       {
         std::map<std::int64_t, Clock::time_point> since;
@@ -325,12 +325,9 @@ void Relay::StreamLoop() {
           metrics_.db_errors.Inc();
           settled_batch = false;
         } else {
-          for (std::size_t i = 0; i < pick.publish.size(); ++i) {
-            if (results[i].outcome == PublishOutcome::kAcked) {
-              const ClaimedEvent& e = pick.publish[i];
-              ++acked_unmarked[{e.event.aggregate_type, e.event.aggregate_id}];
-            }
-          }
+          // Only the rows going to SENT: an acked row held back behind an
+          // earlier failure goes again, and so does its aggregate.
+          for (const Ticket& t : plan.sent) acked_unmarked.push_back(t.seq);
           metrics_.rescheduled.Inc(plan.reschedule.size());
           metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
           metrics_.failed_max_attempts.Inc(plan.max_attempts);

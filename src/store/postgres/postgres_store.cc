@@ -192,13 +192,15 @@ class PostgresStore final : public Store {
   }
 
   Result<std::vector<StreamRowState>> StreamStates(std::span<const std::int64_t> seqs,
-                                                   bool failed_holds_aggregate) override {
+                                                   bool failed_holds_aggregate,
+                                                   std::span<const std::int64_t> acked) override {
     std::vector<StreamRowState> out;
     if (seqs.empty()) return out;
     auto res = session_->Exec(
         "stream states", stream_states_,
         {Param::Text(pg::Int64ArrayLiteral(std::vector<std::int64_t>(seqs.begin(), seqs.end()))),
-         Param::Text(failed_holds_aggregate ? "true" : "false")});
+         Param::Text(failed_holds_aggregate ? "true" : "false"),
+         Param::Text(pg::Int64ArrayLiteral(std::vector<std::int64_t>(acked.begin(), acked.end())))});
     if (!res.ok()) return res.status();
     const PGresult* r = res->get();
     out.reserve(static_cast<std::size_t>(PQntuples(r)));

@@ -1073,10 +1073,11 @@ DELETE FROM {S}.outbox o USING victims v WHERE o.seq = v.seq
 }
 
 // What the table says about the rows a change stream decoded ($1 their seqs, in
-// commit order; $2 FAILED holds its aggregate). `earlier_unsent`: for the
-// first row of each aggregate in the batch, how many earlier events of that
-// aggregate are still unsent (the caller discounts its own acked rows whose
-// SENT mark is still on its way); the later rows of the aggregate in the batch committed after it
+// commit order; $2 FAILED holds its aggregate; $3 the caller's own acked rows
+// whose SENT mark is still on its way). `earlier_unsent`: for the first row of
+// each aggregate in the batch, how many earlier events of that aggregate are
+// still unsent, $3 left out — by row, not by count: an acked row someone else
+// marked SENT meanwhile must not hide another unsent one; the later rows of the aggregate in the batch committed after it
 // (enqueue serialises an aggregate's enqueuers), so the caller walks them.
 std::string StreamStates(const std::string& schema) {
   return WithSchema(R"SQL(
@@ -1087,6 +1088,7 @@ SELECT o.seq, o.status, o.attempts, o.available_at <= now() AS due,
            WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
              AND e.seq < o.seq AND e.status NOT IN ('SENT', 'SKIPPED')
              AND ($2::boolean OR e.status <> 'FAILED')
+             AND e.seq <> ALL($3::bigint[])
            LIMIT 100000) x) ELSE 0 END AS earlier_unsent
 FROM {S}.outbox o
 JOIN (SELECT aggregate_type, aggregate_id, min(seq) AS first_seq FROM {S}.outbox
