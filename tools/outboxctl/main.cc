@@ -39,6 +39,7 @@
 
 #include "outbox/kafka.h"
 #include "outbox/mariadb.h"
+#include "outbox/mariadb_inbox.h"
 #include "outbox/parse.h"
 #include "outbox/postgres.h"
 #include "outbox/postgres_inbox.h"
@@ -213,6 +214,25 @@ outbox::Result<std::unique_ptr<outbox::Store>> OpenOutboxStore(const std::string
   return outbox::OpenPostgresStore(o);
 }
 
+// The consumer's inbox for operator commands (Apply refused): MariaDB for a
+// mysql:// URL (its stamps live in the URL's database; no schema), PostgreSQL
+// otherwise. REQUIRES: a mysql:// URL was validated (ValidateMariaDbUrl).
+outbox::Result<std::unique_ptr<outbox::InboxStore>> OpenOperatorInbox(const std::string& db,
+                                                                      const std::string& schema,
+                                                                      const std::string& consumer) {
+  if (outbox::IsMariaDbUrl(db)) {
+    outbox::MariaDbInboxOptions o;
+    o.url = db;
+    o.consumer = consumer;
+    return outbox::OpenMariaDbInbox(o);
+  }
+  outbox::PostgresInboxOptions o;
+  o.conninfo = db;
+  o.schema = schema;
+  o.consumer = consumer;
+  return outbox::OpenPostgresInbox(o);
+}
+
 int InboxCommand(Args& a, bool json) {
   if (a.positional.size() != 2 || (a.positional[1] != "status" && a.positional[1] != "purge")) {
     return Usage("inbox: the subcommands are status and purge");
@@ -258,11 +278,11 @@ int InboxCommand(Args& a, bool json) {
     }
     horizon = std::max(*br, unsent_age) + kStampSlack;
   }
-  outbox::PostgresInboxOptions io;
-  io.conninfo = inbox_db;
-  io.schema = inbox_schema;
-  io.consumer = purge ? a.Flag("consumer") : "outboxctl";
-  auto inbox = outbox::OpenPostgresInbox(io);
+  if (outbox::IsMariaDbUrl(inbox_db)) {
+    if (auto st = outbox::ValidateMariaDbUrl(inbox_db); !st.ok()) return Usage("--inbox-db: " + st.message());
+  }
+  const std::string consumer = purge ? a.Flag("consumer") : "outboxctl";
+  auto inbox = OpenOperatorInbox(inbox_db, inbox_schema, consumer);
   if (!inbox.ok()) return Fail(inbox.status(), json);
   auto summary = (*inbox)->Summary(horizon);
   if (!summary.ok()) return Fail(summary.status(), json);
@@ -291,7 +311,7 @@ int InboxCommand(Args& a, bool json) {
   }
   std::int64_t older = 0;
   for (const auto& s : *summary) {
-    if (s.consumer == io.consumer) older = s.older;
+    if (s.consumer == consumer) older = s.older;
   }
   std::int64_t purged = 0;
   if (!a.Has("dry-run")) {
@@ -303,7 +323,7 @@ int InboxCommand(Args& a, bool json) {
     }
   }
   if (json) {
-    std::cout << nlohmann::json{{"ok", true},           {"consumer", io.consumer},
+    std::cout << nlohmann::json{{"ok", true},           {"consumer", consumer},
                                 {"horizon_seconds", horizon.count()},
                                 {"older", older},       {"purged", purged},
                                 {"dry_run", a.Has("dry-run")}}
@@ -312,7 +332,7 @@ int InboxCommand(Args& a, bool json) {
   } else {
     std::cout << (a.Has("dry-run") ? "would purge " + std::to_string(older)
                                    : "purged " + std::to_string(purged))
-              << " stamp(s) of consumer " << io.consumer << " older than " << horizon.count()
+              << " stamp(s) of consumer " << consumer << " older than " << horizon.count()
               << " s (the horizon: the longer of --broker-retention and the oldest unsent "
                  "event's age, plus 1 h)\n";
   }
@@ -547,14 +567,14 @@ int main(int argc, char** argv) {
   const std::string inbox_db = a.Flag("inbox-db");
   std::vector<Row> stamps;
   if (!inbox_db.empty() && !rows.empty()) {
-    outbox::PostgresInboxOptions io;
-    io.conninfo = inbox_db;
-    io.schema = a.Flag("inbox-schema", "inbox");
-    io.consumer = "outboxctl";
-    if (auto st = outbox::ValidateSchemaName(io.schema); !st.ok()) {
+    const std::string inbox_schema = a.Flag("inbox-schema", "inbox");
+    if (auto st = outbox::ValidateSchemaName(inbox_schema); !st.ok()) {
       return Usage("--inbox-schema: " + st.message());
     }
-    auto inbox = outbox::OpenPostgresInbox(io);
+    if (outbox::IsMariaDbUrl(inbox_db)) {
+      if (auto st = outbox::ValidateMariaDbUrl(inbox_db); !st.ok()) return Usage("--inbox-db: " + st.message());
+    }
+    auto inbox = OpenOperatorInbox(inbox_db, inbox_schema, "outboxctl");
     if (!inbox.ok()) return Fail("the inbox database: " + inbox.status().ToString(), json);
     std::vector<std::string> keys;
     for (const auto& e : *records) {
