@@ -350,6 +350,18 @@ TEST_F(RelayMariaDbTest, TheWholeFlowOnMariaDbAppliesEachEffectOnceAcrossAConsum
   }, 30s)) << "the crashed consumer's committed batch came again and was absorbed";
   consumer.Signal(SIGTERM);
   EXPECT_EQ(consumer.Wait(Scaled(30s)), 0) << consumer.Log();
+  // outboxctl reads the MariaDB inbox too (--inbox-db mysql://...).
+  const std::string ctl = std::string(OUTBOX_OUTBOXCTL_BIN) + " --db '" + url_ + "' ";
+  auto trace = RunCommand(ctl + "trace agg-0-0#0 --inbox-db '" + url_ + "' --json");
+  EXPECT_EQ(trace.code, 0) << trace.out;
+  EXPECT_NE(trace.out.find("\"inbox\":[{"), std::string::npos) << trace.out;
+  EXPECT_NE(trace.out.find("\"topic\":\"" + std::string(kTopic) + "\""), std::string::npos) << trace.out;
+  auto status = RunCommand(ctl + "inbox status --inbox-db '" + url_ + "' --json");
+  EXPECT_EQ(status.code, 0) << status.out;
+  EXPECT_NE(status.out.find("\"stamps\":200"), std::string::npos) << status.out;
+  auto bad = RunCommand(ctl + "inbox status --inbox-db 'mysql://root@h:99999/x'");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--inbox-db"), std::string::npos) << bad.out;
 }
 
 TEST_F(RelayMariaDbTest, BrokerDownThenUpLosesNothing) {
