@@ -6,8 +6,9 @@
 // `error`, or `delay:MS`; `@N` after the action fires only on the N-th pass
 // (e.g. `Inbox::AfterCommitBeforeOffsetCommit=crash@3`). Unarmed, a fault point
 // costs one relaxed atomic load. Only builds with the CMake option
-// OUTBOX_FAULT_POINTS (on with the tests, off in the release preset and the
-// .deb) have them; elsewhere OUTBOX_FAULT is `false` and OUTBOX_FAULTS is ignored.
+// OUTBOX_FAULT_POINTS (on with the tests and in the `demo` preset that
+// scripts/demo builds, off in the release preset) have them; elsewhere
+// OUTBOX_FAULT is `false` and OUTBOX_FAULTS is ignored.
 //
 // The names, in one list (also in docs/testing.md):
 //   Relay::AfterClaim                     rows claimed (leased), nothing published
