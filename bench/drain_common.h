@@ -40,9 +40,9 @@ inline void MigrateFresh(PGconn* admin, const std::string& url, const std::strin
 }
 
 // Claim + MarkSent in a loop on `store` until it is empty; returns rows/s.
-inline double DrainLoop(Store& store, const ClaimOptions& co, long rows) {
+// Claim + MarkSent until a claim comes back empty; returns the rows drained.
+inline long DrainCount(Store& store, const ClaimOptions& co) {
   long drained = 0;
-  auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     auto c = store.Claim(co);
     if (!c.ok()) {
@@ -60,6 +60,13 @@ inline double DrainLoop(Store& store, const ClaimOptions& co, long rows) {
     }
     drained += static_cast<long>(c->events.size());
   }
+  return drained;
+}
+
+// One session drains all `rows`; returns rows/s.
+inline double DrainLoop(Store& store, const ClaimOptions& co, long rows) {
+  auto t0 = std::chrono::steady_clock::now();
+  const long drained = DrainCount(store, co);
   double secs = SecondsSince(t0);
   if (drained != rows) {
     std::fprintf(stderr, "drained %ld of %ld rows\n", drained, rows);

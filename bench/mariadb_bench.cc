@@ -64,19 +64,79 @@ void MyFill(MYSQL* c, int rows, int aggregates, int payload) {
   MyExec(c, "ANALYZE TABLE outbox");
 }
 
-double MyDrainStore(const std::string& url, SentMode mode, int batch, long rows) {
-  MariaDbStoreOptions o;
-  o.url = url;
-  o.sent_mode = mode;
-  auto store = OpenMariaDbStore(o);
-  if (!store.ok()) {
-    std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+// `sessions` threads each run `drain` (returning the rows it drained) until
+// the table is empty; rows/s over all of them.
+double Parallel(int sessions, long rows, const std::function<long(int)>& drain) {
+  std::atomic<long> total{0};
+  std::vector<std::thread> ts;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < sessions; ++i) ts.emplace_back([&, i] { total += drain(i); });
+  for (auto& t : ts) t.join();
+  const double secs = SecondsSince(t0);
+  if (total != rows) {
+    std::fprintf(stderr, "drained %ld of %ld rows\n", total.load(), rows);
     std::exit(1);
   }
-  ClaimOptions co;
-  co.batch_size = batch;
-  co.owner = "bench";
-  return DrainLoop(**store, co, rows);
+  return static_cast<double>(rows) / secs;
+}
+
+// The MariaDB store (lease claim, ordered) drained from `sessions` sessions.
+double MyDrainStore(const std::string& url, SentMode mode, int batch, long rows, int sessions) {
+  return Parallel(sessions, rows, [&](int i) {
+    MariaDbStoreOptions o;
+    o.url = url;
+    o.sent_mode = mode;
+    auto store = OpenMariaDbStore(o);
+    if (!store.ok()) {
+      std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+      std::exit(1);
+    }
+    ClaimOptions co;
+    co.batch_size = batch;
+    co.owner = "bench-" + std::to_string(i);
+    return DrainCount(**store, co);
+  });
+}
+
+// The seed's design (mechanism b): one transaction per batch holds the rows'
+// locks for the whole "publish" — SELECT ... FOR UPDATE SKIP LOCKED, then
+// UPDATE to SENT (attempts + 1), COMMIT. No lease, no fencing token, and no
+// per-aggregate order across sessions. `sessions` sessions.
+double MySkipLockedDrain(const std::string& base, int batch, long rows, int sessions) {
+  return Parallel(sessions, rows, [&](int) {
+    MYSQL* c = MyConnect(base, kDb);
+    MyExec(c, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    const std::string pick =
+        "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, dedup_key, "
+        "attempts FROM outbox WHERE status = 'PENDING' ORDER BY seq LIMIT " + std::to_string(batch) +
+        " FOR UPDATE SKIP LOCKED";
+    long drained = 0;
+    for (;;) {
+      MyExec(c, "START TRANSACTION");
+      if (mysql_query(c, pick.c_str()) != 0) {
+        std::fprintf(stderr, "mariadb: %s\n", mysql_error(c));
+        std::exit(1);
+      }
+      MYSQL_RES* r = mysql_store_result(c);
+      std::string seqs;
+      long n = 0;
+      while (MYSQL_ROW row = mysql_fetch_row(r)) {
+        if (n++ > 0) seqs += ",";
+        seqs += row[0];
+      }
+      mysql_free_result(r);
+      if (n == 0) {
+        MyExec(c, "COMMIT");
+        break;
+      }
+      MyExec(c, "UPDATE outbox SET status = 'SENT', attempts = attempts + 1, sent_at = utc_timestamp(6) "
+                "WHERE seq IN (" + seqs + ")");
+      MyExec(c, "COMMIT");
+      drained += n;
+    }
+    mysql_close(c);
+    return drained;
+  });
 }
 
 double MyDrainCeiling(MYSQL* c, int batch, long rows) {
@@ -178,7 +238,16 @@ int main(int argc, char** argv) {
          return DrainStore(pg, kSchema, SentMode::kUpdate, true, batch, rows); }, {}},
       {"drain", "MariaDB: Claim (ordered) + MarkSent, sent_mode=update", [&] {
          MyFill(mc, rows, 1000, 200);
-         return MyDrainStore(my, SentMode::kUpdate, batch, rows); }, {}},
+         return MyDrainStore(my, SentMode::kUpdate, batch, rows, 1); }, {}},
+      {"drain", "MariaDB, the seed's design: SELECT ... FOR UPDATE SKIP LOCKED, UPDATE to SENT, COMMIT", [&] {
+         MyFill(mc, rows, 1000, 200);
+         return MySkipLockedDrain(base, batch, rows, 1); }, {}},
+      {"drain", "MariaDB: Claim (ordered) + MarkSent, 4 sessions", [&] {
+         MyFill(mc, rows, 1000, 200);
+         return MyDrainStore(my, SentMode::kUpdate, batch, rows, 4); }, {}},
+      {"drain", "MariaDB, the seed's design, 4 sessions", [&] {
+         MyFill(mc, rows, 1000, 200);
+         return MySkipLockedDrain(base, batch, rows, 4); }, {}},
       {"drain", "PostgreSQL ceiling: bare DELETE ... RETURNING (1 connection)", [&] {
          FillOutbox(admin, kSchema, rows, 1000, 200);
          return DrainCeiling(admin, kSchema, batch, rows); }, {}},

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "kafka_helpers.h"
+#include "mariadb_test_util.h"
 #include "outbox/kafka.h"
 #include "subprocess.h"
 #include "test_env.h"
@@ -16,20 +17,42 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class InboxE2ETest : public ::testing::Test {
+// The same suite against each inbox store: PostgreSQL (tables in a schema of
+// its own) and MariaDB (tables in a database of its own; `schema_` names it,
+// so "<schema_>.effects" reads the same in both).
+enum class Db { kPostgres, kMariaDb };
+
+class InboxE2ETest : public ::testing::TestWithParam<Db> {
  protected:
+  bool Maria() const { return GetParam() == Db::kMariaDb; }
+
   void SetUp() override {
-    OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
     schema_ = "t_" + RandomSuffix();
-    admin_ = Connect(url_);
-    Exec(admin_.get(), "CREATE SCHEMA " + schema_);
-    Exec(admin_.get(), "CREATE TABLE " + schema_ +
-                           ".effects (k text, payload text, applied_at timestamptz DEFAULT clock_timestamp())");
-    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".attempts (k text PRIMARY KEY, n int)");
-    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".blocklist (k text PRIMARY KEY)");
-    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".parent (id text PRIMARY KEY)");
-    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".child (pid text REFERENCES " + schema_ +
-                           ".parent DEFERRABLE INITIALLY DEFERRED)");
+    if (Maria()) {
+      OUTBOX_REQUIRE_ENV(base_, "OUTBOX_MYSQL_URL");
+      my_ = OpenMariaDb(base_, "");
+      ASSERT_NE(my_, nullptr);
+      MyQuery(my_, "CREATE DATABASE " + schema_);
+      url_ = MariaDbUrlFor(base_, schema_);
+      for (const char* t : {"effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(255), payload LONGTEXT, "
+                            "applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
+                            "attempts (k VARCHAR(255) PRIMARY KEY, n INT)",
+                            "blocklist (k VARCHAR(255) PRIMARY KEY)"}) {
+        MyQuery(my_, "CREATE TABLE " + schema_ + "." + t);
+      }
+    } else {
+      OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+      admin_ = Connect(url_);
+      Exec(admin_.get(), "CREATE SCHEMA " + schema_);
+      Exec(admin_.get(), "CREATE TABLE " + schema_ +
+                             ".effects (id bigserial PRIMARY KEY, k text, payload text, "
+                             "applied_at timestamptz DEFAULT clock_timestamp())");
+      Exec(admin_.get(), "CREATE TABLE " + schema_ + ".attempts (k text PRIMARY KEY, n int)");
+      Exec(admin_.get(), "CREATE TABLE " + schema_ + ".blocklist (k text PRIMARY KEY)");
+      Exec(admin_.get(), "CREATE TABLE " + schema_ + ".parent (id text PRIMARY KEY)");
+      Exec(admin_.get(), "CREATE TABLE " + schema_ + ".child (pid text REFERENCES " + schema_ +
+                             ".parent DEFERRABLE INITIALLY DEFERRED)");
+    }
     kafka_ = std::make_unique<MockKafka>(
         1, std::vector<std::string>{"orders:4", "orders.retry.1:2", "orders.retry.2:2", "orders.dlt:2"});
     ASSERT_FALSE(kafka_->bootstrap().empty());
@@ -37,6 +60,26 @@ class InboxE2ETest : public ::testing::Test {
   void TearDown() override {
     consumers_.clear();
     if (admin_) Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+    if (my_) {
+      MyQuery(my_, "DROP DATABASE IF EXISTS " + schema_);
+      mysql_close(my_);
+    }
+  }
+
+  // The first value of `sql` on the test's database.
+  std::string Sql(const std::string& sql) { return Maria() ? MyQuery(my_, sql) : Exec(admin_.get(), sql); }
+  // "k:payload" of the effects, comma-separated, in `order`.
+  std::string EffectList(const std::string& expr_pg, const std::string& expr_my, const std::string& order,
+                         const std::string& where = "") {
+    const std::string from = " FROM " + schema_ + ".effects" + (where.empty() ? "" : " WHERE " + where);
+    return Sql(Maria() ? "SELECT GROUP_CONCAT(" + expr_my + " ORDER BY " + order + " SEPARATOR ',')" + from
+                       : "SELECT string_agg(" + expr_pg + ", ',' ORDER BY " + order + ")" + from);
+  }
+  std::string KeyPayloads(const std::string& order) {
+    return EffectList("k || ':' || payload", "CONCAT(k, ':', payload)", order);
+  }
+  std::string Payloads(const std::string& order, const std::string& where = "") {
+    return EffectList("payload", "payload", order, where);
   }
 
   Subprocess& StartConsumer(const std::string& faults = "", const std::string& retry = "700,700",
@@ -82,7 +125,7 @@ class InboxE2ETest : public ::testing::Test {
     return m;
   }
 
-  long Count(const std::string& sql) { return std::stol(Exec(admin_.get(), sql)); }
+  long Count(const std::string& sql) { return std::stol(Sql(sql)); }
   long Effects() { return Count("SELECT count(*) FROM " + schema_ + ".effects"); }
   long DoubleEffects() {
     return Count("SELECT count(*) FROM (SELECT k FROM " + schema_ +
@@ -111,13 +154,14 @@ class InboxE2ETest : public ::testing::Test {
     return out;
   }
 
-  std::string url_, schema_;
-  PgConn admin_;
+  std::string url_, schema_, base_;
+  PgConn admin_;      // PostgreSQL
+  MYSQL* my_ = nullptr;  // MariaDB
   std::unique_ptr<MockKafka> kafka_;
   std::vector<std::unique_ptr<Subprocess>> consumers_;
 };
 
-TEST_F(InboxE2ETest, AnEventDeliveredManyTimesHasOneEffect) {
+TEST_P(InboxE2ETest, AnEventDeliveredManyTimesHasOneEffect) {
   Subprocess& c = StartConsumer();
   ProduceEvents(30, "ok", /*copies=*/3);
   ASSERT_TRUE(WaitFor([&] { return Effects() == 30; }, 60s)) << c.Log();
@@ -131,7 +175,7 @@ TEST_F(InboxE2ETest, AnEventDeliveredManyTimesHasOneEffect) {
   EXPECT_EQ(Effects(), 30);
 }
 
-TEST_F(InboxE2ETest, KilledAfterTheEffectCommitBeforeTheOffsetCommitAppliesOnce) {
+TEST_P(InboxE2ETest, KilledAfterTheEffectCommitBeforeTheOffsetCommitAppliesOnce) {
   ProduceEvents(20, "ok");
   Subprocess& first = StartConsumer("Inbox::AfterCommitBeforeOffsetCommit=crash@1");
   EXPECT_EQ(first.Wait(Scaled(60s)), 70) << "should die at the fault point:\n" << first.Log();
@@ -151,7 +195,7 @@ TEST_F(InboxE2ETest, KilledAfterTheEffectCommitBeforeTheOffsetCommitAppliesOnce)
   EXPECT_EQ(DoubleEffects(), 0);
 }
 
-TEST_F(InboxE2ETest, KilledInsideTheTransactionLeavesNoStampAndNoEffect) {
+TEST_P(InboxE2ETest, KilledInsideTheTransactionLeavesNoStampAndNoEffect) {
   ProduceEvents(20, "ok");
   Subprocess& first = StartConsumer("Inbox::InsideTransaction=crash@1");
   EXPECT_EQ(first.Wait(Scaled(60s)), 70) << first.Log();
@@ -165,7 +209,7 @@ TEST_F(InboxE2ETest, KilledInsideTheTransactionLeavesNoStampAndNoEffect) {
   EXPECT_EQ(DoubleEffects(), 0);
 }
 
-TEST_F(InboxE2ETest, PermanentErrorGoesToTheDeadLetterTopicAtOnceWithHeaders) {
+TEST_P(InboxE2ETest, PermanentErrorGoesToTheDeadLetterTopicAtOnceWithHeaders) {
   Subprocess& c = StartConsumer();
   ProduceEvents(1, "permanent", 1, "bad-");
   ProduceEvents(3, "ok");
@@ -194,17 +238,20 @@ TEST_F(InboxE2ETest, PermanentErrorGoesToTheDeadLetterTopicAtOnceWithHeaders) {
 // and an effect that breaks a deferred constraint at COMMIT (failed the whole
 // batch, consumed again forever). Each goes to the dead-letter topic alone; the
 // events around them apply.
-TEST_F(InboxE2ETest, PoisonMessagesAreDeadLetteredAloneAndTheConsumerKeepsGoing) {
+TEST_P(InboxE2ETest, PoisonMessagesAreDeadLetteredAloneAndTheConsumerKeepsGoing) {
   Subprocess& c = StartConsumer();
   std::vector<Message> poison = {Keyed("p-utf8", "ok", std::string("ev-\x80\xfe\xff", 6)),
-                                 Keyed("p-null", "", "p-null"), Keyed("p-multi", "multiline", "p-multi"),
-                                 Keyed("p-orphan", "orphan", "p-orphan")};
+                                 Keyed("p-null", "", "p-null"), Keyed("p-multi", "multiline", "p-multi")};
+  // A COMMIT-time failure needs a deferred constraint: PostgreSQL only (MariaDB
+  // checks every constraint at its statement).
+  if (!Maria()) poison.push_back(Keyed("p-orphan", "orphan", "p-orphan"));
   poison[1].value_null = true;
+  const long n = static_cast<long>(poison.size());
   ProduceEvents(3, "ok", 1, "before-");
-  ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", poison), 4);
+  ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", poison), n);
   ProduceEvents(3, "ok", 1, "after-");
-  auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 4, Scaled(60s));
-  ASSERT_EQ(dlt.size(), 4u) << c.Log();
+  auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, static_cast<std::size_t>(n), Scaled(60s));
+  ASSERT_EQ(dlt.size(), static_cast<std::size_t>(n)) << c.Log();
   std::map<std::string, Message> by_key;
   for (const auto& m : dlt) by_key[m.key] = m;
   EXPECT_EQ(by_key["p-utf8"].headers.at("outbox-event-id"), std::string("ev-\x80\xfe\xff", 6))
@@ -213,29 +260,31 @@ TEST_F(InboxE2ETest, PoisonMessagesAreDeadLetteredAloneAndTheConsumerKeepsGoing)
   EXPECT_TRUE(by_key["p-null"].value_null) << "a NULL value stays NULL in the dead-letter topic";
   EXPECT_EQ(by_key["p-multi"].headers.at("outbox-error-message"), "ERROR:  value out of range");
   EXPECT_NE(by_key["p-multi"].headers.at("outbox-error-detail").find("CONTEXT:"), std::string::npos);
-  EXPECT_EQ(by_key["p-orphan"].headers.at("outbox-error-class"), "permanent");
-  EXPECT_NE(by_key["p-orphan"].headers.at("outbox-error-message").find("foreign key"),
-            std::string::npos)
-      << by_key["p-orphan"].headers.at("outbox-error-message");
+  if (!Maria()) {
+    EXPECT_EQ(by_key["p-orphan"].headers.at("outbox-error-class"), "permanent");
+    EXPECT_NE(by_key["p-orphan"].headers.at("outbox-error-message").find("foreign key"),
+              std::string::npos)
+        << by_key["p-orphan"].headers.at("outbox-error-message");
+  }
   ASSERT_TRUE(WaitFor([&] { return Effects() == 6; }, 30s)) << c.Log();
-  EXPECT_EQ(Count("SELECT count(*) FROM " + schema_ + ".child"), 0);
+  if (!Maria()) {
+    EXPECT_EQ(Count("SELECT count(*) FROM " + schema_ + ".child"), 0);
+  }
   auto counters = StopAndCount(c);
-  EXPECT_EQ(counters["dead_lettered"], 4);
+  EXPECT_EQ(counters["dead_lettered"], n);
   EXPECT_EQ(counters["applied"], 6);
 }
 
 // Retry topics reorder a key: X1 fails and waits in .retry.1 while X2 applies.
 // In ordered mode X1 waits in the inbox database with X2 behind it; Y, another
 // key, is not held. Effects: Y, then X1, then X2.
-TEST_F(InboxE2ETest, OrderedModeAppliesAKeyInOrderAcrossRetries) {
+TEST_P(InboxE2ETest, OrderedModeAppliesAKeyInOrderAcrossRetries) {
   Subprocess& c = StartConsumer("", "300,300,300", /*ordered=*/true);
   std::vector<Message> msgs = {Keyed("X", "fail-twice", "x1"), Keyed("X", "ok", "x2"),
                                Keyed("Y", "ok", "y1")};
   ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 3);
   ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 60s)) << c.Log();
-  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(k || ':' || payload, ',' ORDER BY applied_at) FROM " +
-                                   schema_ + ".effects"),
-            "Y:ok,X:fail-twice,X:ok");
+  EXPECT_EQ(KeyPayloads("id"), "Y:ok,X:fail-twice,X:ok");
   EXPECT_EQ(Count("SELECT n FROM " + schema_ + ".attempts WHERE k = 'x1'"), 3);
   EXPECT_EQ(Count("SELECT count(*) FROM " + schema_ + ".inbox_parked"), 0);
   auto retry = ReadTopic(kafka_->bootstrap(), "orders.retry.1", 2, 0, Scaled(3s));
@@ -248,7 +297,7 @@ TEST_F(InboxE2ETest, OrderedModeAppliesAKeyInOrderAcrossRetries) {
 // Ordered mode, killed after X1 and X2 were parked (and Y applied) but before
 // the offsets were committed: the restarted consumer gets all three again,
 // parks nothing twice, and applies each once, X1 before X2.
-TEST_F(InboxE2ETest, OrderedModeKilledAfterParkingBeforeTheOffsetCommitLosesAndRepeatsNothing) {
+TEST_P(InboxE2ETest, OrderedModeKilledAfterParkingBeforeTheOffsetCommitLosesAndRepeatsNothing) {
   std::vector<Message> msgs = {Keyed("X", "fail-twice", "x1"), Keyed("X", "ok", "x2"),
                                Keyed("Y", "ok", "y1")};
   ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 3);
@@ -259,26 +308,19 @@ TEST_F(InboxE2ETest, OrderedModeKilledAfterParkingBeforeTheOffsetCommitLosesAndR
   ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 60s)) << second.Log();
   std::this_thread::sleep_for(1s);  // nothing more may come
   EXPECT_EQ(Effects(), 3);
-  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(k || ':' || payload, ',' ORDER BY k, payload) FROM " +
-                                   schema_ + ".effects"),
-            "X:fail-twice,X:ok,Y:ok")
-      << "each once";
-  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(payload, ',' ORDER BY applied_at) FROM " + schema_ +
-                                   ".effects WHERE k = 'X'"),
-            "fail-twice,ok");
+  EXPECT_EQ(KeyPayloads("k, payload"), "X:fail-twice,X:ok,Y:ok") << "each once";
+  EXPECT_EQ(Payloads("id", "k = 'X'"), "fail-twice,ok");
   EXPECT_EQ(Count("SELECT count(*) FROM " + schema_ + ".inbox_parked"), 0);
   StopAndCount(second);
 }
 
 // The same events without ordered mode: the documented reordering.
-TEST_F(InboxE2ETest, UnorderedModeLetsALaterEventOvertakeARetriedOne) {
+TEST_P(InboxE2ETest, UnorderedModeLetsALaterEventOvertakeARetriedOne) {
   Subprocess& c = StartConsumer("", "300,300,300");
   std::vector<Message> msgs = {Keyed("X", "fail-twice", "x1"), Keyed("X", "ok", "x2")};
   ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 2);
   ASSERT_TRUE(WaitFor([&] { return Effects() == 2; }, 60s)) << c.Log();
-  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(payload, ',' ORDER BY applied_at) FROM " +
-                                   schema_ + ".effects"),
-            "ok,fail-twice");
+  EXPECT_EQ(Payloads("id"), "ok,fail-twice");
   StopAndCount(c);
 }
 
@@ -287,7 +329,7 @@ TEST_F(InboxE2ETest, UnorderedModeLetsALaterEventOvertakeARetriedOne) {
 // then commit its older offsets of those partitions (with explicit offsets the
 // broker accepts that and moves the new owner back). Afterwards a fresh member
 // of the group finds nothing to consume again: no copy comes back.
-TEST_F(InboxE2ETest, ARebalanceMidBatchNeverMovesTheNewOwnersOffsetBack) {
+TEST_P(InboxE2ETest, ARebalanceMidBatchNeverMovesTheNewOwnersOffsetBack) {
   ProduceEvents(200, "ok", 1, "first-");
   // A fills one batch for 8 s: the rebalance happens inside it.
   Subprocess& a = StartConsumer("", "700,700", false, {"--batch", "100000", "--batch-wait-ms", "8000"});
@@ -323,7 +365,7 @@ TEST_F(InboxE2ETest, ARebalanceMidBatchNeverMovesTheNewOwnersOffsetBack) {
 // admits) failing with a long error: its dead-letter copy carries ~10 KB of
 // failure headers more, and must still be produced (else the consumer would
 // consume it again forever).
-TEST_F(InboxE2ETest, TheLargestEventIsDeadLetteredWithItsFailureHeaders) {
+TEST_P(InboxE2ETest, TheLargestEventIsDeadLetteredWithItsFailureHeaders) {
   Subprocess& c = StartConsumer();
   Message big = Keyed("big", "permanent-long:" + std::string(1'000'000 - 15, 'x'), "big-1");
   ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", {big},
@@ -340,7 +382,7 @@ TEST_F(InboxE2ETest, TheLargestEventIsDeadLetteredWithItsFailureHeaders) {
   EXPECT_EQ(counters["dead_lettered"], 1);
 }
 
-TEST_F(InboxE2ETest, TransientErrorIsRetriedAfterADelayThenSucceeds) {
+TEST_P(InboxE2ETest, TransientErrorIsRetriedAfterADelayThenSucceeds) {
   Subprocess& c = StartConsumer("", "800,800");
   ProduceEvents(1, "transient-once", 1, "flaky-");
   ASSERT_TRUE(WaitFor([&] { return Effects() == 1; }, 60s)) << c.Log();
@@ -354,12 +396,13 @@ TEST_F(InboxE2ETest, TransientErrorIsRetriedAfterADelayThenSucceeds) {
   ASSERT_EQ(retry.size(), 1u);
   EXPECT_EQ(retry[0].headers.at("outbox-error-class"), "transient");
   const long long due = std::stoll(retry[0].headers.at("outbox-retry-due-at"));
-  const long long applied_ms = Count("SELECT (extract(epoch FROM applied_at) * 1000)::bigint FROM " +
-                                     schema_ + ".effects");
+  const long long applied_ms =
+      Count(Maria() ? "SELECT CAST(UNIX_TIMESTAMP(applied_at) * 1000 AS SIGNED) FROM " + schema_ + ".effects"
+                    : "SELECT (extract(epoch FROM applied_at) * 1000)::bigint FROM " + schema_ + ".effects");
   EXPECT_GE(applied_ms + 50, due) << "applied before the retry was due";
 }
 
-TEST_F(InboxE2ETest, TransientForeverEndsInTheDeadLetterTopicAfterTheLastRetry) {
+TEST_P(InboxE2ETest, TransientForeverEndsInTheDeadLetterTopicAfterTheLastRetry) {
   Subprocess& c = StartConsumer("", "200,200");
   ProduceEvents(1, "transient-forever", 1, "down-");
   auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 1, Scaled(60s));
@@ -373,15 +416,15 @@ TEST_F(InboxE2ETest, TransientForeverEndsInTheDeadLetterTopicAfterTheLastRetry) 
   EXPECT_EQ(Effects(), 0);
 }
 
-TEST_F(InboxE2ETest, ReplayFromTheDeadLetterTopicAppliesOnce) {
-  Exec(admin_.get(), "INSERT INTO " + schema_ + ".blocklist VALUES ('held-0')");
+TEST_P(InboxE2ETest, ReplayFromTheDeadLetterTopicAppliesOnce) {
+  Sql("INSERT INTO " + schema_ + ".blocklist VALUES ('held-0')");
   Subprocess& c = StartConsumer();
   ProduceEvents(1, "blocked", 1, "held-");
   auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 1, Scaled(60s));
   ASSERT_EQ(dlt.size(), 1u) << c.Log();
   EXPECT_EQ(Effects(), 0);
   // The operator fixes the cause, then replays from the command line.
-  Exec(admin_.get(), "DELETE FROM " + schema_ + ".blocklist");
+  Sql("DELETE FROM " + schema_ + ".blocklist");
   const std::string ctl = std::string(OUTBOX_OUTBOXCTL_BIN) + " --bootstrap " + kafka_->bootstrap() +
                           " dlt replay --topic orders.dlt --key held-0";
   ASSERT_EQ(std::system((ctl + " --dry-run >/dev/null").c_str()), 0);
@@ -396,6 +439,11 @@ TEST_F(InboxE2ETest, ReplayFromTheDeadLetterTopicAppliesOnce) {
   EXPECT_EQ(counters["applied"], 1);
   EXPECT_EQ(counters["duplicates"], 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, InboxE2ETest, ::testing::Values(Db::kPostgres, Db::kMariaDb),
+                         [](const ::testing::TestParamInfo<Db>& i) {
+                           return i.param == Db::kPostgres ? "Postgres" : "MariaDb";
+                         });
 
 }  // namespace
 }  // namespace outbox::testing

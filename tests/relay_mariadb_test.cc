@@ -15,6 +15,7 @@
 #include <httplib.h>
 
 #include "kafka_helpers.h"
+#include "mariadb_test_util.h"
 #include "outbox/mariadb.h"
 #include "subprocess.h"
 #include "test_env.h"
@@ -36,7 +37,7 @@ class RelayMariaDbTest : public ::testing::Test {
     ASSERT_NE(admin_, nullptr);
     Query(admin_, "CREATE DATABASE " + db_);
     ASSERT_EQ(mysql_select_db(admin_, db_.c_str()), 0);
-    url_ = base_.substr(0, base_.rfind('/') + 1) + db_;
+    url_ = MariaDbUrlFor(base_, db_);
     Status st = MigrateMariaDb({url_});
     ASSERT_TRUE(st.ok()) << st.ToString();
     kafka_ = std::make_unique<MockKafka>(
@@ -51,35 +52,9 @@ class RelayMariaDbTest : public ::testing::Test {
     }
   }
 
-  MYSQL* Open(const std::string& db) {
-    // mysql://user@host:port/db, the testenv's form
-    std::string s = base_.substr(std::string("mysql://").size());
-    const std::string user = s.substr(0, s.find('@'));
-    s = s.substr(s.find('@') + 1);
-    const std::string host = s.substr(0, s.find(':'));
-    const unsigned port = static_cast<unsigned>(std::stoi(s.substr(s.find(':') + 1)));
-    MYSQL* c = mysql_init(nullptr);
-    if (!mysql_real_connect(c, host.c_str(), user.c_str(), nullptr,
-                            db.empty() ? nullptr : db.c_str(), port, nullptr, 0)) {
-      ADD_FAILURE() << mysql_error(c);
-      mysql_close(c);
-      return nullptr;
-    }
-    return c;
-  }
-  // The first column of the first row ("" if none).
-  static std::string Query(MYSQL* c, const std::string& sql) {
-    std::string out;
-    if (mysql_query(c, sql.c_str()) != 0) {
-      ADD_FAILURE() << sql << ": " << mysql_error(c);
-      return out;
-    }
-    if (MYSQL_RES* r = mysql_store_result(c)) {
-      if (MYSQL_ROW row = mysql_fetch_row(r); row && row[0]) out = row[0];
-      mysql_free_result(r);
-    }
-    return out;
-  }
+  MYSQL* Open(const std::string& db) { return OpenMariaDb(base_, db); }
+  static std::string Query(MYSQL* c, const std::string& sql) { return MyQuery(c, sql); }
+
   std::int64_t CountStatus(const std::string& status) {
     return std::stoll(Query(admin_, "SELECT count(*) FROM outbox WHERE status = '" + status + "'"));
   }
