@@ -11,12 +11,12 @@
 // failing run prints the seed to replay it with --seed.
 //
 //   chaos [--events 50000] [--seconds 90] [--seed N] [--source poll|cdc]
-//         [--store postgres|mariadb]
+//         [--store postgres|mariadb] [--inbox postgres|mariadb]
 // Needs OUTBOX_PG_URL, OUTBOX_PG_DATA, OUTBOX_PG_BIN (scripts/testenv's env);
-// --store mariadb puts the outbox on OUTBOX_MYSQL_URL's server, which is
-// restarted a third of the way in (scripts/testenv restart-mysql; needs
-// OUTBOX_MYSQL_DATA); the consumers' inbox stays on PostgreSQL, restarted
-// half-way.
+// --store mariadb puts the outbox, --inbox mariadb the consumers' inbox and
+// effects, on OUTBOX_MYSQL_URL's server (each in a database of its own), which
+// is then restarted a third of the way in (scripts/testenv restart-mysql; needs
+// OUTBOX_MYSQL_DATA); PostgreSQL is restarted half-way.
 #include <libpq-fe.h>
 #include <mysql.h>
 #include <signal.h>
@@ -53,6 +53,7 @@ struct Args {
   std::uint64_t seed = 0;
   bool cdc = false;  // --source cdc: the relays stream (one reads the slot, two stand by)
   bool mariadb = false;  // --store mariadb: the outbox on MariaDB
+  bool inbox_mariadb = false;  // --inbox mariadb: the consumers' inbox and effects on MariaDB
 };
 
 std::string Env(const char* n) {
@@ -165,9 +166,11 @@ int main(int argc, char** argv) {
       a.cdc = std::string(argv[i + 1]) == "cdc";
     else if (k == "--store" && (std::string(argv[i + 1]) == "postgres" || std::string(argv[i + 1]) == "mariadb"))
       a.mariadb = std::string(argv[i + 1]) == "mariadb";
+    else if (k == "--inbox" && (std::string(argv[i + 1]) == "postgres" || std::string(argv[i + 1]) == "mariadb"))
+      a.inbox_mariadb = std::string(argv[i + 1]) == "mariadb";
     else {
       std::fprintf(stderr, "usage: chaos [--events N] [--seconds S | --minutes M] [--seed N] "
-                           "[--source poll|cdc] [--store postgres|mariadb]\n");
+                           "[--source poll|cdc] [--store postgres|mariadb] [--inbox postgres|mariadb]\n");
       return 2;
     }
   }
@@ -177,13 +180,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mysql_base = Env("OUTBOX_MYSQL_URL"), mysql_data = Env("OUTBOX_MYSQL_DATA");
-  if (a.mariadb && (a.cdc || mysql_base.empty() || mysql_data.empty())) {
-    std::fprintf(stderr, "chaos: --store mariadb needs OUTBOX_MYSQL_URL, OUTBOX_MYSQL_DATA and --source poll\n");
+  if ((a.mariadb || a.inbox_mariadb) && (mysql_base.empty() || mysql_data.empty())) {
+    std::fprintf(stderr, "chaos: --store/--inbox mariadb need OUTBOX_MYSQL_URL and OUTBOX_MYSQL_DATA\n");
     return 2;
   }
-  std::printf("chaos: seed %llu, %ld events, %ld s, source %s, store %s\n",
+  if (a.mariadb && a.cdc) {
+    std::fprintf(stderr, "chaos: --store mariadb needs --source poll\n");
+    return 2;
+  }
+  std::printf("chaos: seed %llu, %ld events, %ld s, source %s, store %s, inbox %s\n",
               static_cast<unsigned long long>(a.seed), a.events, a.seconds, a.cdc ? "cdc" : "poll",
-              a.mariadb ? "mariadb" : "postgres");
+              a.mariadb ? "mariadb" : "postgres", a.inbox_mariadb ? "mariadb" : "postgres");
   std::fflush(stdout);
   std::mt19937_64 rng(a.seed);
   const std::string tag = std::to_string(a.seed % 1000000);
@@ -226,10 +233,28 @@ int main(int argc, char** argv) {
   // Queries on the outbox table, wherever it is.
   const std::string outbox_table = a.mariadb ? "outbox" : schema + ".outbox";
   auto oq = [&](const std::string& sql) { return a.mariadb ? mdb->Q(sql) : db.Q(sql); };
-  db.Q("CREATE SCHEMA " + cschema);
-  db.Q("CREATE TABLE " + cschema + ".effects (k text, payload text, applied_at timestamptz DEFAULT clock_timestamp(), id bigserial)");
-  db.Q("CREATE TABLE " + cschema + ".attempts (k text PRIMARY KEY, n int)");
-  db.Q("CREATE TABLE " + cschema + ".blocklist (k text PRIMARY KEY)");
+  // --inbox mariadb: the consumers' inbox and effects in a database of their own.
+  const std::string idb_name = "chaosc_" + tag;
+  const std::string iurl = mysql_base.substr(0, mysql_base.rfind('/') + 1) + idb_name;
+  std::unique_ptr<MyDb> idb;
+  if (a.inbox_mariadb) {
+    MyDb admin(mysql_base, "");
+    admin.Q("DROP DATABASE IF EXISTS " + idb_name);
+    admin.Q("CREATE DATABASE " + idb_name);
+    idb = std::make_unique<MyDb>(mysql_base, idb_name);
+    idb->Q("CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(255), payload LONGTEXT, "
+           "applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))");
+    idb->Q("CREATE TABLE attempts (k VARCHAR(255) PRIMARY KEY, n INT)");
+    idb->Q("CREATE TABLE blocklist (k VARCHAR(255) PRIMARY KEY)");
+  } else {
+    db.Q("CREATE SCHEMA " + cschema);
+    db.Q("CREATE TABLE " + cschema + ".effects (k text, payload text, applied_at timestamptz DEFAULT clock_timestamp(), id bigserial)");
+    db.Q("CREATE TABLE " + cschema + ".attempts (k text PRIMARY KEY, n int)");
+    db.Q("CREATE TABLE " + cschema + ".blocklist (k text PRIMARY KEY)");
+  }
+  // Queries on the effects table, wherever it is.
+  const std::string effects_table = a.inbox_mariadb ? "effects" : cschema + ".effects";
+  auto eq = [&](const std::string& sql) { return a.inbox_mariadb ? idb->Q(sql) : db.Q(sql); };
 
   const char* topic = "outbox.event.order";
   // 64 partitions: the mock keeps only ~5 MiB per partition (docs/testing.md).
@@ -254,7 +279,7 @@ int main(int argc, char** argv) {
     return v;
   };
   auto consumer_argv = [&] {
-    return std::vector<std::string>{OUTBOX_INBOX_CONSUMER_BIN, "--db", url, "--bootstrap",
+    return std::vector<std::string>{OUTBOX_INBOX_CONSUMER_BIN, "--db", a.inbox_mariadb ? iurl : url, "--bootstrap",
                                     kafka.bootstrap(), "--schema", cschema, "--topic", topic,
                                     "--group", "chaos-" + tag};
   };
@@ -332,7 +357,7 @@ int main(int argc, char** argv) {
 
   // Chaos.
   int relay_kills = 0, consumer_kills = 0, broker_outages = 0, pg_restarts = 0, mysql_restarts = 0;
-  bool mysql_restarted = !a.mariadb;
+  bool mysql_restarted = !a.mariadb && !a.inbox_mariadb;
   const auto t0 = std::chrono::steady_clock::now();
   const auto end = t0 + std::chrono::seconds(a.seconds);
   bool pg_restarted = false;
@@ -381,7 +406,7 @@ int main(int argc, char** argv) {
   long effects = 0;
   while (std::chrono::steady_clock::now() < drain_deadline) {
     long unsent = std::atol(oq("SELECT count(*) FROM " + outbox_table + " WHERE status IN ('PENDING','PROCESSING')").c_str());
-    effects = std::atol(db.Q("SELECT count(DISTINCT payload) FROM " + cschema + ".effects").c_str());
+    effects = std::atol(eq("SELECT count(DISTINCT payload) FROM " + effects_table).c_str());
     if (unsent == 0 && effects >= total) break;
     std::this_thread::sleep_for(500ms);
   }
@@ -412,14 +437,16 @@ int main(int argc, char** argv) {
   const long sent = std::atol(oq("SELECT count(*) FROM " + outbox_table + " WHERE status = 'SENT'").c_str());
   const long processing = std::atol(oq("SELECT count(*) FROM " + outbox_table + " WHERE status = 'PROCESSING'").c_str());
   const long failed = std::atol(oq("SELECT count(*) FROM " + outbox_table + " WHERE status = 'FAILED'").c_str());
-  effects = std::atol(db.Q("SELECT count(DISTINCT payload) FROM " + cschema + ".effects").c_str());
-  const long effect_rows = std::atol(db.Q("SELECT count(*) FROM " + cschema + ".effects").c_str());
-  const long doubles = std::atol(db.Q("SELECT count(*) FROM (SELECT payload FROM " + cschema +
-                                      ".effects GROUP BY payload HAVING count(*) > 1) d").c_str());
+  effects = std::atol(eq("SELECT count(DISTINCT payload) FROM " + effects_table).c_str());
+  const long effect_rows = std::atol(eq("SELECT count(*) FROM " + effects_table).c_str());
+  const long doubles = std::atol(eq("SELECT count(*) FROM (SELECT payload FROM " + effects_table +
+                                    " GROUP BY payload HAVING count(*) > 1) d").c_str());
   // Order: within each aggregate, effect n must follow effect n-1 (by insertion id).
-  const long out_of_order = std::atol(db.Q(
-      "SELECT count(*) FROM (SELECT split_part(payload, '#', 2)::int AS n, lag(split_part(payload, '#', 2)::int) "
-      "OVER (PARTITION BY k ORDER BY id) AS prev FROM " + cschema + ".effects) s WHERE prev IS NOT NULL AND n <> prev + 1").c_str());
+  const std::string n_of = a.inbox_mariadb ? "CAST(SUBSTRING_INDEX(payload, '#', -1) AS SIGNED)"
+                                           : "split_part(payload, '#', 2)::int";
+  const long out_of_order = std::atol(eq(
+      "SELECT count(*) FROM (SELECT " + n_of + " AS n, lag(" + n_of + ") OVER (PARTITION BY k ORDER BY id) "
+      "AS prev FROM " + effects_table + ") s WHERE prev IS NOT NULL AND n <> prev + 1").c_str());
   const long lost = total - effects;
   auto msgs = ReadTopic(kafka.bootstrap(), topic, 64, static_cast<std::size_t>(total), 60s, 1s);
   const auto on_broker = static_cast<std::int64_t>(msgs.size());
@@ -440,14 +467,14 @@ int main(int argc, char** argv) {
   }
   std::printf("\n== chaos report (seed %llu)\n", static_cast<unsigned long long>(a.seed));
   std::printf("outbox store                     %s\n", a.mariadb ? "MariaDB" : "PostgreSQL");
+  std::printf("inbox store                      %s\n", a.inbox_mariadb ? "MariaDB" : "PostgreSQL");
   std::printf("events enqueued (committed)      %ld\n", total);
   std::printf("run time                         %ld s\n", a.seconds);
   std::printf("relay kills (SIGKILL)            %d\n", relay_kills);
   std::printf("consumer kills (SIGKILL)         %d\n", consumer_kills);
   std::printf("broker outages                   %d\n", broker_outages);
-  std::printf("PostgreSQL restarts              %d%s\n", pg_restarts,
-              a.mariadb ? " (the consumers' inbox database)" : "");
-  if (a.mariadb) std::printf("MariaDB restarts (the outbox)    %d\n", mysql_restarts);
+  std::printf("PostgreSQL restarts              %d\n", pg_restarts);
+  if (a.mariadb || a.inbox_mariadb) std::printf("MariaDB restarts                 %d\n", mysql_restarts);
   std::printf("messages on the broker           %lld (%lld re-published copies)\n",
               static_cast<long long>(on_broker), static_cast<long long>(on_broker - total));
   std::printf("duplicates delivered and absorbed %ld (by the inbox, all consumer processes)\n", dup_absorbed);
@@ -475,6 +502,10 @@ int main(int argc, char** argv) {
   if (a.mariadb) {
     mdb.reset();
     MyDb(mysql_base, "").Q("DROP DATABASE IF EXISTS " + mdb_name);
+  }
+  if (a.inbox_mariadb) {
+    idb.reset();
+    MyDb(mysql_base, "").Q("DROP DATABASE IF EXISTS " + idb_name);
   }
   if (ok) fs::remove_all(dir);
   return ok ? 0 : 1;
