@@ -219,14 +219,19 @@ int main(int argc, char** argv) {
     auto s = OpenPostgresStore(o);
     if (!s.ok() || !(*s)->Migrate().ok()) return 3;
   }
+  // A new, empty database on the MariaDB server; its URL.
+  auto fresh_mariadb = [&](const std::string& name) {
+    MyDb admin(mysql_base, "");
+    admin.Q("DROP DATABASE IF EXISTS " + name);
+    admin.Q("CREATE DATABASE " + name);
+    return mysql_base.substr(0, mysql_base.rfind('/') + 1) + name;
+  };
   // --store mariadb: the outbox in its own database on the MariaDB server.
   const std::string mdb_name = "chaos_" + tag;
-  const std::string murl = mysql_base.substr(0, mysql_base.rfind('/') + 1) + mdb_name;
+  std::string murl;
   std::unique_ptr<MyDb> mdb;
   if (a.mariadb) {
-    MyDb admin(mysql_base, "");
-    admin.Q("DROP DATABASE IF EXISTS " + mdb_name);
-    admin.Q("CREATE DATABASE " + mdb_name);
+    murl = fresh_mariadb(mdb_name);
     if (!MigrateMariaDb({murl}).ok()) return 3;
     mdb = std::make_unique<MyDb>(mysql_base, mdb_name);
   }
@@ -235,12 +240,10 @@ int main(int argc, char** argv) {
   auto oq = [&](const std::string& sql) { return a.mariadb ? mdb->Q(sql) : db.Q(sql); };
   // --inbox mariadb: the consumers' inbox and effects in a database of their own.
   const std::string idb_name = "chaosc_" + tag;
-  const std::string iurl = mysql_base.substr(0, mysql_base.rfind('/') + 1) + idb_name;
+  std::string iurl;
   std::unique_ptr<MyDb> idb;
   if (a.inbox_mariadb) {
-    MyDb admin(mysql_base, "");
-    admin.Q("DROP DATABASE IF EXISTS " + idb_name);
-    admin.Q("CREATE DATABASE " + idb_name);
+    iurl = fresh_mariadb(idb_name);
     idb = std::make_unique<MyDb>(mysql_base, idb_name);
     idb->Q("CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(255), payload LONGTEXT, "
            "applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))");
