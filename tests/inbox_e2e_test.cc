@@ -21,6 +21,7 @@ using namespace std::chrono_literals;
 // its own) and MariaDB (tables in a database of its own; `schema_` names it,
 // so "<schema_>.effects" reads the same in both).
 enum class Db { kPostgres, kMariaDb };
+void PrintTo(Db d, std::ostream* os) { *os << (d == Db::kPostgres ? "Postgres" : "MariaDb"); }
 
 class InboxE2ETest : public ::testing::TestWithParam<Db> {
  protected:
