@@ -1,6 +1,7 @@
 // outbox-relay as a real process against the real PostgreSQL and a private
 // outbox-mock-kafka: end to end, broker outage, fatal errors, several relays,
 // graceful stop.
+#include "outbox/version.h"
 #include "relay_fixture.h"
 
 namespace outbox::testing {
@@ -22,6 +23,8 @@ TEST_F(RelayE2ETest, DeliversEverythingInOrderWithKeysAndHeaders) {
   EXPECT_EQ(Metric(metrics, "outbox_relay_events_published_total"), kProducers * kAggs * kPer);
   EXPECT_GT(Metric(metrics, "outbox_relay_commit_to_ack_seconds_count"), 0);
   EXPECT_GE(Metric(metrics, "outbox_relay_claim_batch_size_count"), 1);
+  EXPECT_NE(metrics.find("outbox_build_info{version=\"" OUTBOX_VERSION_STRING "\"} 1"), std::string::npos)
+      << metrics;
   EXPECT_TRUE(WaitFor([&] { return Metric(Get(port, "/metrics"), "outbox_pending_rows") == 0; }, 5s));
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();

@@ -164,6 +164,7 @@ struct RelayMetrics {
   Gauge& cdc_retained_wal;
   Gauge& cdc_lag;
   Gauge& cdc_confirmed_lsn;
+  Gauge& build_info;  // outbox_build_info{version="..."} 1
 };
 
 class Relay {

@@ -1,4 +1,5 @@
 #include "outbox/relay.h"
+#include "outbox/version.h"
 
 #include <algorithm>
 #include <random>
@@ -102,7 +103,11 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r)
                          "Database time since the point up to which the stream has settled "
                          "every commit.")),
       cdc_confirmed_lsn(r.AddGauge("outbox_cdc_confirmed_lsn",
-                                   "The slot position this relay last confirmed (as a number).")) {}
+                                   "The slot position this relay last confirmed (as a number).")),
+      build_info(r.AddGauge("outbox_build_info", "Always 1; the version of outbox this relay runs.",
+                            "version=\"" OUTBOX_VERSION_STRING "\"")) {
+  build_info.Set(1);
+}
 
 namespace relay_internal {
 

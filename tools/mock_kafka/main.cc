@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "outbox/version.h"
+
 namespace {
 
 volatile sig_atomic_t g_stop = 0;
@@ -36,7 +38,7 @@ void OnSignal(int) { g_stop = 1; }
 [[noreturn]] void Usage(const std::string& error) {
   std::cerr << "outbox-mock-kafka: " << error << "\n"
             << "usage: outbox-mock-kafka [--brokers N] [--topic NAME:PARTITIONS]...\n"
-            << "                         [--bootstrap-file PATH] [--control-file PATH]\n"
+            << "                         [--bootstrap-file PATH] [--control-file PATH] [--version]\n"
             << "       outbox-mock-kafka ctl HOST:PORT COMMAND [ARGS...]\n";
   std::exit(2);
 }
@@ -269,6 +271,9 @@ int main(int argc, char** argv) {
       control_file = value();
     } else if (arg == "-h" || arg == "--help") {
       Usage("help");
+    } else if (arg == "--version") {
+      std::printf("outbox-mock-kafka %s\n", OUTBOX_VERSION_STRING);
+      return 0;
     } else {
       Usage("unknown argument " + arg);
     }

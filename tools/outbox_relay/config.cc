@@ -389,6 +389,8 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
       cl.migrate = true;
     } else if (a == "-h" || a == "--help") {
       cl.help = true;
+    } else if (a == "--version") {
+      cl.version = true;
     } else {
       return Status::InvalidArgument("unknown argument " + a);
     }

@@ -44,6 +44,7 @@ struct CommandLine {
   bool print_config = false;
   bool migrate = false;
   bool help = false;
+  bool version = false;  // --version: print "outbox-relay X.Y.Z" and exit 0
 };
 Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args);
 

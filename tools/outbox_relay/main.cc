@@ -1,7 +1,7 @@
 // outbox-relay: moves committed outbox rows from PostgreSQL to Kafka.
 //
 //   outbox-relay [--config FILE] [--set KEY=VALUE]... [--db URL] [--bootstrap SERVERS]
-//                [--log-json] [--print-config] [--migrate]
+//                [--log-json] [--print-config] [--migrate] [--version]
 //
 // Exit codes (docs/relay.md): 0 stopped cleanly after SIGTERM/SIGINT;
 // 1 runtime failure (HTTP port unavailable, shutdown deadline passed with
@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "config.h"
+#include "outbox/version.h"
 #include "outbox/http.h"
 #include "outbox/kafka.h"
 #include "outbox/mariadb.h"
@@ -33,7 +34,7 @@ constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitForced = 130;
 int Usage(const std::string& msg) {
   std::cerr << "outbox-relay: " << msg << "\n"
             << "usage: outbox-relay [--config FILE] [--set KEY=VALUE]... [--db URL]\n"
-            << "                    [--bootstrap SERVERS] [--log-json] [--print-config] [--migrate]\n"
+            << "                    [--bootstrap SERVERS] [--log-json] [--print-config] [--migrate] [--version]\n"
             << "Keys, environment variables and defaults: docs/relay.md\n";
   return kExitConfig;
 }
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
   if (!cl.ok()) return Usage(cl.status().message());
   if (cl->help) {
     Usage("help");
+    return kExitOk;
+  }
+  if (cl->version) {
+    std::cout << "outbox-relay " << OUTBOX_VERSION_STRING << "\n";
     return kExitOk;
   }
   const std::string& config_path = cl->config_path;

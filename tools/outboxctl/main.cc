@@ -37,6 +37,7 @@
 
 #include <unistd.h>
 
+#include "outbox/version.h"
 #include "outbox/kafka.h"
 #include "outbox/mariadb.h"
 #include "outbox/mariadb_inbox.h"
@@ -50,7 +51,7 @@ constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNotFound = 3;
 
 int Usage(const std::string& error) {
   std::cerr << "outboxctl: " << error << "\n"
-            << "usage: outboxctl [--db URL] [--schema S] [--json] COMMAND ...\n"
+            << "usage: outboxctl [--db URL] [--schema S] [--json] COMMAND ...   (or --version)\n"
             << "  migrate                       create/upgrade the outbox schema\n"
             << "  status                        rows per state, oldest unsent age\n"
             << "  list [--state ST] [--aggregate ID] [--type T] [--older-than SECONDS] [--limit N]\n"
@@ -351,6 +352,10 @@ int main(int argc, char** argv) {
     std::string s = argv[i];
     if (s == "-h" || s == "--help") {
       Usage("help");
+      return kExitOk;
+    }
+    if (s == "--version") {
+      std::cout << "outboxctl " << OUTBOX_VERSION_STRING << "\n";
       return kExitOk;
     }
     if (s.rfind("--", 0) == 0) {
