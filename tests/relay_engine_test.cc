@@ -152,6 +152,41 @@ TEST(RelayEngine, ShutdownDeadlineWithABatchInFlightIsSafeAndTheDestructorJoins)
   EXPECT_TRUE(table.attempts.empty());
 }
 
+// Alive() (the systemd watchdog's check): true while every thread goes round
+// its loop, also while the broker is down; false while a worker hangs in a
+// publish longer than the allowed silence; true again after it returns.
+TEST(RelayEngine, AliveIsFalseOnlyWhileAThreadHangs) {
+  FakeTable table;
+  for (int i = 1; i <= 3; ++i) table.attempts[i] = 0;
+  FakeTransport transport;
+  transport.down = true;
+  MetricsRegistry registry;
+  RelayMetrics metrics(registry);
+  NullLogger logger;
+  RelayOptions o = Options();
+  o.workers = 2;
+  o.stats_interval = 100ms;  // housekeeping's round (its legitimate silence)
+  auto relay = Relay::Create(o, [&]() -> Result<std::unique_ptr<Store>> {
+    return std::unique_ptr<Store>(new FakeStore(table));
+  }, transport, metrics, logger);
+  ASSERT_TRUE(relay.ok()) << relay.status().ToString();
+  EXPECT_TRUE((*relay)->Alive(1ms)) << "not running yet";
+  std::thread runner([&] { (void)(*relay)->Run(); });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE((*relay)->Alive(1000ms)) << "an outage is not a hang";
+  transport.delay = 3000ms;  // the next publish hangs for 3 s
+  transport.down = false;
+  const int before = transport.publishes.load();
+  for (int i = 0; i < 1000 && transport.publishes.load() == before; ++i) std::this_thread::sleep_for(2ms);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE((*relay)->Alive(1000ms)) << "a worker has been in one publish for 1.5 s";
+  transport.delay = 0ms;
+  std::this_thread::sleep_for(3000ms);  // that publish returned 1.5 s ago
+  EXPECT_TRUE((*relay)->Alive(1000ms));
+  (*relay)->RequestStop();
+  runner.join();
+}
+
 // While the broker is down, attempts are given back and nothing ends FAILED
 // (max_attempts 2); the workers back off together instead of spinning: far
 // fewer publishes than a worker per poll_min would make.

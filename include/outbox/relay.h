@@ -26,6 +26,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -188,6 +190,14 @@ class Relay {
 
   void RequestStop();
   bool Ready() const;
+  // For a watchdog: true when every thread Run() started (workers, housekeeping,
+  // listener, stream) has gone round its loop within `max_silence` — a hung
+  // thread makes it false; a database or broker outage does not (the loops
+  // keep going round while they back off). `max_silence` must exceed the
+  // longest a loop legitimately waits: stats_interval, db_retry_max, a
+  // statement (the store's statement timeout), a publish (MaxPublishTime).
+  // True before Run() and after a thread has finished. Safe from any thread.
+  bool Alive(milliseconds max_silence) const;
 
  private:
   Relay(RelayOptions o, StoreFactory f, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
@@ -203,6 +213,13 @@ class Relay {
                        std::string_view fault_point, std::chrono::steady_clock::time_point deadline);
   void HousekeepingLoop();
   void ListenLoop();
+  // The threads' heartbeats for Alive(): one slot per thread (workers first,
+  // then housekeeping, listener, stream), steady-clock nanoseconds of the last
+  // loop round, kIdleBeat when not running.
+  void Beat(int slot);
+  int HousekeepingSlot() const { return options_.workers; }
+  int ListenSlot() const { return options_.workers + 1; }
+  int StreamSlot() const { return options_.workers + 2; }
   // Sleeps up to `d` or until stop is requested; returns false if stopping.
   bool SleepFor(milliseconds d);
   // Broker outage backoff, shared by all workers. BrokerTurn: true if this
@@ -228,6 +245,9 @@ class Relay {
   RelayMetrics& metrics_;
   Logger& logger_;
   std::atomic<bool> stopping_{false};
+  static constexpr std::int64_t kIdleBeat = INT64_MAX;
+  std::unique_ptr<std::atomic<std::int64_t>[]> beats_;  // set before the threads start
+  int beat_slots_ = 0;
   std::vector<std::thread> threads_;  // started and joined by Run(); ~Relay joins leftovers
   int running_ = 0;                   // GUARDED_BY(mu_): threads not yet finished
   std::atomic<int> db_ok_workers_{0};

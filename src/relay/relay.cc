@@ -248,6 +248,22 @@ void Relay::RequestStop() {
 
 bool Relay::Ready() const { return db_ok_housekeeping_ && db_ok_workers_ > 0 && transport_.Healthy(); }
 
+void Relay::Beat(int slot) {
+  beats_[static_cast<std::size_t>(slot)].store(Clock::now().time_since_epoch().count(),
+                                               std::memory_order_relaxed);
+}
+
+bool Relay::Alive(milliseconds max_silence) const {
+  if (!beats_) return true;
+  const auto now = Clock::now().time_since_epoch().count();
+  const auto limit = std::chrono::duration_cast<Clock::duration>(max_silence).count();
+  for (int i = 0; i < beat_slots_; ++i) {
+    const std::int64_t b = beats_[static_cast<std::size_t>(i)].load(std::memory_order_relaxed);
+    if (b != kIdleBeat && now - b > limit) return false;
+  }
+  return true;
+}
+
 bool Relay::SleepFor(milliseconds d) {
   std::unique_lock<std::mutex> lock(mu_);
   const std::uint64_t seen = wake_seq_;
@@ -328,6 +344,7 @@ void Relay::ListenLoop() {
   std::unique_ptr<Store> store;
   milliseconds backoff{200};
   while (!stopping_) {
+    Beat(ListenSlot());
     if (!store) {
       auto s = store_factory_();
       if (!s.ok()) {
@@ -360,24 +377,29 @@ Status Relay::Run() {
                                   {"workers", std::to_string(options_.workers)},
                                   {"batch_size", std::to_string(options_.batch_size)},
                                   {"ordered", options_.ordered ? "true" : "false"}});
-  auto spawn = [&](auto fn) {
+  beat_slots_ = options_.workers + 3;
+  beats_ = std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(beat_slots_));
+  for (int i = 0; i < beat_slots_; ++i) beats_[static_cast<std::size_t>(i)] = kIdleBeat;
+  auto spawn = [&](int slot, auto fn) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++running_;
     }
-    threads_.emplace_back([this, fn] {
+    Beat(slot);
+    threads_.emplace_back([this, slot, fn] {
       fn();
+      beats_[static_cast<std::size_t>(slot)] = kIdleBeat;
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
       cv_.notify_all();
     });
   };
-  for (int i = 0; i < options_.workers; ++i) spawn([this, i] { WorkerLoop(i); });
-  spawn([this] { HousekeepingLoop(); });
+  for (int i = 0; i < options_.workers; ++i) spawn(i, [this, i] { WorkerLoop(i); });
+  spawn(HousekeepingSlot(), [this] { HousekeepingLoop(); });
   // In cdc mode new rows come from the stream; notifications would only wake
   // the sweepers for rows they must leave to it.
-  if (options_.listen && !cdc) spawn([this] { ListenLoop(); });
-  if (cdc) spawn([this] { StreamLoop(); });
+  if (options_.listen && !cdc) spawn(ListenSlot(), [this] { ListenLoop(); });
+  if (cdc) spawn(StreamSlot(), [this] { StreamLoop(); });
 
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -449,6 +471,7 @@ void Relay::WorkerLoop(int index) {
   };
 
   while (!stopping_) {
+    Beat(index);
     if (!store) {
       auto s = store_factory_();
       if (!s.ok()) {
@@ -599,6 +622,7 @@ void Relay::HousekeepingLoop() {
   std::unique_ptr<Store> store;
   auto next_purge = Clock::now() + std::chrono::seconds(5);
   while (!stopping_) {
+    Beat(HousekeepingSlot());
     if (!store) {
       auto s = store_factory_();
       if (!s.ok()) {

@@ -135,6 +135,7 @@ void Relay::StreamLoop() {
   };
 
   while (!stopping_) {
+    Beat(StreamSlot());
     if (!store) {
       auto s = store_factory_();
       if (!s.ok()) {

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "config.h"
+#include "systemd_notify.h"
 #include "outbox/version.h"
 #include "outbox/http.h"
 #include "outbox/kafka.h"
@@ -149,6 +150,9 @@ int main(int argc, char** argv) {
   const int port = (*http)->port();
   logger.Info("http listening", {{"address", host + ":" + std::to_string(port)}});
 
+  // Under systemd (Type=notify): readiness, status and the watchdog.
+  outbox::daemon::SystemdNotifier systemd(**relay, logger);
+
   // From here on the first signal stops whatever runs (the migration wait or
   // the relay), the second exits at once.
   std::atomic<bool> stop_requested{false};
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
     sigwait(&sigs, &sig);
     logger.Info("signal received; stopping gracefully (send again to exit at once)",
                 {{"signal", std::to_string(sig)}});
+    systemd.Stopping();
     stop_requested = true;
     (*relay)->RequestStop();
     sigwait(&sigs, &sig);
@@ -194,6 +199,7 @@ int main(int argc, char** argv) {
     logger.Info("schema up to date", {{"schema", cfg->database.schema}});
   }
 
+  systemd.Ready();
   outbox::Status st = (*relay)->Run();
   http->reset();
   if (!st.ok()) {
