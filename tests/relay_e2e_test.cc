@@ -70,6 +70,24 @@ TEST_F(RelayE2ETest, UnderSystemdItNotifiesReadyPingsTheWatchdogAndSaysStopping)
   unlink(path.c_str());
 }
 
+// librdkafka's errors reach the relay's log with their reason text, in the
+// configured format (JSON here): the first thing an operator needs when TLS,
+// SASL or the address is wrong.
+TEST_F(RelayE2ETest, KafkaClientErrorsAreLoggedWithTheirReasonInJson) {
+  Subprocess& relay = StartRelay({"kafka.properties.bootstrap.servers=127.0.0.1:1", "log.format=json"});
+  ASSERT_TRUE(WaitFor([&] { return relay.Log().find("kafka client error") != std::string::npos; }, 20s))
+      << relay.Log();
+  const std::string log = relay.Log();
+  const auto at = log.rfind('\n', log.find("kafka client error"));
+  const std::string line = log.substr(at == std::string::npos ? 0 : at + 1,
+                                      log.find('\n', log.find("kafka client error")) - (at + 1));
+  EXPECT_EQ(line.front(), '{') << line;
+  EXPECT_NE(line.find("\"code\":\"_"), std::string::npos) << line;
+  EXPECT_NE(line.find("127.0.0.1:1"), std::string::npos) << "the reason names the broker: " << line;
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
 TEST_F(RelayE2ETest, BrokerDownThenUpLosesNothingAndRetriesShowInMetrics) {
   constexpr int kProducers = 2, kAggs = 10, kPer = 10;  // 200 events
   ASSERT_EQ(kafka_->Control("broker-down -1"), "ok");

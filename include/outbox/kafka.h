@@ -55,6 +55,11 @@ struct KafkaTransportOptions {
   std::map<std::string, std::string> properties;
   // Placeholders: {aggregate_type}, {event_type}. Default like Debezium's router.
   std::string topic_template = "outbox.event.{aggregate_type}";
+  // Where librdkafka's own log lines and error callbacks go (with their reason
+  // text; SSL and SASL failures show up there first). Borrowed: must outlive
+  // the transport. Null: librdkafka logs to stderr itself and errors are only
+  // reflected in publish results.
+  Logger* logger = nullptr;
 };
 
 // Validates a topic template: known placeholders only, and the literal parts in

@@ -97,7 +97,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto transport = outbox::OpenKafkaTransport(cfg->kafka);
+  outbox::KafkaTransportOptions kafka_options = cfg->kafka;
+  kafka_options.logger = &logger;  // librdkafka's lines and errors, in our format
+  auto transport = outbox::OpenKafkaTransport(kafka_options);
   if (!transport.ok()) {
     std::cerr << "outbox-relay: configuration error: " << transport.status().message() << "\n";
     return kExitConfig;

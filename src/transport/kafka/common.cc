@@ -48,4 +48,33 @@ Props ConnectionProperties(const Props& props) {
   return out;
 }
 
+void LogFromKafka(Logger& logger, const rd_kafka_t* rk, int level, const char* facility,
+                  const char* text) {
+  const LogLevel l = level <= 3 ? LogLevel::kError
+                     : level == 4 ? LogLevel::kWarn
+                     : level <= 6 ? LogLevel::kInfo
+                                  : LogLevel::kDebug;
+  logger.Log(l, "librdkafka", {{"client", rk ? rd_kafka_name(rk) : ""},
+                                {"facility", facility ? facility : ""},
+                                {"text", text ? text : ""}});
+}
+
+void LogKafkaError(Logger& logger, rd_kafka_t* rk, int err, const char* reason) {
+  const auto code = static_cast<rd_kafka_resp_err_t>(err);
+  std::string text = reason ? reason : "";
+  LogLevel level = LogLevel::kWarn;  // most are transient: the client retries
+  if (code == RD_KAFKA_RESP_ERR__FATAL) {
+    char buf[512] = {0};
+    const auto fatal = rd_kafka_fatal_error(rk, buf, sizeof buf);
+    text += std::string("; fatal: ") + rd_kafka_err2name(fatal) + ": " + buf;
+    level = LogLevel::kError;
+  }
+  if (code == RD_KAFKA_RESP_ERR__AUTHENTICATION || code == RD_KAFKA_RESP_ERR__SSL) {
+    level = LogLevel::kError;  // a credentials or certificate problem does not fix itself
+  }
+  logger.Log(level, "kafka client error", {{"client", rk ? rd_kafka_name(rk) : ""},
+                                           {"code", rd_kafka_err2name(code)},
+                                           {"reason", text}});
+}
+
 }  // namespace outbox::kafka_internal

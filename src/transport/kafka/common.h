@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "outbox/log.h"
 #include "outbox/status.h"
 
 namespace outbox::kafka_internal {
@@ -27,6 +28,13 @@ Status SetProperties(rd_kafka_conf_t* conf, std::initializer_list<const Props*> 
 // The connection and security properties of a consumer configuration, which a
 // producer talking to the same cluster needs as well.
 Props ConnectionProperties(const Props& props);
+
+// librdkafka's own log lines (syslog levels 0-3 error, 4 warning, 5-6 info,
+// 7 debug) and its error callbacks, written to `logger` with the client's name,
+// the facility and the reason text (SSL and SASL failures show up here first).
+void LogFromKafka(Logger& logger, const rd_kafka_t* rk, int level, const char* facility,
+                  const char* text);
+void LogKafkaError(Logger& logger, rd_kafka_t* rk, int err, const char* reason);
 
 }  // namespace outbox::kafka_internal
 

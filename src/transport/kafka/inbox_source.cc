@@ -53,7 +53,9 @@ class Forwarder {
     }
   }
 
-  Status Init(const Props& consumer_props) {
+  // `logger` (borrowed; null: librdkafka's own stderr logging) gets the
+  // producer's log lines and errors.
+  Status Init(const Props& consumer_props, Logger* logger) {
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     const Props connection = kafka_internal::ConnectionProperties(consumer_props);
     // Room for the failure headers on top of the largest event.
@@ -68,6 +70,15 @@ class Forwarder {
       auto* slot = static_cast<rd_kafka_resp_err_t*>(m->_private);
       if (slot) *slot = m->err;
     });
+    if (logger) {
+      rd_kafka_conf_set_opaque(conf, logger);
+      rd_kafka_conf_set_log_cb(conf, [](const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
+        kafka_internal::LogFromKafka(*static_cast<Logger*>(rd_kafka_opaque(rk)), rk, level, fac, buf);
+      });
+      rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+        kafka_internal::LogKafkaError(*static_cast<Logger*>(opaque), rk, err, reason);
+      });
+    }
     char err[512];
     rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
     if (!rk_) return Status::InvalidArgument(std::string("forwarding producer: ") + err);
@@ -154,11 +165,18 @@ class KafkaInboxSource final : public InboxSource {
     }
     rd_kafka_conf_set_opaque(conf, this);
     rd_kafka_conf_set_rebalance_cb(conf, &KafkaInboxSource::OnRebalance);
+    rd_kafka_conf_set_log_cb(conf, [](const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
+      auto* self = static_cast<KafkaInboxSource*>(rd_kafka_opaque(rk));
+      kafka_internal::LogFromKafka(self->log_, rk, level, fac, buf);
+    });
+    rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+      kafka_internal::LogKafkaError(static_cast<KafkaInboxSource*>(opaque)->log_, rk, err, reason);
+    });
     char err[512];
     rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
     if (!rk_) return Status::InvalidArgument(std::string("inbox source: ") + err);
     rd_kafka_poll_set_consumer(rk_);
-    return forwarder_.Init(props_);
+    return forwarder_.Init(props_, &log_);
   }
 
   Status Subscribe(const std::vector<std::string>& topics) override {
@@ -356,7 +374,7 @@ Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>&
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
   if (!rk) return Status::InvalidArgument(std::string("replay: ") + err);
   Forwarder fwd;
-  if (Status fs = fwd.Init(properties); !fs.ok()) {
+  if (Status fs = fwd.Init(properties, nullptr); !fs.ok()) {
     rd_kafka_destroy(rk);
     return fs;
   }

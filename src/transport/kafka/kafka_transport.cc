@@ -236,6 +236,7 @@ class KafkaTransport final : public Transport {
     rd_kafka_conf_set_opaque(conf, this);
     rd_kafka_conf_set_dr_msg_cb(conf, &KafkaTransport::OnDelivery);
     rd_kafka_conf_set_error_cb(conf, &KafkaTransport::OnError);
+    if (options_.logger) rd_kafka_conf_set_log_cb(conf, &KafkaTransport::OnLog);
     rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
     if (!rk) return Status::InvalidArgument(std::string("kafka producer: ") + err);
     rk_ = rk;
@@ -380,7 +381,13 @@ class KafkaTransport final : public Transport {
       rd_kafka_fatal_error(rk, buf, sizeof buf);
       self->fatal_ = true;  // the next Publish recreates the producer
     }
-    (void)reason;
+    if (self->options_.logger) kafka_internal::LogKafkaError(*self->options_.logger, rk, err, reason);
+  }
+  static void OnLog(const rd_kafka_t* rk, int level, const char* facility, const char* text) {
+    auto* self = static_cast<KafkaTransport*>(rd_kafka_opaque(rk));
+    if (self && self->options_.logger) {
+      kafka_internal::LogFromKafka(*self->options_.logger, rk, level, facility, text);
+    }
   }
 
   // MaxPublishTime() = message.timeout.ms + the two below (5 s in all, as before
