@@ -2,6 +2,8 @@
 // daemon's configuration loader, metrics rendering and topic templates.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "config.h"
 #include "outbox/kafka.h"
 #include "outbox/metrics.h"
@@ -192,6 +194,39 @@ workers = 3
   EXPECT_EQ(c->kafka.properties.at("linger.ms"), "7");
   EXPECT_EQ(c->kafka.properties.at("bootstrap.servers"), "k:9092");
   EXPECT_EQ(c->database.conninfo, "postgresql://u:pw@db/x");
+}
+
+// Secrets without the command line or a file the relay's user can list:
+// librdkafka properties from OUTBOX_KAFKA_PROPERTIES_* (Confluent's naming:
+// "_" is ".", "__" is "_"), and OUTBOX_X_FILE for any OUTBOX_X.
+TEST(Config, KafkaPropertiesAndFileVariantsComeFromTheEnvironment) {
+  const std::string dir = ::testing::TempDir();
+  const std::string url_file = dir + "/outbox-db-url", pw_file = dir + "/outbox-sasl-pw";
+  { std::ofstream(url_file) << "postgresql://u:secret@db/x\n"; }
+  { std::ofstream(pw_file) << "s3cr3t"; }
+  std::map<std::string, std::string> env = {{"OUTBOX_KAFKA_BOOTSTRAP", "k:9092"},
+                                            {"OUTBOX_DATABASE_URL_FILE", url_file},
+                                            {"OUTBOX_KAFKA_PROPERTIES_SECURITY_PROTOCOL", "SASL_SSL"},
+                                            {"OUTBOX_KAFKA_PROPERTIES_LOG__LEVEL", "3"},
+                                            {"OUTBOX_KAFKA_PROPERTIES_SASL_PASSWORD_FILE", pw_file}};
+  auto c = daemon::LoadConfig("", "x", env, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->database.conninfo, "postgresql://u:secret@db/x") << "one trailing newline dropped";
+  EXPECT_EQ(c->kafka.properties.at("security.protocol"), "SASL_SSL");
+  EXPECT_EQ(c->kafka.properties.at("log_level"), "3");
+  EXPECT_EQ(c->kafka.properties.at("sasl.password"), "s3cr3t");
+  EXPECT_EQ(daemon::PrintConfig(*c).find("s3cr3t"), std::string::npos) << "never printed";
+  // Both forms of one variable, or a file that cannot be read: an error naming it.
+  env["OUTBOX_DATABASE_URL"] = "postgresql://other/x";
+  auto both = daemon::LoadConfig("", "x", env, {});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("OUTBOX_DATABASE_URL_FILE"), std::string::npos);
+  env.erase("OUTBOX_DATABASE_URL");
+  env["OUTBOX_DATABASE_URL_FILE"] = dir + "/does-not-exist";
+  auto missing = daemon::LoadConfig("", "x", env, {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("OUTBOX_DATABASE_URL_FILE"), std::string::npos)
+      << missing.status().message();
 }
 
 TEST(Config, CdcDefaultsFollowTheSchema) {

@@ -6,10 +6,13 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -404,9 +407,65 @@ std::string DefaultRelayId() {
   return std::string(host) + ":" + std::to_string(getpid());
 }
 
+namespace {
+
+const std::string kKafkaEnvPrefix = "OUTBOX_KAFKA_PROPERTIES_";
+
+// OUTBOX_KAFKA_PROPERTIES_SASL_PASSWORD -> sasl.password: lower case, "_" is
+// ".", "__" is "_" and "___" is "-" (the convention of Confluent's images), so
+// log_level is OUTBOX_KAFKA_PROPERTIES_LOG__LEVEL.
+std::string KafkaPropertyFromEnv(const std::string& var) {
+  const std::string rest = var.substr(kKafkaEnvPrefix.size());
+  std::string out;
+  for (std::size_t i = 0; i < rest.size();) {
+    if (rest[i] == '_') {
+      std::size_t n = 0;
+      while (i + n < rest.size() && rest[i + n] == '_') ++n;
+      out += n == 1 ? "." : n == 2 ? "_" : n == 3 ? "-" : std::string(n, '_');
+      i += n;
+    } else {
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(rest[i])));
+      ++i;
+    }
+  }
+  return out;
+}
+
+// The environment with every OUTBOX_X_FILE replaced by OUTBOX_X = the file's
+// content (one trailing newline dropped): secrets need not be in the
+// environment itself. Both set, or an unreadable file, is an error naming it.
+Result<std::map<std::string, std::string>> ResolveFileVariables(
+    const std::map<std::string, std::string>& env) {
+  std::map<std::string, std::string> out = env;
+  const std::string suffix = "_FILE";
+  for (const auto& [var, path] : env) {
+    if (var.size() <= suffix.size() || var.compare(var.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    const std::string target = var.substr(0, var.size() - suffix.size());
+    if (env.count(target)) {
+      return Status::InvalidArgument("environment " + var + " and " + target +
+                                     " are both set; set one");
+    }
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return Status::InvalidArgument("environment " + var + ": cannot read " + path);
+    std::string value((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (!value.empty() && value.back() == '\n') value.pop_back();
+    if (!value.empty() && value.back() == '\r') value.pop_back();
+    out.erase(var);
+    out[target] = value;
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Config> LoadConfig(const std::string& file_text, const std::string& file_name,
-                          const std::map<std::string, std::string>& env,
+                          const std::map<std::string, std::string>& raw_env,
                           const std::vector<std::pair<std::string, std::string>>& overrides) {
+  auto resolved = ResolveFileVariables(raw_env);
+  if (!resolved.ok()) return resolved.status();
+  const std::map<std::string, std::string>& env = *resolved;
   Config c;
   c.relay.relay_id = DefaultRelayId();
   if (!file_text.empty()) {
@@ -436,6 +495,10 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
     if (it == env.end()) continue;
     Status st = k.set(c, it->second);
     if (!st.ok()) return Status::InvalidArgument("environment " + k.env + ": " + st.message());
+  }
+  for (const auto& [var, value] : env) {
+    if (var.rfind(kKafkaEnvPrefix, 0) != 0 || var.size() == kKafkaEnvPrefix.size()) continue;
+    c.kafka.properties[KafkaPropertyFromEnv(var)] = value;
   }
   for (const auto& [key, value] : overrides) OUTBOX_RETURN_IF_ERROR(Set(c, key, value));
 
