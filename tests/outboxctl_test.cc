@@ -1,5 +1,7 @@
 // outboxctl as a real process against the real PostgreSQL.
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -133,6 +135,46 @@ TEST_F(OutboxctlTest, BadUsageExitsTwo) {
   EXPECT_EQ(Ctl(base_ + " list --bogus 1").code, 2);
   EXPECT_EQ(Ctl(base_ + " replay").code, 2);
   EXPECT_EQ(Ctl("--db x --schema Bad-Name status").code, 2);
+}
+
+// outboxctl reads the relay's configuration the relay's way: --config FILE,
+// OUTBOX_DATABASE_URL (and its _FILE form), OUTBOX_KAFKA_PROPERTIES_*; flags
+// win. A bad key in the file exits 2 naming it.
+TEST_F(OutboxctlTest, ReadsTheRelaysConfigFileAndEnvironment) {
+  EnqueueOne("c1", "cfg-1");
+  const std::string dir = ::testing::TempDir();
+  const std::string file = dir + "/outboxctl-relay-" + schema_ + ".toml";
+  {
+    std::ofstream f(file);
+    f << "[database]\nurl = \"" << url_ << "\"\nschema = \"" << schema_ << "\"\n";
+  }
+  CtlRun st = Ctl("--config " + file + " --json status");
+  EXPECT_EQ(st.code, 0) << st.out;
+  EXPECT_NE(st.out.find("\"pending\":1"), std::string::npos) << st.out;
+  // The environment, with the URL from a file (never on the command line).
+  const std::string url_file = dir + "/outboxctl-url-" + schema_;
+  { std::ofstream(url_file) << url_ << "\n"; }
+  CtlRun env = RunCommand("env -u OUTBOX_PG_URL OUTBOX_DATABASE_URL_FILE=" + url_file +
+                          " OUTBOX_DATABASE_SCHEMA=" + schema_ + " " + OUTBOX_OUTBOXCTL_BIN +
+                          " trace cfg-1");
+  EXPECT_EQ(env.code, 0) << env.out;
+  // dlt replay takes the broker's properties from the file: a bad one is the
+  // broker client's error naming it, not a silent plain connection.
+  {
+    std::ofstream f(file, std::ios::app);
+    f << "[kafka.properties]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n"
+         "\"security.protocol\" = \"no-such-protocol\"\n";
+  }
+  CtlRun dlt = Ctl("--config " + file + " dlt replay --topic x.dlt --dry-run");
+  EXPECT_NE(dlt.code, 0) << dlt.out;
+  EXPECT_NE(dlt.out.find("security.protocol"), std::string::npos) << dlt.out;
+  {
+    std::ofstream f(file);
+    f << "[relay]\nworkers = \"many\"\n";
+  }
+  CtlRun bad = Ctl("--config " + file + " status");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("relay.workers"), std::string::npos) << bad.out;
 }
 
 // A bad number never reaches the database: "abc" used to purge every SENT row

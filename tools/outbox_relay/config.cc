@@ -401,6 +401,25 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   return cl;
 }
 
+std::map<std::string, std::string> OutboxEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string s = *e;
+    const auto eq = s.find('=');
+    if (eq != std::string::npos && s.rfind("OUTBOX_", 0) == 0) env[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  return env;
+}
+
+Result<std::string> ReadConfigFile(const std::string& path) {
+  if (path.empty()) return std::string();
+  std::ifstream f(path);
+  if (!f) return Status::InvalidArgument("cannot read config file " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 std::string DefaultRelayId() {
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "relay");
@@ -462,7 +481,8 @@ Result<std::map<std::string, std::string>> ResolveFileVariables(
 
 Result<Config> LoadConfig(const std::string& file_text, const std::string& file_name,
                           const std::map<std::string, std::string>& raw_env,
-                          const std::vector<std::pair<std::string, std::string>>& overrides) {
+                          const std::vector<std::pair<std::string, std::string>>& overrides,
+                          ConfigNeeds required) {
   auto resolved = ResolveFileVariables(raw_env);
   if (!resolved.ok()) return resolved.status();
   const std::map<std::string, std::string>& env = *resolved;
@@ -502,7 +522,7 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
   }
   for (const auto& [key, value] : overrides) OUTBOX_RETURN_IF_ERROR(Set(c, key, value));
 
-  if (c.database.conninfo.empty()) {
+  if (required.database && c.database.conninfo.empty()) {
     return Status::InvalidArgument(
         "config key database.url is required (or OUTBOX_DATABASE_URL / OUTBOX_PG_URL / --db)");
   }
@@ -519,7 +539,7 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
           "database.url use relay.source = poll");
     }
   }
-  if (!c.kafka.properties.count("bootstrap.servers")) {
+  if (required.bootstrap && !c.kafka.properties.count("bootstrap.servers")) {
     return Status::InvalidArgument(
         "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "
         "--bootstrap)");

@@ -29,9 +29,22 @@ struct Config {
 // Sources in increasing precedence. `file_text` is the TOML document ("" = none),
 // `file_name` only names it in errors; `env` is the process environment;
 // `overrides` are --set KEY=VALUE pairs (and flag shortcuts) in order.
+// `required`: what must be set in the end (outboxctl reads the same file and
+// needs the broker only for `dlt replay`).
+struct ConfigNeeds {
+  bool database = true;
+  bool bootstrap = true;
+};
 Result<Config> LoadConfig(const std::string& file_text, const std::string& file_name,
                           const std::map<std::string, std::string>& env,
-                          const std::vector<std::pair<std::string, std::string>>& overrides);
+                          const std::vector<std::pair<std::string, std::string>>& overrides,
+                          ConfigNeeds required = {});
+
+// The OUTBOX_* variables of this process's environment.
+std::map<std::string, std::string> OutboxEnvironment();
+
+// Reads a config file; "" for an empty path. InvalidArgument naming it when unreadable.
+Result<std::string> ReadConfigFile(const std::string& path);
 
 // The effective configuration as TOML, with secrets (passwords in the database
 // URL, kafka properties whose name mentions password/secret/key) redacted.

@@ -26,7 +26,6 @@
 #include "outbox/postgres.h"
 #include "outbox/relay.h"
 
-extern char** environ;
 
 namespace {
 
@@ -40,15 +39,6 @@ int Usage(const std::string& msg) {
   return kExitConfig;
 }
 
-std::map<std::string, std::string> Environment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string s = *e;
-    auto eq = s.find('=');
-    if (eq != std::string::npos && s.rfind("OUTBOX_", 0) == 0) env[s.substr(0, eq)] = s.substr(eq + 1);
-  }
-  return env;
-}
 
 }  // namespace
 
@@ -67,16 +57,10 @@ int main(int argc, char** argv) {
   const auto& overrides = cl->overrides;
   const bool print_config = cl->print_config, migrate = cl->migrate;
 
-  std::string text;
-  if (!config_path.empty()) {
-    std::ifstream f(config_path);
-    if (!f) return Usage("cannot read config file " + config_path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
-  }
-  auto cfg = outbox::daemon::LoadConfig(text, config_path.empty() ? "<none>" : config_path,
-                                        Environment(), overrides);
+  auto text = outbox::daemon::ReadConfigFile(config_path);
+  if (!text.ok()) return Usage(text.status().message());
+  auto cfg = outbox::daemon::LoadConfig(*text, config_path.empty() ? "<none>" : config_path,
+                                        outbox::daemon::OutboxEnvironment(), overrides);
   if (!cfg.ok()) {
     std::cerr << "outbox-relay: configuration error: " << cfg.status().message() << "\n";
     return kExitConfig;

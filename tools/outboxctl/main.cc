@@ -18,7 +18,11 @@
 //             [--inbox-schema S] --consumer NAME --broker-retention DURATION
 //             [--batch N] [--dry-run]
 //
-// --db defaults to $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP. Exit
+// Every command also takes --config FILE: the relay's configuration file, read
+// the relay's way (file < OUTBOX_* variables and their _FILE forms < flags), so
+// --db, --schema and the broker's properties (TLS, SASL for dlt replay) come
+// from where the relay takes them; --db falls back to $OUTBOX_DATABASE_URL or
+// $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP. Exit
 // codes: 0 success (trace: found), 1 the operation failed (database or broker
 // unreachable, SQL error), 2 bad usage, 3 trace or skip: no such event.
 //
@@ -38,6 +42,7 @@
 #include <unistd.h>
 
 #include "outbox/version.h"
+#include "config.h"
 #include "outbox/kafka.h"
 #include "outbox/mariadb.h"
 #include "outbox/mariadb_inbox.h"
@@ -51,7 +56,7 @@ constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNotFound = 3;
 
 int Usage(const std::string& error) {
   std::cerr << "outboxctl: " << error << "\n"
-            << "usage: outboxctl [--db URL] [--schema S] [--json] COMMAND ...   (or --version)\n"
+            << "usage: outboxctl [--config FILE] [--db URL] [--schema S] [--json] COMMAND ...   (or --version)\n"
             << "  migrate                       create/upgrade the outbox schema\n"
             << "  status                        rows per state, oldest unsent age\n"
             << "  list [--state ST] [--aggregate ID] [--type T] [--older-than SECONDS] [--limit N]\n"
@@ -64,7 +69,7 @@ int Usage(const std::string& error) {
             << "                                (DURATION: seconds, or 90s, 15m, 12h, 7d)\n"
             << "  trace KEY [--inbox-db URL] [--inbox-schema S]   one event by id or dedup key\n"
             << "  dlt replay --topic DLT [--key K] [--since MS] [--until MS] [--dry-run]\n"
-            << "                                (uses --bootstrap SERVERS)\n"
+            << "                                (uses --bootstrap SERVERS, or the kafka.properties of --config)\n"
             << "  inbox status --inbox-db URL [--inbox-schema S]\n"
             << "                                stamps and parked messages per consumer\n"
             << "  inbox purge --inbox-db URL [--inbox-schema S] --consumer NAME\n"
@@ -84,6 +89,9 @@ int Fail(const outbox::Status& st, bool json) { return Fail(st.ToString(), json)
 
 struct Args {
   std::map<std::string, std::string> flags;  // --name value
+  // librdkafka properties from the relay's configuration (--config, OUTBOX_*),
+  // with --bootstrap applied: what `dlt replay` connects with (TLS, SASL).
+  std::map<std::string, std::string> kafka;
   std::set<std::string> switches;            // --json, --dry-run, --failed
   std::vector<std::string> positional;
   std::string Flag(const std::string& k, const std::string& def = "") const {
@@ -161,9 +169,11 @@ nlohmann::json ToJson(const std::vector<Row>& rows) {
 }
 
 int DltReplay(const Args& a, bool json) {
-  const std::string bootstrap = a.Flag("bootstrap");
   const std::string topic = a.Flag("topic");
-  if (bootstrap.empty()) return Usage("dlt replay: no broker: pass --bootstrap or set OUTBOX_KAFKA_BOOTSTRAP");
+  if (!a.kafka.count("bootstrap.servers")) {
+    return Usage("dlt replay: no broker: pass --bootstrap, set OUTBOX_KAFKA_BOOTSTRAP, or --config "
+                 "a file with kafka.properties.bootstrap.servers");
+  }
   if (topic.empty()) return Usage("dlt replay: --topic DLT_TOPIC is required");
   outbox::ReplayFilter f;
   f.key = a.Flag("key");
@@ -177,7 +187,7 @@ int DltReplay(const Args& a, bool json) {
   if (a.flags.count("since") && !parse_time(a.Flag("since"), f.since)) return Usage("--since must be ms since the epoch");
   if (a.flags.count("until") && !parse_time(a.Flag("until"), f.until)) return Usage("--until must be ms since the epoch");
   const bool dry = a.Has("dry-run");
-  auto r = outbox::ReplayDeadLetters({{"bootstrap.servers", bootstrap}}, topic, f, dry);
+  auto r = outbox::ReplayDeadLetters(a.kafka, topic, f, dry);
   if (!r.ok()) return Fail(r.status(), json);
   if (json) {
     std::cout << nlohmann::json{{"ok", true}, {"topic", topic}, {"scanned", r->scanned},
@@ -346,7 +356,7 @@ int main(int argc, char** argv) {
                                              "state", "aggregate", "type", "older-than", "limit",
                                              "event-id", "retention-s", "batch", "inbox-db",
                                              "inbox-schema", "reason", "by", "consumer",
-                                             "broker-retention"};
+                                             "broker-retention", "config"};
   const std::set<std::string> kSwitches = {"json", "dry-run", "failed"};
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -372,9 +382,24 @@ int main(int argc, char** argv) {
       a.positional.push_back(s);
     }
   }
-  if (!a.flags.count("db") && std::getenv("OUTBOX_PG_URL")) a.flags["db"] = std::getenv("OUTBOX_PG_URL");
-  if (!a.flags.count("bootstrap") && std::getenv("OUTBOX_KAFKA_BOOTSTRAP")) {
-    a.flags["bootstrap"] = std::getenv("OUTBOX_KAFKA_BOOTSTRAP");
+  // The relay's configuration, read the relay's way (docs/relay.md): --config
+  // FILE < OUTBOX_* variables (and their _FILE forms) < these flags.
+  {
+    std::vector<std::pair<std::string, std::string>> overrides;
+    if (a.flags.count("db")) overrides.emplace_back("database.url", a.Flag("db"));
+    if (a.flags.count("schema")) overrides.emplace_back("database.schema", a.Flag("schema"));
+    if (a.flags.count("bootstrap")) {
+      overrides.emplace_back("kafka.properties.bootstrap.servers", a.Flag("bootstrap"));
+    }
+    auto text = outbox::daemon::ReadConfigFile(a.Flag("config"));
+    if (!text.ok()) return Usage("--config: " + text.status().message());
+    auto cfg = outbox::daemon::LoadConfig(*text, a.Flag("config", "<none>"),
+                                          outbox::daemon::OutboxEnvironment(), overrides,
+                                          {/*database=*/false, /*bootstrap=*/false});
+    if (!cfg.ok()) return Usage("configuration: " + cfg.status().message());
+    if (!cfg->database.conninfo.empty()) a.flags["db"] = cfg->database.conninfo;
+    a.flags["schema"] = cfg->database.schema;
+    a.kafka = cfg->kafka.properties;
   }
   const bool json = a.Has("json");
   if (a.positional.empty()) return Usage("no command given");
@@ -389,7 +414,10 @@ int main(int argc, char** argv) {
   if (!kCommands.count(command)) return Usage("unknown command " + command);
   if (command != "trace" && a.positional.size() != 1) return Usage("unexpected argument " + a.positional[1]);
   const std::string db = a.Flag("db"), schema = a.Flag("schema", "outbox");
-  if (db.empty()) return Usage("no database: pass --db URL or set OUTBOX_PG_URL");
+  if (db.empty()) {
+    return Usage("no database: pass --db URL, set OUTBOX_DATABASE_URL (or OUTBOX_PG_URL), or --config "
+                 "a file with database.url");
+  }
   if (auto st = outbox::ValidateSchemaName(schema); !st.ok()) return Usage(st.message());
   if (outbox::IsMariaDbUrl(db)) {
     if (auto st = outbox::ValidateMariaDbUrl(db); !st.ok()) return Usage("--db: " + st.message());
