@@ -124,21 +124,33 @@ RelayOptions Options() {
   return o;
 }
 
+// A relay over the fakes: `rows` rows waiting, the broker as `transport` says.
+struct Engine {
+  explicit Engine(int rows) {
+    for (int i = 1; i <= rows; ++i) table.attempts[i] = 0;
+  }
+  Result<std::unique_ptr<Relay>> Make(const RelayOptions& o) {
+    return Relay::Create(o, [this]() -> Result<std::unique_ptr<Store>> {
+      return std::unique_ptr<Store>(new FakeStore(table));
+    }, transport, metrics, logger);
+  }
+  FakeTable table;
+  FakeTransport transport;
+  MetricsRegistry registry;
+  RelayMetrics metrics{registry};
+  NullLogger logger;
+};
+
 // A worker still publishing when the shutdown deadline passes must not touch
 // Run()'s stack afterwards; the Relay's destructor waits for it.
 TEST(RelayEngine, ShutdownDeadlineWithABatchInFlightIsSafeAndTheDestructorJoins) {
-  FakeTable table;
-  for (int i = 1; i <= 5; ++i) table.attempts[i] = 0;
-  FakeTransport transport;
+  Engine e(5);
+  FakeTable& table = e.table;
+  FakeTransport& transport = e.transport;
   transport.delay = 400ms;
-  MetricsRegistry registry;
-  RelayMetrics metrics(registry);
-  NullLogger logger;
   RelayOptions o = Options();
   o.shutdown_timeout = 20ms;
-  auto relay = Relay::Create(o, [&]() -> Result<std::unique_ptr<Store>> {
-    return std::unique_ptr<Store>(new FakeStore(table));
-  }, transport, metrics, logger);
+  auto relay = e.Make(o);
   ASSERT_TRUE(relay.ok()) << relay.status().ToString();
   Status result;
   std::thread runner([&] { result = (*relay)->Run(); });
@@ -156,19 +168,13 @@ TEST(RelayEngine, ShutdownDeadlineWithABatchInFlightIsSafeAndTheDestructorJoins)
 // its loop, also while the broker is down; false while a worker hangs in a
 // publish longer than the allowed silence; true again after it returns.
 TEST(RelayEngine, AliveIsFalseOnlyWhileAThreadHangs) {
-  FakeTable table;
-  for (int i = 1; i <= 3; ++i) table.attempts[i] = 0;
-  FakeTransport transport;
+  Engine e(3);
+  FakeTransport& transport = e.transport;
   transport.down = true;
-  MetricsRegistry registry;
-  RelayMetrics metrics(registry);
-  NullLogger logger;
   RelayOptions o = Options();
   o.workers = 2;
   o.stats_interval = 100ms;  // housekeeping's round (its legitimate silence)
-  auto relay = Relay::Create(o, [&]() -> Result<std::unique_ptr<Store>> {
-    return std::unique_ptr<Store>(new FakeStore(table));
-  }, transport, metrics, logger);
+  auto relay = e.Make(o);
   ASSERT_TRUE(relay.ok()) << relay.status().ToString();
   EXPECT_TRUE((*relay)->Alive(1ms)) << "not running yet";
   std::thread runner([&] { (void)(*relay)->Run(); });
@@ -191,16 +197,11 @@ TEST(RelayEngine, AliveIsFalseOnlyWhileAThreadHangs) {
 // (max_attempts 2); the workers back off together instead of spinning: far
 // fewer publishes than a worker per poll_min would make.
 TEST(RelayEngine, AnOutageCountsNoAttemptsAndWorkersBackOffTogether) {
-  FakeTable table;
-  for (int i = 1; i <= 5; ++i) table.attempts[i] = 0;
-  FakeTransport transport;
+  Engine e(5);
+  FakeTable& table = e.table;
+  FakeTransport& transport = e.transport;
   transport.down = true;
-  MetricsRegistry registry;
-  RelayMetrics metrics(registry);
-  NullLogger logger;
-  auto relay = Relay::Create(Options(), [&]() -> Result<std::unique_ptr<Store>> {
-    return std::unique_ptr<Store>(new FakeStore(table));
-  }, transport, metrics, logger);
+  auto relay = e.Make(Options());
   ASSERT_TRUE(relay.ok());
   std::thread runner([&] { (void)(*relay)->Run(); });
   std::this_thread::sleep_for(600ms);
@@ -212,7 +213,7 @@ TEST(RelayEngine, AnOutageCountsNoAttemptsAndWorkersBackOffTogether) {
   // Backoff 20 -> 40 -> 80 ms: about 10 probes in 600 ms; a spinning relay
   // would make hundreds.
   EXPECT_LT(during, 40) << "publishes during the outage";
-  EXPECT_GE(metrics.outage_batches.Value(), 2u);
+  EXPECT_GE(e.metrics.outage_batches.Value(), 2u);
   transport.down = false;
   for (int i = 0; i < 500 && table.marks.load() == 0; ++i) std::this_thread::sleep_for(5ms);
   (*relay)->RequestStop();
