@@ -246,8 +246,8 @@ class Relay {
   Logger& logger_;
   std::atomic<bool> stopping_{false};
   static constexpr std::int64_t kIdleBeat = INT64_MAX;
-  std::unique_ptr<std::atomic<std::int64_t>[]> beats_;  // set before the threads start
-  int beat_slots_ = 0;
+  const int beat_slots_;                                       // workers + 3
+  const std::unique_ptr<std::atomic<std::int64_t>[]> beats_;  // made by the constructor
   std::vector<std::thread> threads_;  // started and joined by Run(); ~Relay joins leftovers
   int running_ = 0;                   // GUARDED_BY(mu_): threads not yet finished
   std::atomic<int> db_ok_workers_{0};

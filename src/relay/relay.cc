@@ -231,7 +231,12 @@ Relay::Relay(RelayOptions o, StoreFactory f, ChangeStreamFactory c, Transport& t
       stream_factory_(std::move(c)),
       transport_(t),
       metrics_(m),
-      logger_(l) {}
+      logger_(l),
+      beat_slots_(options_.workers + 3),
+      beats_(std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(beat_slots_))) {
+  // Allocated here, never replaced: Alive() may run on another thread at any time.
+  for (int i = 0; i < beat_slots_; ++i) beats_[static_cast<std::size_t>(i)] = kIdleBeat;
+}
 
 Relay::~Relay() {
   RequestStop();
@@ -254,7 +259,6 @@ void Relay::Beat(int slot) {
 }
 
 bool Relay::Alive(milliseconds max_silence) const {
-  if (!beats_) return true;
   const auto now = Clock::now().time_since_epoch().count();
   const auto limit = std::chrono::duration_cast<Clock::duration>(max_silence).count();
   for (int i = 0; i < beat_slots_; ++i) {
@@ -377,9 +381,6 @@ Status Relay::Run() {
                                   {"workers", std::to_string(options_.workers)},
                                   {"batch_size", std::to_string(options_.batch_size)},
                                   {"ordered", options_.ordered ? "true" : "false"}});
-  beat_slots_ = options_.workers + 3;
-  beats_ = std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(beat_slots_));
-  for (int i = 0; i < beat_slots_; ++i) beats_[static_cast<std::size_t>(i)] = kIdleBeat;
   auto spawn = [&](int slot, auto fn) {
     {
       std::lock_guard<std::mutex> lock(mu_);
