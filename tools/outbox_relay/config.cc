@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -468,7 +467,9 @@ Result<std::map<std::string, std::string>> ResolveFileVariables(
     }
     std::ifstream f(path, std::ios::binary);
     if (!f) return Status::InvalidArgument("environment " + var + ": cannot read " + path);
-    std::string value((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string value = ss.str();
     if (!value.empty() && value.back() == '\n') value.pop_back();
     if (!value.empty() && value.back() == '\r') value.pop_back();
     out.erase(var);
