@@ -76,6 +76,12 @@ class InboxTest : public ::testing::Test {
         PQclear(c);
         if (!inserted) return HandlerResult::Transient("child insert failed");
       }
+      if (m.payload == "slow") {  // runs past the inbox's statement timeout
+        PGresult* b = PQexec(txn, "SELECT pg_sleep(5)");
+        const bool slept = PQresultStatus(b) == PGRES_TUPLES_OK;
+        PQclear(b);
+        if (!slept) return HandlerResult::Transient("slow statement cancelled");
+      }
       if (m.payload == "bad-sql") {
         PGresult* b = PQexec(txn, "SELECT * FROM no_such_table");
         PQclear(b);
@@ -96,6 +102,35 @@ class InboxTest : public ::testing::Test {
   std::unique_ptr<InboxStore> inbox_;
   std::int64_t next_offset_ = 0;
 };
+
+// Through PgBouncer in transaction pooling: the statement timeout is set for
+// each transaction alone (SET LOCAL), so it bounds the handler's own
+// statements, and no pooled server connection keeps it afterwards.
+TEST_F(InboxTest, ThroughPgBouncerTheTimeoutBoundsTheHandlerAndLeavesNoSetting) {
+  std::string bouncer;
+  OUTBOX_REQUIRE_ENV(bouncer, "OUTBOX_PGBOUNCER_URL");
+  PostgresInboxOptions o = Options("pooled-consumer");
+  o.conninfo = bouncer;
+  o.statement_timeout = std::chrono::milliseconds(500);
+  auto pooled = OpenPostgresInbox(o, EffectHandler());
+  ASSERT_TRUE(pooled.ok()) << pooled.status().ToString();
+  std::vector<InboundMessage> batch = {Msg("p1", "ok"), Msg("p2", "slow"), Msg("p3", "ok")};
+  const auto start = std::chrono::steady_clock::now();
+  auto r = Process(batch, DedupByEventId(), pooled->get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4))
+      << "the 5 s sleep was cancelled at 500 ms";
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kTransient) << (*r)[1].error;
+  EXPECT_EQ((*r)[2].outcome, Outcome::kApplied);
+  EXPECT_EQ(Effects(), "2");
+  auto again = Process(batch, DedupByEventId(), pooled->get());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0].outcome, Outcome::kDuplicate);
+  EXPECT_EQ((*again)[2].outcome, Outcome::kDuplicate);
+  PgConn app = Connect(bouncer);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(Exec(app.get(), "SHOW statement_timeout"), "0");
+}
 
 TEST_F(InboxTest, NewMessagesApplyOnceAndDuplicatesAreAbsorbed) {
   std::vector<InboundMessage> batch = {Msg("e1", "ok"), Msg("e2", "ok"), Msg("e1", "ok")};

@@ -301,7 +301,16 @@ class PostgresInbox final : public InboxStore {
 
   Status Begin() {
     OUTBOX_RETURN_IF_ERROR(session_->EnsureConnected());
-    return session_->ExecScript("inbox begin", "BEGIN");
+    return session_->ExecScript("inbox begin", BeginSql());
+  }
+
+  // BEGIN, and the statement timeout for this transaction alone (SET LOCAL):
+  // it bounds the handler's own statements too, and ends with the transaction,
+  // so nothing is left on a server connection that PgBouncer hands on.
+  std::string BeginSql() const {
+    if (options_.statement_timeout.count() <= 0) return "BEGIN";
+    return "BEGIN; SET LOCAL statement_timeout = " +
+           std::to_string(options_.statement_timeout.count());
   }
 
   void Rollback() { (void)session_->ExecScript("inbox rollback", "ROLLBACK"); }
@@ -377,6 +386,12 @@ class PostgresInbox final : public InboxStore {
     // BEGIN and all stamps in one round trip.
     OUTBOX_RETURN_IF_ERROR(session_->EnsureConnected());
     std::vector<pg::Statement> begin = {{"BEGIN", {}, nullptr}};
+    if (options_.statement_timeout.count() > 0) {
+      begin.push_back({"SELECT set_config('statement_timeout', $1, true)",
+                       {Param::Text(std::to_string(options_.statement_timeout.count()))},
+                       nullptr});
+    }
+    const std::size_t stamps_at = begin.size();
     if (!ks.empty()) {
       begin.push_back({insert_many_,
                        {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(ks)),
@@ -392,7 +407,7 @@ class PostgresInbox final : public InboxStore {
     }
     std::set<std::string> fresh;
     if (!ks.empty()) {
-      const PGresult* r = stamped.results[1].get();
+      const PGresult* r = stamped.results[stamps_at].get();
       for (int i = 0; i < PQntuples(r); ++i) fresh.insert(pg::GetText(r, i, 0));
     }
     std::set<std::string> used;  // a key twice in one batch: the first applies

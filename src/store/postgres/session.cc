@@ -4,6 +4,11 @@
 
 #include "outbox/postgres.h"
 
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -130,9 +135,71 @@ Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what) {
   return StatusFromResult(conn, res, what);
 }
 
+namespace {
+
+// Asks the server to cancel what `conn` is running (best effort: the answer,
+// or its absence, shows in the results).
+void SendCancel(PGconn* conn) {
+  PGcancel* cancel = PQgetCancel(conn);
+  if (cancel == nullptr) return;
+  char err[256];
+  (void)PQcancel(cancel, err, sizeof err);
+  PQfreeCancel(cancel);
+}
+
+bool Failed(const PGresult* r) {
+  const ExecStatusType st = PQresultStatus(r);
+  return st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR || st == PGRES_FATAL_ERROR;
+}
+
+}  // namespace
+
+Result<ResultPtr> AwaitResults(PGconn* conn, std::string_view what,
+                               std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kCancelGrace = std::chrono::seconds(10);
+  const bool bounded = timeout.count() > 0;
+  auto deadline = Clock::now() + timeout;
+  bool cancelled = false;
+  ResultPtr kept;
+  for (;;) {
+    while (PQisBusy(conn)) {
+      int wait_ms = -1;
+      if (bounded) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) {
+          if (cancelled) {
+            return Status::Unavailable(std::string(what) + ": no answer from PostgreSQL " +
+                                       std::to_string(kCancelGrace.count()) +
+                                       " s after cancelling a statement that ran past " +
+                                       std::to_string(timeout.count()) + " ms");
+          }
+          SendCancel(conn);
+          cancelled = true;
+          deadline = Clock::now() + kCancelGrace;
+          continue;
+        }
+        wait_ms = static_cast<int>(std::min<std::int64_t>(left.count(), 60'000));
+      }
+      pollfd p{PQsocket(conn), POLLIN, 0};
+      const int r = ::poll(&p, 1, wait_ms);
+      if (r < 0 && errno != EINTR) {
+        return Status::Unavailable(std::string(what) + ": poll: " + std::strerror(errno));
+      }
+      if (r > 0 && PQconsumeInput(conn) != 1) return StatusFromResult(conn, nullptr, what);
+    }
+    ResultPtr res(PQgetResult(conn));
+    if (!res) break;
+    if (!kept || !Failed(kept.get())) kept = std::move(res);
+  }
+  if (!kept) return StatusFromResult(conn, nullptr, what);
+  return kept;
+}
+
 Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::string& sql,
                              const std::vector<Param>& params, const std::vector<Oid>& types,
-                             int result_format) {
+                             int result_format, std::chrono::milliseconds timeout) {
   std::vector<const char*> values(params.size());
   std::vector<int> lengths(params.size());
   std::vector<int> formats(params.size());
@@ -141,29 +208,43 @@ Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::str
     lengths[i] = static_cast<int>(params[i].value.size());
     formats[i] = params[i].binary ? 1 : 0;
   }
-  ResultPtr res(PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()),
-                             types.empty() ? nullptr : types.data(), values.data(),
-                             lengths.data(), formats.data(), result_format));
-  Status st = CheckResult(conn, res.get(), what);
+  if (PQsendQueryParams(conn, sql.c_str(), static_cast<int>(params.size()),
+                        types.empty() ? nullptr : types.data(), values.data(), lengths.data(),
+                        formats.data(), result_format) != 1) {
+    return StatusFromResult(conn, nullptr, what);
+  }
+  auto res = AwaitResults(conn, what, timeout);
+  if (!res.ok()) return res.status();
+  Status st = CheckResult(conn, res->get(), what);
+  if (!st.ok()) return st;
+  return res;
+}
+
+Result<ResultPtr> ExecSimple(PGconn* conn, std::string_view what, const std::string& sql,
+                             std::chrono::milliseconds timeout) {
+  if (PQsendQuery(conn, sql.c_str()) != 1) return StatusFromResult(conn, nullptr, what);
+  auto res = AwaitResults(conn, what, timeout);
+  if (!res.ok()) return res.status();
+  Status st = CheckResult(conn, res->get(), what);
   if (!st.ok()) return st;
   return res;
 }
 
 Result<ConnPtr> Session::Open(const Options& options) {
   const std::string timeout = std::to_string(options.connect_timeout.count());
-  const std::string pg_options =
-      "-c statement_timeout=" + std::to_string(options.statement_timeout.count());
   // A half-open connection (peer gone without a FIN or RST: a failed-over host,
   // a dropped NAT entry) would block a call for the kernel's ~15 minutes. TCP
   // keepalives notice an idle dead peer within idle + interval * count = 25 s;
   // tcp_user_timeout ends a call whose sent data stays unacknowledged for 30 s.
-  // Before dbname, so that the caller's conninfo can override them.
-  std::vector<const char*> keys = {"keepalives", "keepalives_idle", "keepalives_interval",
+  // Before dbname, so that the caller's conninfo can override them. Nothing
+  // goes in the startup packet's `options` (PgBouncer refuses it), and the
+  // name is a fallback: an application_name in the caller's URL wins. The
+  // statement timeout is kept by the client (AwaitResults).
+  std::vector<const char*> keys = {"keepalives",       "keepalives_idle", "keepalives_interval",
                                    "keepalives_count", "tcp_user_timeout", "dbname",
-                                   "connect_timeout", "application_name", "options"};
-  std::vector<const char*> vals = {"1", "10", "5", "3", "30000", options.conninfo.c_str(),
-                                   timeout.c_str(), options.application_name.c_str(),
-                                   pg_options.c_str()};
+                                   "connect_timeout",  "fallback_application_name"};
+  std::vector<const char*> vals = {"1",     "10", "5", "3", "30000", options.conninfo.c_str(),
+                                   timeout.c_str(), options.application_name.c_str()};
   if (options.replication) {  // after dbname: the caller's conninfo cannot turn it off
     keys.push_back("replication");
     vals.push_back("database");
@@ -201,13 +282,23 @@ Result<ResultPtr> Session::Exec(std::string_view what, const std::string& sql,
                                 const std::vector<Param>& params, const std::vector<Oid>& types,
                                 int result_format) {
   OUTBOX_RETURN_IF_ERROR(EnsureConnected());
-  return ExecParams(conn_.get(), what, sql, params, types, result_format);
+  auto res = ExecParams(conn_.get(), what, sql, params, types, result_format,
+                        options_.statement_timeout);
+  DropIfStuck(res.status());
+  return res;
 }
 
 Status Session::ExecScript(std::string_view what, const std::string& sql) {
   OUTBOX_RETURN_IF_ERROR(EnsureConnected());
-  ResultPtr res(PQexec(conn_.get(), sql.c_str()));
-  return CheckResult(conn_.get(), res.get(), what);
+  Status st = ExecSimple(conn_.get(), what, sql, options_.statement_timeout).status();
+  DropIfStuck(st);
+  return st;
+}
+
+void Session::DropIfStuck(const Status& st) {
+  // A connection still busy with a statement (no answer after the cancel) can
+  // run nothing else; the next call opens a new one.
+  if (!st.ok() && conn_ && PQisBusy(conn_.get())) conn_.reset();
 }
 
 std::int64_t GetInt64(const PGresult* res, int row, int col) {

@@ -48,9 +48,26 @@ Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what);
 
 // Runs one statement with parameters on `conn` (text results).
 // result_format 1 asks for binary results (raw bytea; text columns unchanged).
+// `timeout` > 0 bounds the statement from the client side (see AwaitResults).
 Result<ResultPtr> ExecParams(PGconn* conn, std::string_view what, const std::string& sql,
                              const std::vector<Param>& params, const std::vector<Oid>& types = {},
-                             int result_format = 0);
+                             int result_format = 0,
+                             std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+// Runs statements separated by ';' without parameters (the simple protocol);
+// the first failed result, or the last one.
+Result<ResultPtr> ExecSimple(PGconn* conn, std::string_view what, const std::string& sql,
+                             std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+// Reads every result of the query just sent on `conn` and returns the first
+// failed one, or the last. Past `timeout` (> 0) it sends a cancel request and
+// goes on reading: the statement ends with SQLSTATE 57014, as with the server's
+// statement_timeout. The bound lives in the client, not in a session setting,
+// so that nothing leaks into a server connection that PgBouncer hands to other
+// clients. Unavailable when the server gives no answer 10 s after the cancel:
+// the caller must drop the connection.
+Result<ResultPtr> AwaitResults(PGconn* conn, std::string_view what,
+                               std::chrono::milliseconds timeout);
 
 // One statement of a pipeline.
 struct Statement {
@@ -111,6 +128,7 @@ class Session {
   explicit Session(Options options, ConnPtr conn)
       : options_(std::move(options)), conn_(std::move(conn)) {}
   static Result<ConnPtr> Open(const Options& options);
+  void DropIfStuck(const Status& st);
 
   Options options_;
   ConnPtr conn_;

@@ -1,0 +1,185 @@
+// The relay and outboxctl in the environments production puts them in: behind
+// PgBouncer in transaction pooling mode, over TLS with sslmode=verify-full, with
+// the operator's own application_name, with statement timeouts that hold
+// without a session setting. Needs scripts/testenv's OUTBOX_PGBOUNCER_URL and
+// OUTBOX_PG_TLS_URL (real pgbouncer, a real TLS-only PostgreSQL cluster).
+#include <filesystem>
+
+#include "relay_fixture.h"
+
+namespace outbox::testing {
+namespace {
+
+CommandRun Ctl(const std::string& args) {
+  return RunCommand(std::string(OUTBOX_OUTBOXCTL_BIN) + " " + args);
+}
+
+class RelayDeployTest : public RelayE2ETest {
+ protected:
+  void SetUp() override {
+    RelayE2ETest::SetUp();
+    if (HasFatalFailure()) return;
+    OUTBOX_REQUIRE_ENV(bouncer_url_, "OUTBOX_PGBOUNCER_URL");
+    OUTBOX_REQUIRE_ENV(tls_url_, "OUTBOX_PG_TLS_URL");
+  }
+
+  // A store of this test's schema with a short statement timeout.
+  std::unique_ptr<Store> OpenStore(const std::string& url, std::chrono::milliseconds timeout) {
+    PostgresStoreOptions o;
+    o.conninfo = url;
+    o.schema = schema_;
+    o.statement_timeout = timeout;
+    auto store = OpenPostgresStore(o);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+
+  std::string bouncer_url_, tls_url_;
+};
+
+// PgBouncer refuses a startup packet with `options` (where the statement
+// timeout used to go) and cannot deliver LISTEN's notifications in transaction
+// pooling. Through it, with relay.listen left on, the relay still drains every
+// event in order (its workers poll), and outboxctl reads and writes.
+TEST_F(RelayDeployTest, ThroughPgBouncerInTransactionPoolingEverythingIsDeliveredInOrder) {
+  constexpr int kProducers = 2, kAggs = 5, kPer = 40;  // 40 per key: more than a batch of 16
+  EnqueueMany(kProducers, kAggs, kPer);
+  Subprocess& relay = StartRelay({"database.url=" + bouncer_url_, "relay.batch_size=16"});
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, 60s))
+      << relay.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer, Scaled(30s));
+  EXPECT_EQ(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u);
+  int status = 0;
+  Get(port, "/readyz", &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(relay.Log().find("unsupported startup parameter"), std::string::npos) << relay.Log();
+
+  const std::string db = " --db '" + bouncer_url_ + "' --schema " + schema_;
+  CommandRun st = Ctl("status --json" + db);
+  EXPECT_EQ(st.code, 0) << st.out;
+  EXPECT_NE(st.out.find("\"sent\":" + std::to_string(kProducers * kAggs * kPer)), std::string::npos)
+      << st.out;
+  CommandRun mig = Ctl("migrate" + db);
+  EXPECT_EQ(mig.code, 0) << mig.out;
+  CommandRun purge = Ctl("purge --retention-s 0" + db);
+  EXPECT_EQ(purge.code, 0) << purge.out;
+  EXPECT_EQ(CountStatus("SENT"), 0);
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
+// A statement that runs past database.statement_timeout_ms is cancelled from
+// the client (a cancel request, which PgBouncer forwards), the connection stays
+// usable, and no server connection is left with a statement_timeout setting
+// that PgBouncer would hand to the application's next transaction.
+TEST_F(RelayDeployTest, AStatementPastTheTimeoutIsCancelledThroughPgBouncerAndNothingLeaks) {
+  for (const std::string& url : {bouncer_url_, url_}) {
+    SCOPED_TRACE(url);
+    auto store = OpenStore(url, 400ms);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Stats().ok());
+    PgConn locker = Connect(url_);
+    Exec(locker.get(), "BEGIN");
+    Exec(locker.get(), "LOCK TABLE " + schema_ + ".outbox IN ACCESS EXCLUSIVE MODE");
+    const auto start = std::chrono::steady_clock::now();
+    auto blocked = store->Stats();
+    const auto took = std::chrono::steady_clock::now() - start;
+    ASSERT_FALSE(blocked.ok());
+    EXPECT_EQ(blocked.status().code(), Code::kDeadlineExceeded) << blocked.status().ToString();
+    EXPECT_NE(blocked.status().message().find("57014"), std::string::npos)
+        << blocked.status().ToString();
+    EXPECT_LT(took, Scaled(10s));
+    Exec(locker.get(), "COMMIT");
+    auto after = store->Stats();
+    EXPECT_TRUE(after.ok()) << after.status().ToString();
+  }
+  // Every server connection PgBouncer holds runs with the server's default.
+  PgConn app = Connect(bouncer_url_);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(Exec(app.get(), "SHOW statement_timeout"), "0");
+}
+
+// The operator's application_name (in the URL) is what pg_stat_activity shows;
+// without one, the store names itself.
+TEST_F(RelayDeployTest, TheApplicationNameOfTheUrlIsKept) {
+  const std::string name = "billing-relay-" + RandomSuffix();
+  const std::string sep = url_.find('?') == std::string::npos ? "?" : "&";
+  auto named = OpenStore(url_ + sep + "application_name=" + name, 30s);
+  ASSERT_NE(named, nullptr);
+  ASSERT_TRUE(named->Stats().ok());
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = '" +
+                                   name + "'"),
+            "1");
+  auto unnamed = OpenStore(url_, 30s);
+  ASSERT_NE(unnamed, nullptr);
+  ASSERT_TRUE(unnamed->Stats().ok());
+  EXPECT_NE(Exec(admin_.get(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                               "'outbox-store'"),
+            "0");
+}
+
+// TLS to PostgreSQL with sslmode=verify-full against a cluster that refuses
+// plain connections: the relay connects, verifies the server, and delivers; a
+// relay that does not trust the server's CA is not ready and moves nothing.
+TEST_F(RelayDeployTest, OverTlsWithVerifyFullTheRelayDeliversAndAnUntrustedServerIsRefused) {
+  PgConn tls = Connect(tls_url_);
+  ASSERT_EQ(Exec(tls.get(), "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"), "t");
+  {
+    std::string plain = tls_url_;
+    plain.replace(plain.find("verify-full"), std::string("verify-full").size(), "disable");
+    PgConn refused(PQconnectdb(plain.c_str()));
+    EXPECT_NE(PQstatus(refused.get()), CONNECTION_OK) << "the TLS cluster must refuse plain text";
+  }
+  CommandRun mig = Ctl("migrate --db '" + tls_url_ + "' --schema " + schema_);
+  ASSERT_EQ(mig.code, 0) << mig.out;
+  struct DropAfter {
+    PGconn* c;
+    std::string schema;
+    ~DropAfter() { DropSchemaRetrying(c, schema); }
+  } drop{tls.get(), schema_};
+
+  EnqueueOptions eo;
+  eo.schema = schema_;
+  Exec(tls.get(), "BEGIN");
+  for (int n = 0; n < 30; ++n) {
+    Event e = OrderEvent("tls-1", "tls-1#" + std::to_string(n));
+    ASSERT_TRUE(Enqueue(tls.get(), e, eo).ok());
+  }
+  Exec(tls.get(), "COMMIT");
+
+  // Not trusted: a certificate that is not a CA stands in for the wrong root.
+  std::string untrusted = tls_url_;
+  const std::string ca = EnvOr("OUTBOX_PG_TLS_CA");
+  ASSERT_FALSE(ca.empty());
+  untrusted.replace(untrusted.find(ca), ca.size(),
+                    (std::filesystem::path(ca).parent_path() / "server.crt").string());
+  Subprocess& refused = StartRelay({"database.url=" + untrusted});
+  const int refused_port = HttpPort(refused);
+  EXPECT_TRUE(WaitForLog(refused, "certificate verify failed")) << refused.Log();
+  int status = 0;
+  const std::string body = Get(refused_port, "/readyz", &status);
+  EXPECT_EQ(status, 503) << body;
+  EXPECT_EQ(Exec(tls.get(), "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'PENDING'"),
+            "30");
+  refused.Signal(SIGTERM);
+  refused.Wait(Scaled(30s));
+
+  Subprocess& relay = StartRelay({"database.url=" + tls_url_});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Exec(tls.get(), "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'") ==
+               "30";
+      },
+      60s))
+      << relay.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, 30, Scaled(30s));
+  ASSERT_EQ(msgs.size(), 30u);
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    EXPECT_EQ(msgs[i].value, "tls-1#" + std::to_string(i)) << "one key, one partition, in order";
+  }
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
+}  // namespace
+}  // namespace outbox::testing
