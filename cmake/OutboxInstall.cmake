@@ -1,6 +1,10 @@
 # `cmake --install`: headers, the libraries (exported as outbox:: targets with
 # their dependencies), the tools, lib/cmake/outbox/outboxConfig.cmake (+ version
 # file) and lib/pkgconfig/outbox.pc. Modelled on fmt's and spdlog's packaging.
+# Two components, which are also the two Debian packages (cmake/OutboxPackage.cmake):
+#   dev    headers, static libraries, CMake package, pkg-config file (liboutbox-dev)
+#   tools  outbox-relay, outboxctl, outbox-mock-kafka, the systemd unit, the
+#          configuration template, alert rules, dashboard and docs (outbox)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -12,13 +16,14 @@ foreach(lib IN LISTS OUTBOX_LIBRARIES)
 endforeach()
 
 install(TARGETS ${OUTBOX_LIBRARIES} EXPORT outboxTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/outbox DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT dev)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/outbox DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        COMPONENT dev)
 
 set(OUTBOX_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/outbox)
-install(EXPORT outboxTargets NAMESPACE outbox:: DESTINATION ${OUTBOX_CMAKE_DIR})
+install(EXPORT outboxTargets NAMESPACE outbox:: DESTINATION ${OUTBOX_CMAKE_DIR} COMPONENT dev)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/outboxConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/outboxConfig.cmake
                               INSTALL_DESTINATION ${OUTBOX_CMAKE_DIR})
@@ -26,7 +31,24 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/outboxConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/outboxConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/outboxConfig.cmake ${PROJECT_BINARY_DIR}/outboxConfigVersion.cmake
-        DESTINATION ${OUTBOX_CMAKE_DIR})
+        DESTINATION ${OUTBOX_CMAKE_DIR} COMPONENT dev)
 
 configure_file(${PROJECT_SOURCE_DIR}/cmake/outbox.pc.in ${PROJECT_BINARY_DIR}/outbox.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/outbox.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+install(FILES ${PROJECT_BINARY_DIR}/outbox.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+        COMPONENT dev)
+
+# What the people who run the relay need. No absolute destinations: the
+# configuration template goes to share/outbox, and the package's postinst
+# copies it to /etc/outbox/relay.toml when that file does not exist.
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/systemd/outbox-relay.service
+        DESTINATION lib/systemd/system COMPONENT tools)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/relay.toml DESTINATION ${CMAKE_INSTALL_DATADIR}/outbox
+        COMPONENT tools)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/prometheus/outbox-alerts.yml
+              ${PROJECT_SOURCE_DIR}/packaging/prometheus/outbox-alerts.test.yml
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/outbox/prometheus COMPONENT tools)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/grafana/outbox-dashboard.json
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/outbox/grafana COMPONENT tools)
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/relay.md
+              ${PROJECT_SOURCE_DIR}/docs/alerts.md ${PROJECT_SOURCE_DIR}/docs/inbox.md
+        DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT tools)

@@ -2,6 +2,7 @@
 // the real PostgreSQL and a private outbox-mock-kafka. Duplicates, kills at the
 // crash-matrix points, retry topics, the dead-letter topic and its replay.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <filesystem>
 #include <thread>
@@ -9,6 +10,7 @@
 #include "kafka_helpers.h"
 #include "mariadb_test_util.h"
 #include "outbox/kafka.h"
+#include "ops_assets.h"
 #include "subprocess.h"
 #include "test_env.h"
 
@@ -161,6 +163,29 @@ class InboxE2ETest : public ::testing::TestWithParam<Db> {
   std::unique_ptr<MockKafka> kafka_;
   std::vector<std::unique_ptr<Subprocess>> consumers_;
 };
+
+// Every outbox_inbox_* metric the shipped alert rules and Grafana dashboard
+// use is exported under that name by a running consumer.
+TEST_P(InboxE2ETest, TheShippedAlertsAndDashboardUseOnlyMetricsTheConsumerExports) {
+  ASSERT_TRUE(MetricNamesInShippedAssets().count("outbox_inbox_consumer_lag_messages"));
+  Subprocess& c = StartConsumer("", "700,700", false, {"--metrics-port", "0"});
+  ProduceEvents(3, "ok");
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 60s)) << c.Log();
+  const std::string marker = "metrics port=";
+  const auto at = c.Log().find(marker);
+  ASSERT_NE(at, std::string::npos) << c.Log();
+  const int port = std::atoi(c.Log().c_str() + at + marker.size());
+  std::set<std::string> missing;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        httplib::Client cli("127.0.0.1", port);
+        auto res = cli.Get("/metrics");
+        missing = MissingFromExport(res ? res->body : "", "outbox_inbox_", /*exclude=*/false);
+        return missing.empty();
+      },
+      15s));
+  for (const auto& n : missing) ADD_FAILURE() << "used by the shipped assets, not exported: " << n;
+}
 
 TEST_P(InboxE2ETest, AnEventDeliveredManyTimesHasOneEffect) {
   Subprocess& c = StartConsumer();

@@ -413,7 +413,7 @@ TEST_F(InboxEngineTest, MetricsCountOutcomesPerRetryTopicAndClass) {
   EXPECT_NE(text.find("outbox_inbox_dead_lettered_total{class=\"permanent\"} 1\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("outbox_inbox_consumer_lag{topic=\"t\",partition=\"0\"} 7\n"),
+  EXPECT_NE(text.find("outbox_inbox_consumer_lag_messages{topic=\"t\",partition=\"0\"} 7\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("outbox_inbox_seconds_since_last_apply "), std::string::npos) << text;

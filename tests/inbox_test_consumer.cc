@@ -14,6 +14,8 @@
 //   a NULL value         permanent
 // Arguments: --db URL --bootstrap B --schema S --topic T --group G
 //            [--retry-delays MS,MS,...] [--batch N] [--batch-wait-ms MS] [--ordered 1]
+//            [--metrics-port N]  (serve /metrics on 127.0.0.1:N, 0: any free port;
+//                                 logs "metrics port=P")
 // With a mysql:// --db the inbox is MariaDB's (tables in the URL's database,
 // --schema unused) and the handler behaves the same, except "orphan" (MariaDB
 // has no deferred constraints: it applies).
@@ -29,6 +31,7 @@
 #include <thread>
 
 #include "outbox/consumer.h"
+#include "outbox/http.h"
 #include "outbox/inbox.h"
 #include "outbox/kafka.h"
 #include "outbox/mariadb.h"
@@ -217,10 +220,22 @@ int main(int argc, char** argv) {
   if (a.count("batch")) co.batch_size = std::atoi(a["batch"].c_str());
   if (a.count("batch-wait-ms")) co.batch_wait = std::chrono::milliseconds(std::atol(a["batch-wait-ms"].c_str()));
   co.ordered = a.count("ordered") && a["ordered"] == "1";
-  auto consumer = outbox::Consumer::Create(co, **source, **inbox, outbox::DedupByEventId(), logger);
+  outbox::MetricsRegistry registry;
+  auto consumer =
+      outbox::Consumer::Create(co, **source, **inbox, outbox::DedupByEventId(), logger, &registry);
   if (!consumer.ok()) {
     std::cerr << "consumer: " << consumer.status().ToString() << "\n";
     return 2;
+  }
+  std::unique_ptr<outbox::MetricsServer> metrics_server;
+  if (a.count("metrics-port")) {
+    auto ms = outbox::MetricsServer::Start("127.0.0.1", std::atoi(a["metrics-port"].c_str()), registry);
+    if (!ms.ok()) {
+      std::cerr << "metrics: " << ms.status().ToString() << "\n";
+      return 2;
+    }
+    metrics_server = std::move(ms).value();
+    std::cout << "metrics port=" << metrics_server->port() << std::endl;
   }
   std::thread watcher([&] {
     while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));

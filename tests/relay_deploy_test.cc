@@ -5,6 +5,7 @@
 // OUTBOX_PG_TLS_URL (real pgbouncer, a real TLS-only PostgreSQL cluster).
 #include <filesystem>
 
+#include "ops_assets.h"
 #include "relay_fixture.h"
 
 namespace outbox::testing {
@@ -177,6 +178,29 @@ TEST_F(RelayDeployTest, OverTlsWithVerifyFullTheRelayDeliversAndAnUntrustedServe
   for (std::size_t i = 0; i < msgs.size(); ++i) {
     EXPECT_EQ(msgs[i].value, "tls-1#" + std::to_string(i)) << "one key, one partition, in order";
   }
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
+// Every metric the shipped alert rules and Grafana dashboard use (the
+// outbox_inbox_* ones aside: InboxE2ETest checks those against a consumer) is
+// exported under that name by a running relay.
+TEST_F(RelayDeployTest, TheShippedAlertsAndDashboardUseOnlyMetricsTheRelayExports) {
+  const std::set<std::string> used = MetricNamesInShippedAssets();
+  ASSERT_GT(used.size(), 20u);
+  ASSERT_TRUE(used.count("outbox_oldest_unsent_age_seconds"));
+  ASSERT_TRUE(EnqueueOne("ops-1", "ops-1#0"));
+  Subprocess& relay = StartRelay();
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, 30s)) << relay.Log();
+  std::set<std::string> missing;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        missing = MissingFromExport(Get(port, "/metrics"), "outbox_inbox_", /*exclude=*/true);
+        return missing.empty();
+      },
+      10s));
+  for (const auto& n : missing) ADD_FAILURE() << "used by the shipped assets, not exported: " << n;
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }

@@ -26,10 +26,10 @@ TEST_F(RelayE2ETest, DeliversEverythingInOrderWithKeysAndHeaders) {
   const std::string metrics = Get(port, "/metrics");
   EXPECT_EQ(Metric(metrics, "outbox_relay_events_published_total"), kProducers * kAggs * kPer);
   EXPECT_GT(Metric(metrics, "outbox_relay_commit_to_ack_seconds_count"), 0);
-  EXPECT_GE(Metric(metrics, "outbox_relay_claim_batch_size_count"), 1);
+  EXPECT_GE(Metric(metrics, "outbox_relay_claim_batch_rows_count"), 1);
   EXPECT_NE(metrics.find("outbox_build_info{version=\"" OUTBOX_VERSION_STRING "\"} 1"), std::string::npos)
       << metrics;
-  EXPECT_TRUE(WaitFor([&] { return Metric(Get(port, "/metrics"), "outbox_pending_rows") == 0; }, 5s));
+  EXPECT_TRUE(WaitFor([&] { return Metric(Get(port, "/metrics"), "outbox_rows{schema=\"" + schema_ + "\",state=\"pending\"}") == 0; }, 5s));
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }
@@ -141,7 +141,7 @@ TEST_F(RelayE2ETest, FatalPublishErrorFailsThatRowOnlyAndHoldsItsAggregate) {
             "PENDING");
   EXPECT_TRUE(WaitFor([&] {
     const std::string m = Get(port, "/metrics");
-    return Metric(m, "outbox_held_aggregates") == 1 &&
+    return Metric(m, "outbox_held_aggregates{schema=\"" + schema_ + "\"}") == 1 &&
            Metric(m, "outbox_relay_rows_failed_total{reason=\"fatal\"}") == 1;
   }, 10s)) << Get(port, "/metrics");
   relay.Signal(SIGTERM);

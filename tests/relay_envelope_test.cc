@@ -129,7 +129,7 @@ TEST_F(RelayEnvelopeTest, SkipReleasesTheAggregateAndKeepsAnAuditTrail) {
   EXPECT_NE(trace.find("alice"), std::string::npos) << trace;
   const std::string sent_id = IdOf("X#2");
   EXPECT_NE(Ctl("skip --event-id " + sent_id, 1).find("SENT"), std::string::npos);
-  EXPECT_TRUE(WaitFor([&] { return Metric(Get(port, "/metrics"), "outbox_skipped_rows") == 1; }, 10s));
+  EXPECT_TRUE(WaitFor([&] { return Metric(Get(port, "/metrics"), "outbox_rows{schema=\"" + schema_ + "\",state=\"skipped\"}") == 1; }, 10s));
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0);
 }

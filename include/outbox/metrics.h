@@ -54,6 +54,9 @@ class Histogram {
   std::atomic<double> sum_{0};
 };
 
+// A Prometheus label value with backslash, quote and newline escaped.
+std::string PrometheusLabelValue(const std::string& value);
+
 class MetricsRegistry {
  public:
   // `labels` is the rendered label set without braces, e.g. `class="fatal"`;

@@ -130,9 +130,11 @@ Status ValidateRelayOptions(const RelayOptions& o);
 // what it captures must outlive the Relay. An error is retried with backoff.
 using StoreFactory = std::function<Result<std::unique_ptr<Store>>()>;
 
-// The relay's Prometheus metrics (names in docs/relay.md).
+// The relay's Prometheus metrics (names in docs/relay.md). The table-wide
+// gauges (rows by state, oldest unsent age, held aggregates) carry
+// schema="`schema`": every relay of one table reports the same values.
 struct RelayMetrics {
-  explicit RelayMetrics(MetricsRegistry& r);
+  explicit RelayMetrics(MetricsRegistry& r, const std::string& schema = "outbox");
   Counter& published;
   Counter& publish_retryable;
   Counter& publish_fatal;

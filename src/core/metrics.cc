@@ -28,6 +28,19 @@ Histogram::Histogram(std::vector<double> upper_bounds)
   for (std::size_t i = 0; i <= bounds_.size(); ++i) buckets_[i] = 0;
 }
 
+std::string PrometheusLabelValue(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 void Histogram::Observe(double v) {
   std::size_t i = 0;
   while (i < bounds_.size() && v > bounds_[i]) ++i;

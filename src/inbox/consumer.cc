@@ -32,19 +32,6 @@ std::string Join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Prometheus label value: backslash, quote and newline escaped.
-std::string LabelValue(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
 
 class Metrics {
  public:
@@ -58,7 +45,7 @@ class Metrics {
         const std::string rt = t + ".retry." + std::to_string(i);
         retried_[rt] = &r->AddCounter("outbox_inbox_retried_total",
                                       "Messages forwarded to a retry topic",
-                                      "topic=\"" + LabelValue(rt) + "\"");
+                                      "topic=\"" + PrometheusLabelValue(rt) + "\"");
       }
     }
     dead_permanent_ = &r->AddCounter("outbox_inbox_dead_lettered_total",
@@ -76,7 +63,7 @@ class Metrics {
                                      "Batches that could not complete and are consumed again");
     // The registry may render after the consumer is gone: the read functions
     // share ownership of what they read.
-    r->AddGaugeFunction("outbox_inbox_consumer_lag",
+    r->AddGaugeFunction("outbox_inbox_consumer_lag_messages",
                         "Messages behind the high watermark, per owned partition",
                         [live = live_] {
                           std::lock_guard<std::mutex> l(live->mu);
@@ -118,7 +105,7 @@ class Metrics {
     MetricsRegistry::GaugeSamples s;
     for (const auto& p : lag) {
       if (p.lag < 0) continue;
-      s.emplace_back("topic=\"" + LabelValue(p.tp.topic) + "\",partition=\"" +
+      s.emplace_back("topic=\"" + PrometheusLabelValue(p.tp.topic) + "\",partition=\"" +
                          std::to_string(p.tp.partition) + "\"",
                      static_cast<double>(p.lag));
     }

@@ -33,7 +33,21 @@ std::string SeqList(const std::vector<std::int64_t>& seqs) {
 
 }  // namespace
 
-RelayMetrics::RelayMetrics(MetricsRegistry& r)
+namespace {
+
+constexpr const char* kRowsHelp =
+    "Rows of the outbox table by state (SENT rows are not counted). A table-wide value: every "
+    "relay of the schema reports the same one; aggregate with max, not sum.";
+
+std::string TableLabels(const std::string& schema, const std::string& state = "") {
+  std::string l = "schema=\"" + PrometheusLabelValue(schema) + "\"";
+  if (!state.empty()) l += ",state=\"" + state + "\"";
+  return l;
+}
+
+}  // namespace
+
+RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema)
     : published(r.AddCounter("outbox_relay_events_published_total",
                              "Events acknowledged by the broker (acks=all).")),
       publish_retryable(r.AddCounter("outbox_relay_publish_failures_total",
@@ -65,17 +79,20 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r)
                           "SENT rows deleted after the retention period.")),
       mark_retries(r.AddCounter("outbox_relay_mark_retries_total",
                                 "Retries of a transition after a database error.")),
-      pending(r.AddGauge("outbox_pending_rows", "Rows PENDING (including those waiting to retry).")),
-      processing(r.AddGauge("outbox_processing_rows", "Rows PROCESSING (claimed).")),
-      failed_rows(r.AddGauge("outbox_failed_rows", "Rows FAILED (kept for an operator).")),
-      skipped_rows(r.AddGauge("outbox_skipped_rows",
-                              "Rows SKIPPED by an operator (kept for audit).")),
+      pending(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "pending"))),
+      processing(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "processing"))),
+      failed_rows(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "failed"))),
+      skipped_rows(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "skipped"))),
       oldest_unsent_age(r.AddGauge("outbox_oldest_unsent_age_seconds",
-                                   "Age of the oldest PENDING or PROCESSING row.")),
+                                   "Age of the oldest PENDING or PROCESSING row. A table-wide "
+                                   "value: every relay of the schema reports the same one.",
+                                   TableLabels(schema))),
       held_aggregates(r.AddGauge("outbox_held_aggregates",
-                                 "Aggregates whose later events wait behind a FAILED one.")),
+                                 "Aggregates whose later events wait behind a FAILED one. A "
+                                 "table-wide value: every relay of the schema reports the same one.",
+                                 TableLabels(schema))),
       ready(r.AddGauge("outbox_relay_ready", "1 when database and broker are reachable.")),
-      batch_size(r.AddHistogram("outbox_relay_claim_batch_size", "Rows per non-empty claim.",
+      batch_size(r.AddHistogram("outbox_relay_claim_batch_rows", "Rows per non-empty claim.",
                                 kBatchBuckets)),
       commit_to_ack(r.AddHistogram("outbox_relay_commit_to_ack_seconds",
                                    "Time from enqueue to broker ack: the row's age at claim on the "
@@ -102,8 +119,9 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r)
       cdc_lag(r.AddGauge("outbox_cdc_lag_seconds",
                          "Database time since the point up to which the stream has settled "
                          "every commit.")),
-      cdc_confirmed_lsn(r.AddGauge("outbox_cdc_confirmed_lsn",
-                                   "The slot position this relay last confirmed (as a number).")),
+      cdc_confirmed_lsn(r.AddGauge("outbox_cdc_confirmed_lsn_bytes",
+                                   "The slot position this relay last confirmed (a WAL byte "
+                                   "position).")),
       build_info(r.AddGauge("outbox_build_info", "Always 1; the version of outbox this relay runs.",
                             "version=\"" OUTBOX_VERSION_STRING "\"")) {
   build_info.Set(1);

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   }
 
   outbox::MetricsRegistry registry;
-  outbox::RelayMetrics metrics(registry);
+  outbox::RelayMetrics metrics(registry, cfg->database.schema);
   outbox::ChangeStreamFactory stream_factory;
   outbox::RelayOptions relay_options = cfg->relay;
   if (relay_options.source == outbox::RelaySource::kCdc) {
