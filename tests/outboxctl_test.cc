@@ -130,6 +130,68 @@ TEST_F(OutboxctlTest, TraceFollowsTheEventIntoTheConsumersInbox) {
   EXPECT_NE(after.out.find("applied by consumer \"quest-service\""), std::string::npos) << after.out;
 }
 
+// The command line (CLI11): help per command on stdout, `--x=y`, global
+// options after the command, and --json with numbers as numbers.
+TEST_F(OutboxctlTest, HelpPerCommandEqualsFormAndTypedJson) {
+  for (const char* cmd : {"", "purge ", "inbox purge ", "dlt replay ", "trace "}) {
+    CtlRun h = RunCommand(std::string(OUTBOX_OUTBOXCTL_BIN) + " " + cmd + "--help 2>/dev/null");
+    EXPECT_EQ(h.code, 0) << cmd << h.out;
+    EXPECT_NE(h.out.find("Usage: outboxctl " + std::string(cmd)), std::string::npos) << cmd << h.out;
+  }
+  EXPECT_NE(Ctl("purge --help").out.find("--retention-s"), std::string::npos);
+  EXPECT_NE(Ctl("inbox purge --help").out.find("--broker-retention"), std::string::npos);
+
+  const std::string id = EnqueueOne("u9/l9", "LessonCompleted:u9:l9");
+  CtlRun st = Ctl("status --json --db='" + url_ + "' --schema=" + schema_);
+  ASSERT_EQ(st.code, 0) << st.out;
+  auto status = nlohmann::json::parse(st.out);
+  EXPECT_TRUE(status["pending"].is_number_integer()) << st.out;
+  EXPECT_EQ(status["pending"], 1);
+
+  auto list = nlohmann::json::parse(Ctl(base_ + " --json list").out);
+  ASSERT_EQ(list["rows"].size(), 1u);
+  const auto& row = list["rows"][0];
+  EXPECT_TRUE(row["seq"].is_number_integer()) << row.dump();
+  EXPECT_TRUE(row["attempts"].is_number_integer()) << row.dump();
+  EXPECT_TRUE(row["age_s"].is_number()) << row.dump();
+  EXPECT_EQ(row["event_id"], id);
+  auto trace = nlohmann::json::parse(Ctl(base_ + " --json trace " + id).out);
+  EXPECT_TRUE(trace["outbox"][0]["seq"].is_number_integer()) << trace.dump();
+
+  // A usage error says what is wrong and where to look, on stderr, and exits 2.
+  CtlRun bad = Ctl(base_ + " purge --batch=0");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("--batch"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("outboxctl purge --help"), std::string::npos) << bad.out;
+}
+
+// A long purge shows its progress on a terminal (stderr, rewritten in place)
+// and never in a pipe or a log.
+TEST_F(OutboxctlTest, PurgeShowsProgressOnATerminalOnly) {
+  for (int i = 0; i < 3; ++i) EnqueueOne("p" + std::to_string(i), "progress-" + std::to_string(i));
+  auto c = store_->Claim(ClaimOptions{});
+  ASSERT_TRUE(c.ok() && c->events.size() == 3);
+  std::vector<Ticket> tickets;
+  for (const auto& e : c->events) tickets.push_back(e.ticket);
+  ASSERT_TRUE(store_->MarkSent(tickets).ok());
+  // `script` gives the command a terminal (util-linux, in every Debian).
+  CtlRun tty = RunCommand("script -qec \"" + std::string(OUTBOX_OUTBOXCTL_BIN) + " " + base_ +
+                          " purge --retention-s 0 --batch 1\" /dev/null");
+  EXPECT_EQ(tty.code, 0) << tty.out;
+  EXPECT_NE(tty.out.find("purge: 1 SENT rows deleted so far"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("purged 3 SENT rows"), std::string::npos) << tty.out;
+  for (int i = 0; i < 2; ++i) EnqueueOne("q" + std::to_string(i), "progress-q" + std::to_string(i));
+  auto c2 = store_->Claim(ClaimOptions{});
+  ASSERT_TRUE(c2.ok() && c2->events.size() == 2);
+  tickets.clear();
+  for (const auto& e : c2->events) tickets.push_back(e.ticket);
+  ASSERT_TRUE(store_->MarkSent(tickets).ok());
+  CtlRun piped = Ctl(base_ + " purge --retention-s 0 --batch 1");
+  EXPECT_EQ(piped.code, 0) << piped.out;
+  EXPECT_EQ(piped.out.find("so far"), std::string::npos) << piped.out;
+  EXPECT_NE(piped.out.find("purged 2 SENT rows"), std::string::npos) << piped.out;
+}
+
 TEST_F(OutboxctlTest, BadUsageExitsTwo) {
   EXPECT_EQ(Ctl(base_ + " frobnicate").code, 2);
   EXPECT_EQ(Ctl(base_ + " list --bogus 1").code, 2);

@@ -25,6 +25,7 @@
 #define OUTBOX_KAFKA_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -106,9 +107,12 @@ struct ReplayResult {
   std::uint64_t replayed = 0;
 };
 
+// `progress`, when set, is called on the calling thread after each scanned
+// message with the messages scanned and matched so far (for a progress line).
+using ReplayProgress = std::function<void(std::uint64_t scanned, std::uint64_t matched)>;
 Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>& properties,
                                        const std::string& dlt_topic, const ReplayFilter& filter,
-                                       bool dry_run);
+                                       bool dry_run, const ReplayProgress& progress = nullptr);
 
 }  // namespace outbox
 

@@ -358,7 +358,7 @@ Result<std::unique_ptr<InboxSource>> OpenKafkaInboxSource(const KafkaInboxSource
 
 Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>& properties,
                                        const std::string& dlt_topic, const ReplayFilter& filter,
-                                       bool dry_run) {
+                                       bool dry_run, const ReplayProgress& progress) {
   if (!properties.count("bootstrap.servers")) {
     return Status::InvalidArgument("replay: kafka property bootstrap.servers is required");
   }
@@ -435,6 +435,7 @@ Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>&
           items.push_back(std::move(it));
         }
         if (m->offset + 1 >= high[m->partition]) done[m->partition] = true;
+        if (progress) progress(result.scanned, items.size());
       }
       rd_kafka_message_destroy(m);
     }
