@@ -229,6 +229,41 @@ TEST(Config, KafkaPropertiesAndFileVariantsComeFromTheEnvironment) {
       << missing.status().message();
 }
 
+// The command line (CLI11): shortcuts and --set apply in the order given (a
+// later one wins), `--x=y` works, and errors name the flag.
+TEST(CommandLine, OverridesKeepTheirOrderAndEqualsFormWorks) {
+  auto cl = daemon::ParseCommandLine({"--db=postgresql://a@b/c", "--set", "database.url=postgresql://z@y/x",
+                                      "--log-json", "--bootstrap", "k:1", "--set=relay.workers=8",
+                                      "--config=/etc/outbox/relay.toml", "--migrate"});
+  ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"database.url", "postgresql://a@b/c"},
+      {"database.url", "postgresql://z@y/x"},
+      {"log.format", "json"},
+      {"kafka.properties.bootstrap.servers", "k:1"},
+      {"relay.workers", "8"}};
+  EXPECT_EQ(cl->overrides, want);
+  EXPECT_EQ(cl->config_path, "/etc/outbox/relay.toml");
+  EXPECT_TRUE(cl->migrate);
+  EXPECT_FALSE(cl->print_config);
+
+  auto help = daemon::ParseCommandLine({"--help"});
+  ASSERT_TRUE(help.ok());
+  EXPECT_TRUE(help->help);
+  EXPECT_NE(help->help_text.find("--set KEY=VALUE"), std::string::npos) << help->help_text;
+
+  for (const auto& [args, flag] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--set", "relay.workers"}, "--set"},
+           {{"--set", "=8"}, "--set"},
+           {{"--db"}, "--db"},
+           {{"--frobnicate"}, "--frobnicate"},
+           {{"stray"}, "stray"}}) {
+    auto bad = daemon::ParseCommandLine(args);
+    ASSERT_FALSE(bad.ok()) << args[0];
+    EXPECT_NE(bad.status().message().find(flag), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(Config, CdcDefaultsFollowTheSchema) {
   auto c = daemon::LoadConfig("[database]\nschema = \"billing\"\n[relay]\nsource = \"cdc\"\n",
                               "relay.toml", kMinimalEnv, {});

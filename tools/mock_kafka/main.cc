@@ -28,20 +28,13 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "outbox/version.h"
 
 namespace {
 
 volatile sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
-
-[[noreturn]] void Usage(const std::string& error) {
-  std::cerr << "outbox-mock-kafka: " << error << "\n"
-            << "usage: outbox-mock-kafka [--brokers N] [--topic NAME:PARTITIONS]...\n"
-            << "                         [--bootstrap-file PATH] [--control-file PATH] [--version]\n"
-            << "       outbox-mock-kafka ctl HOST:PORT COMMAND [ARGS...]\n";
-  std::exit(2);
-}
 
 bool WriteFileAtomically(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";
@@ -205,19 +198,14 @@ void ServeClient(int fd, MockBroker& broker) {
   }
 }
 
-int RunCtl(int argc, char** argv) {
-  if (argc < 4) Usage("ctl needs HOST:PORT and a command");
-  std::string addr = argv[2];
-  auto colon = addr.rfind(':');
-  long port;
-  if (colon == std::string::npos || !ParseInt(addr.substr(colon + 1), port)) {
-    Usage("ctl address must be HOST:PORT, got " + addr);
-  }
+// Sends one control command to a running mock and prints its reply; exit 0
+// when the reply is "ok ...". REQUIRES: `addr` was checked (HostPort).
+int RunCtl(const std::string& addr, const std::vector<std::string>& words) {
+  const auto colon = addr.rfind(':');
+  long port = 0;
+  ParseInt(addr.substr(colon + 1), port);
   std::string line;
-  for (int i = 3; i < argc; ++i) {
-    if (i > 3) line += ' ';
-    line += argv[i];
-  }
+  for (const auto& w : words) line += (line.empty() ? "" : " ") + w;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -238,45 +226,74 @@ int RunCtl(int argc, char** argv) {
   return reply.rfind("ok", 0) == 0 ? 0 : 1;
 }
 
+// HOST:PORT with a numeric IPv4 host and a port in 1..65535.
+CLI::Validator HostPort() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        const auto colon = v.rfind(':');
+        long port = 0;
+        in_addr ip{};
+        if (colon == std::string::npos || !ParseInt(v.substr(colon + 1), port) || port < 1 ||
+            port > 65535 || ::inet_pton(AF_INET, v.substr(0, colon).c_str(), &ip) != 1) {
+          return "must be HOST:PORT (an IPv4 address and a port), got " + v;
+        }
+        return std::string();
+      },
+      "HOST:PORT");
+}
+
+// NAME:PARTITIONS with 1..10000 partitions.
+CLI::Validator TopicSpec() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        const auto colon = v.rfind(':');
+        long parts = 0;
+        if (colon == std::string::npos || colon == 0 || !ParseInt(v.substr(colon + 1), parts) ||
+            parts < 1 || parts > 10000) {
+          return "must be NAME:PARTITIONS (1..10000 partitions), got " + v;
+        }
+        return std::string();
+      },
+      "NAME:PARTITIONS");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "ctl") return RunCtl(argc, argv);
-
   long brokers = 3;
-  std::vector<std::pair<std::string, int>> topics;
-  std::string bootstrap_file, control_file;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Usage(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--brokers") {
-      if (!ParseInt(value(), brokers) || brokers < 1 || brokers > 32) {
-        Usage("--brokers must be 1..32");
-      }
-    } else if (arg == "--topic") {
-      std::string t = value();
-      auto colon = t.rfind(':');
-      long parts;
-      if (colon == std::string::npos || colon == 0 || !ParseInt(t.substr(colon + 1), parts) ||
-          parts < 1 || parts > 10000) {
-        Usage("--topic must be NAME:PARTITIONS, got " + t);
-      }
-      topics.emplace_back(t.substr(0, colon), static_cast<int>(parts));
-    } else if (arg == "--bootstrap-file") {
-      bootstrap_file = value();
-    } else if (arg == "--control-file") {
-      control_file = value();
-    } else if (arg == "-h" || arg == "--help") {
-      Usage("help");
-    } else if (arg == "--version") {
-      std::printf("outbox-mock-kafka %s\n", OUTBOX_VERSION_STRING);
-      return 0;
-    } else {
-      Usage("unknown argument " + arg);
+  std::vector<std::string> topic_specs;
+  std::string bootstrap_file, control_file, ctl_address;
+  std::vector<std::string> ctl_words;
+  CLI::App app{"outbox-mock-kafka: a Kafka-protocol broker for tests and the demo (librdkafka's mock "
+               "cluster over loopback TCP), with a control port to break it on purpose. Runs until "
+               "SIGTERM/SIGINT. Commands and limits: docs/testing.md.",
+               "outbox-mock-kafka"};
+  app.set_version_flag("--version", std::string("outbox-mock-kafka ") + OUTBOX_VERSION_STRING);
+  app.add_option("--brokers", brokers, "number of brokers (default 3)")->check(CLI::Range(1L, 32L));
+  app.add_option("--topic", topic_specs, "create a topic (repeatable)")->check(TopicSpec());
+  app.add_option("--bootstrap-file", bootstrap_file, "write the bootstrap servers here once listening");
+  app.add_option("--control-file", control_file, "write the control port's HOST:PORT here");
+  auto* ctl = app.add_subcommand("ctl", "send one control command to a running mock; prints its reply");
+  ctl->add_option("address", ctl_address, "the mock's control HOST:PORT")->required()->check(HostPort());
+  // Everything after the address is the command, passed on as given ("-1" included).
+  ctl->prefix_command();
+  ctl->footer("COMMAND [ARGS...]: ping, bootstrap, broker-down ID, ... (docs/testing.md)");
+  if (auto done = outbox::tools::ParseOrExit(app, argc, argv, "outbox-mock-kafka")) return *done;
+  if (ctl->parsed()) {
+    ctl_words = ctl->remaining();
+    if (ctl_words.empty()) {
+      std::cerr << "outbox-mock-kafka: ctl: a COMMAND is required after the address\n"
+                << "run `outbox-mock-kafka ctl --help` for usage\n";
+      return outbox::tools::kExitUsage;
     }
+    return RunCtl(ctl_address, ctl_words);
+  }
+  std::vector<std::pair<std::string, int>> topics;
+  for (const auto& t : topic_specs) {
+    const auto colon = t.rfind(':');
+    long parts = 0;
+    ParseInt(t.substr(colon + 1), parts);
+    topics.emplace_back(t.substr(0, colon), static_cast<int>(parts));
   }
 
   ::signal(SIGPIPE, SIG_IGN);

@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include <CLI/CLI.hpp>
+
 #include "outbox/mariadb.h"
 
 #include <limits>
@@ -360,41 +362,58 @@ std::string Quote(const std::string& s) {
 
 Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   CommandLine cl;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](std::string& out) -> Status {
-      if (i + 1 >= args.size()) return Status::InvalidArgument(a + " needs a value");
-      out = args[++i];
-      return Status::Ok();
-    };
-    std::string v;
-    if (a == "--config") {
-      OUTBOX_RETURN_IF_ERROR(value(cl.config_path));
-    } else if (a == "--set") {
-      OUTBOX_RETURN_IF_ERROR(value(v));
-      auto eq = v.find('=');
-      if (eq == std::string::npos || eq == 0) {
-        return Status::InvalidArgument("--set needs KEY=VALUE, got " + v);
-      }
+  CLI::App app{"outbox-relay: moves committed outbox rows to Kafka, in order per aggregate.\n"
+               "Values come from --config FILE < OUTBOX_* variables (and their _FILE forms) < flags.\n"
+               "Keys, variables, defaults, metrics and exit codes: docs/relay.md.",
+               "outbox-relay"};
+  std::vector<std::string> sets;
+  std::string db, bootstrap;
+  bool log_json = false;
+  app.add_option("--config", cl.config_path, "the TOML configuration file")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  CLI::Option* set = app.add_option("--set", sets, "one configuration key, e.g. relay.workers=8 (repeatable)")
+                         ->allow_extra_args(false)
+                         ->type_name("KEY=VALUE")
+                         ->check(CLI::Validator(
+                             [](std::string& v) -> std::string {
+                               const auto eq = v.find('=');
+                               return eq == std::string::npos || eq == 0 ? "needs KEY=VALUE, got " + v
+                                                                         : std::string();
+                             },
+                             ""));
+  CLI::Option* db_opt = app.add_option("--db", db, "database.url: a PostgreSQL URL or mysql://user@host/db")
+                            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  CLI::Option* bootstrap_opt =
+      app.add_option("--bootstrap", bootstrap, "kafka.properties.bootstrap.servers")
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  CLI::Option* json_opt = app.add_flag("--log-json", log_json, "log.format = json");
+  app.add_flag("--print-config", cl.print_config, "print the effective configuration (secrets redacted) and exit");
+  app.add_flag("--migrate", cl.migrate, "create/upgrade the outbox schema before starting");
+  app.add_flag("--version", cl.version, "print \"outbox-relay X.Y.Z\" and exit");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    cl.help = true;
+    cl.help_text = app.help();
+    return cl;
+  } catch (const CLI::ParseError& e) {
+    return Status::InvalidArgument(e.what());
+  }
+  // The shortcuts and --set apply in the order given: a later one wins.
+  std::map<const CLI::Option*, std::size_t> seen;
+  for (const CLI::Option* opt : app.parse_order()) {
+    const std::size_t n = seen[opt]++;
+    if (opt == set) {
+      const std::string& v = opt->results().at(n);
+      const auto eq = v.find('=');
       cl.overrides.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-    } else if (a == "--db") {
-      OUTBOX_RETURN_IF_ERROR(value(v));
-      cl.overrides.emplace_back("database.url", v);
-    } else if (a == "--bootstrap") {
-      OUTBOX_RETURN_IF_ERROR(value(v));
-      cl.overrides.emplace_back("kafka.properties.bootstrap.servers", v);
-    } else if (a == "--log-json") {
+    } else if (opt == db_opt) {
+      cl.overrides.emplace_back("database.url", opt->results().at(n));
+    } else if (opt == bootstrap_opt) {
+      cl.overrides.emplace_back("kafka.properties.bootstrap.servers", opt->results().at(n));
+    } else if (opt == json_opt) {
       cl.overrides.emplace_back("log.format", "json");
-    } else if (a == "--print-config") {
-      cl.print_config = true;
-    } else if (a == "--migrate") {
-      cl.migrate = true;
-    } else if (a == "-h" || a == "--help") {
-      cl.help = true;
-    } else if (a == "--version") {
-      cl.version = true;
-    } else {
-      return Status::InvalidArgument("unknown argument " + a);
     }
   }
   return cl;

@@ -56,9 +56,12 @@ struct CommandLine {
   std::vector<std::pair<std::string, std::string>> overrides;  // --set and shortcuts, in order
   bool print_config = false;
   bool migrate = false;
-  bool help = false;
+  bool help = false;       // -h/--help: print help_text on stdout and exit 0
+  std::string help_text;
   bool version = false;  // --version: print "outbox-relay X.Y.Z" and exit 0
 };
+// Parsed with CLI11: `--x=y` works, errors name the flag. InvalidArgument for a
+// usage error (the caller exits 2).
 Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args);
 
 // Default relay id: "<hostname>:<pid>".

@@ -33,9 +33,8 @@ constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitForced = 130;
 
 int Usage(const std::string& msg) {
   std::cerr << "outbox-relay: " << msg << "\n"
-            << "usage: outbox-relay [--config FILE] [--set KEY=VALUE]... [--db URL]\n"
-            << "                    [--bootstrap SERVERS] [--log-json] [--print-config] [--migrate] [--version]\n"
-            << "Keys, environment variables and defaults: docs/relay.md\n";
+            << "run `outbox-relay --help` for usage; keys, environment variables and defaults: "
+               "docs/relay.md\n";
   return kExitConfig;
 }
 
@@ -46,7 +45,7 @@ int main(int argc, char** argv) {
   auto cl = outbox::daemon::ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc));
   if (!cl.ok()) return Usage(cl.status().message());
   if (cl->help) {
-    Usage("help");
+    std::cout << cl->help_text;
     return kExitOk;
   }
   if (cl->version) {
