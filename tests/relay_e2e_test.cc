@@ -88,6 +88,39 @@ TEST_F(RelayE2ETest, KafkaClientErrorsAreLoggedWithTheirReasonInJson) {
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }
 
+// A relay configured for SASL over TLS, pointed at a plain-text listener (the
+// classic first-day mistake), says so with librdkafka's reason, is not ready,
+// moves nothing, and never prints the SASL password (from the environment).
+TEST_F(RelayE2ETest, ATlsOrSaslMismatchIsLoggedWithItsReasonAndThePasswordNeverShows) {
+  ASSERT_TRUE(EnqueueOne("tls-agg", "tls-agg#0"));
+  const std::string password = "pw-" + RandomSuffix();
+  Subprocess& relay = StartRelay({"kafka.properties.security.protocol=SASL_SSL",
+                                  "kafka.properties.sasl.mechanisms=PLAIN",
+                                  "kafka.properties.sasl.username=relay", "log.level=debug"},
+                                 {{"OUTBOX_KAFKA_PROPERTIES_SASL_PASSWORD", password}});
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitForLog(relay, "SSL handshake failed")) << relay.Log();
+  // Not ready once librdkafka reports every broker down (after each one failed).
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        int status = 0;
+        Get(port, "/readyz", &status);
+        return status == 503;
+      },
+      15s))
+      << relay.Log();
+  EXPECT_EQ(CountStatus("SENT"), 0);
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+  EXPECT_EQ(relay.Log().find(password), std::string::npos) << "the SASL password was printed";
+  CommandRun printed = RunCommand("OUTBOX_KAFKA_PROPERTIES_SASL_PASSWORD=" + password + " " +
+                                  OUTBOX_RELAY_BIN + " --db x --bootstrap y --print-config");
+  EXPECT_EQ(printed.code, 0) << printed.out;
+  EXPECT_NE(printed.out.find("sasl.password"), std::string::npos) << printed.out;
+  EXPECT_EQ(printed.out.find(password), std::string::npos) << printed.out;
+}
+
 TEST_F(RelayE2ETest, BrokerDownThenUpLosesNothingAndRetriesShowInMetrics) {
   constexpr int kProducers = 2, kAggs = 10, kPer = 10;  // 200 events
   ASSERT_EQ(kafka_->Control("broker-down -1"), "ok");
