@@ -6,8 +6,9 @@
 #                           (CI logs, pipes) it prints "== LABEL" once. On
 #                           failure CMD's last 40 lines go to stderr and the
 #                           status is returned.
-#   build_demo_preset       scripts/deps, then the `demo` preset's configure and
-#                           build, each as a step; sets BIN to the build tree.
+#   build_demo_preset       scripts/deps (in the foreground: sudo may ask), then
+#                           the `demo` preset's configure and build, each as a
+#                           step; sets BIN to the build tree.
 
 run_step() {
   local label="$1"; shift
@@ -39,7 +40,8 @@ run_step() {
 }
 
 build_demo_preset() {
-  run_step "installing missing packages (scripts/deps)" "$ROOT/scripts/deps"
+  # Not a run_step: sudo may need to ask for a password on the terminal.
+  "$ROOT/scripts/deps"
   run_step "configuring (demo preset: release with fault points)" cmake --preset demo
   run_step "building (demo preset)" cmake --build --preset demo -j"$(nproc)"
   BIN="$ROOT/build/demo"
