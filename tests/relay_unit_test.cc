@@ -308,6 +308,8 @@ TEST(Config, ErrorsNameTheKey) {
       {"", {{"cdc.publication", "p; DROP"}}, "cdc.publication"},
       {"", {{"cdc.max_retained_wal_bytes", "-1"}}, "cdc.max_retained_wal_bytes"},
       {"", {{"cdc.max_retained_wal_bytes", "1GB"}}, "cdc.max_retained_wal_bytes"},
+      {"", {{"cdc.batches_in_flight", "0"}}, "cdc.batches_in_flight"},
+      {"", {{"cdc.batches_in_flight", "17"}}, "cdc.batches_in_flight"},
       {"", {{"relay.source", "cdc"}, {"cdc.stream_stale_after_ms", "500"},
             {"cdc.status_interval_ms", "1000"}}, "cdc.stream_stale_after_ms"},
   };

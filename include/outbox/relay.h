@@ -62,10 +62,15 @@ enum class RelaySource {
 // slot); the others stand by and take over when it dies. Every relay sweeps.
 struct CdcOptions {
   std::string slot;  // the replication slot (progress rows and its gauges)
-  // Rows per stream batch (relay.batch_bytes still bounds its payloads). The
-  // stream is one serial read → check → publish loop, so it takes bigger
-  // batches than a claim: 2000 drained 1.8× faster than 500 (docs/benchmarks.md).
+  // Rows per stream batch (relay.batch_bytes still bounds its payloads): 2000
+  // drained 1.8× faster than 500 (docs/benchmarks.md).
   int batch_size = 2000;
+  // Batches whose publish may be in flight at once: the stream reads, checks
+  // and publishes batch k+1 while batch k waits for its acks. A row whose
+  // aggregate has an earlier row in flight is held by the table's check (that
+  // row is still PENDING) until the earlier outcome is recorded, so order per
+  // aggregate holds at any depth. 1 = the serial loop.
+  int batches_in_flight = 4;
   // How often the stream confirms its position to the server and records its
   // progress in the table (one row, not per event).
   milliseconds status_interval{1'000};

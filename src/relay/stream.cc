@@ -12,12 +12,19 @@
 //     Everything else is left to the sweeper, whose ordered claim keeps order.
 //   - Nothing is written per event beyond the one fenced MarkSent (token 0):
 //     no claim, no lease.
+//   - Up to cdc.batches_in_flight batches are published at once: this thread
+//     reads, checks and publishes batch k+1 while batch k waits for its acks.
+//     Batches settle in commit order. A row in flight is PENDING in the
+//     table, so the check holds every later row of its aggregate (parked)
+//     until its outcome is recorded: per-aggregate order at any depth.
 //   - One batch's outcomes are written by a helper (its own session) while
-//     this thread reads, checks and publishes the next batch; its acked rows
-//     do not hold their aggregates in that check (they are on their way to
-//     SENT), its failed ones do. At most one batch is being marked.
+//     this thread goes on; its acked rows do not hold their aggregates in the
+//     check (they are on their way to SENT), its failed ones do. At most one
+//     batch is being marked.
 #include <algorithm>
+#include <deque>
 #include <future>
+#include <memory>
 #include <map>
 #include <random>
 
@@ -72,6 +79,39 @@ void Relay::StreamLoop() {
   bool cap_handled = false;  // this cap episode's slot drop is done (or another relay's)
   milliseconds backoff{200};
 
+  // Batches read and checked, in commit order, whose publish may still be in
+  // flight. The front one settles first: its acks are marked (one batch
+  // marking at a time) and only then its position counts as reached.
+  struct InFlight {
+    std::shared_ptr<std::vector<ClaimedEvent>> events;  // null: nothing published
+    std::future<std::vector<PublishResult>> results;
+    std::uint64_t lsn = 0;
+    std::int64_t covered = 0;
+    Clock::time_point received_at, check_at, checked_at;
+    std::size_t fresh = 0, decoded = 0;
+    bool probing = false;
+    bool Ready() const {
+      return !results.valid() || results.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    }
+  };
+  std::deque<InFlight> in_flight;
+  bool settled_since_check = true;
+  const std::size_t max_in_flight = static_cast<std::size_t>(std::max(1, cdc.batches_in_flight));
+  enum class StepResult { kGoOn, kReopen, kOutage };
+  // Waits for every publish in flight and forgets the batches: nothing of
+  // theirs is recorded or confirmed, so they are read again from the slot (or
+  // swept); acked copies are absorbed by the inbox.
+  auto drop_in_flight = [&] {
+    for (InFlight& f : in_flight) {
+      if (!f.results.valid()) continue;
+      auto results = f.results.get();
+      for (const PublishResult& r : results) {
+        if (r.outcome == PublishOutcome::kAcked) metrics_.published.Inc();
+      }
+      if (f.probing) EndBrokerProbe();
+    }
+    in_flight.clear();
+  };
   // Waits for the batch being marked; true when its outcomes are recorded.
   auto finish_marking = [&]() -> bool {
     if (!marking.valid()) return true;
@@ -98,6 +138,7 @@ void Relay::StreamLoop() {
     }
   };
   auto close_stream = [&](const char* why, const Status& st) {
+    drop_in_flight();
     (void)finish_marking();
     parked.clear();
     parked_since.clear();
@@ -134,6 +175,92 @@ void Relay::StreamLoop() {
     return true;
   };
 
+  // Settles the oldest batch in flight: waits for its acks, plans the
+  // transitions, hands them to the marking helper (after the previous batch's
+  // marks are recorded) and reaches its position. kReopen / kOutage: the
+  // stream was closed (after dropping what was in flight).
+  auto settle_front = [&]() -> StepResult {
+    InFlight f = std::move(in_flight.front());
+    in_flight.pop_front();
+    settled_since_check = true;
+    if (!f.events) {
+      reached(f.lsn, f.covered);
+      return StepResult::kGoOn;
+    }
+    const std::vector<PublishResult> results = f.results.get();
+    const auto acked_at = Clock::now();
+    (void)OUTBOX_FAULT(fault::kStreamAfterPublish);
+    const std::vector<ClaimedEvent>& events = *f.events;
+    relay_internal::Plan plan =
+        relay_internal::PlanTransitions(events, results, options_, NextOutageDelay(), rng);
+    EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, f.probing);
+    relay_internal::RecordPublish(metrics_, logger_, who, events, results, plan,
+                                  acked_at - f.received_at, &logged_outage);
+    if (plan.outage) {
+      // Nothing was written for this batch: its rows are still PENDING.
+      // Read them again after the shared outage backoff (the sweepers take
+      // over once the stream's progress is stale).
+      drop_in_flight();
+      (void)finish_marking();
+      stream.reset();
+      parked.clear();
+      parked_since.clear();
+      metrics_.cdc_streaming.Set(0);
+      metrics_.cdc_restarts.Inc();
+      return StepResult::kOutage;
+    }
+    bool recorded = finish_marking();
+    if (recorded && !mark_store && !(mark_store = OpenOrNull(store_factory_))) {
+      metrics_.db_errors.Inc();
+      recorded = false;
+    }
+    if (!recorded) {
+      // Outcomes not recorded: do not confirm past them. Reopen and read the
+      // batch again (its published rows come again; the inbox absorbs them).
+      store.reset();
+      close_stream("record outcomes", Status::Unavailable("transition not recorded"));
+      return StepResult::kReopen;
+    }
+    // Only the rows going to SENT: an acked row held back behind an earlier
+    // failure goes again, and so does its aggregate.
+    for (const Ticket& t : plan.sent) acked_unmarked.push_back(t.seq);
+    metrics_.rescheduled.Inc(plan.reschedule.size());
+    metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
+    metrics_.failed_max_attempts.Inc(plan.max_attempts);
+    logger_.Log(LogLevel::kDebug, "stream batch",
+                {{"worker", who}, {"decoded", std::to_string(f.fresh)},
+                 {"checked", std::to_string(f.decoded)},
+                 {"published", std::to_string(events.size())},
+                 {"parked", std::to_string(parked.size())},
+                 {"in_flight", std::to_string(in_flight.size())},
+                 {"check_ms", Ms(f.checked_at - f.check_at)},
+                 {"publish_ms", Ms(acked_at - f.checked_at)}});
+    Store* ms = mark_store.get();
+    marking = std::async(std::launch::async, [this, ms, who, plan = std::move(plan)] {
+      // Streamed rows hold no lease: a mark that does not go through soon is
+      // given up and the batch read again from the slot. Until then the slot
+      // cannot be confirmed — and a PostgreSQL shutdown waits for that
+      // confirmation (up to wal_sender_timeout).
+      const auto deadline =
+          Clock::now() + std::clamp<milliseconds>(options_.cdc.status_interval * 5,
+                                                  milliseconds(500), milliseconds(5000));
+      return ApplyTransition(who, "mark sent", [&] { return ms->MarkSent(plan.sent); },
+                             plan.sent.size(), fault::kStreamMarkSent, deadline) &&
+             ApplyTransition(who, "reschedule", [&] { return ms->Reschedule(plan.reschedule); },
+                             plan.reschedule.size(), std::string_view{}, deadline) &&
+             ApplyTransition(who, "mark failed", [&] { return ms->MarkFailed(plan.failed); },
+                             plan.failed.size(), std::string_view{}, deadline);
+    });
+    reached(f.lsn, f.covered);
+    // Collect a finished marking without waiting for it.
+    if (marking.valid() && marking.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+        !finish_marking()) {
+      close_stream("record outcomes", Status::Unavailable("transition not recorded"));
+      return StepResult::kReopen;
+    }
+    return StepResult::kGoOn;
+  };
+
   while (!stopping_) {
     Beat(StreamSlot());
     if (!store) {
@@ -156,6 +283,7 @@ void Relay::StreamLoop() {
         // business (it sees the cap too); an idle slot is anyone's to drop.
         const bool had = stream != nullptr;
         if (had) {
+          drop_in_flight();
           (void)finish_marking();
           stream.reset();
           parked.clear();
@@ -232,9 +360,36 @@ void Relay::StreamLoop() {
       last_status = Clock::now() - cdc.status_interval;
     }
 
+    // Settle the batches whose acks are in, oldest first. Wait for the oldest
+    // when the pipeline is full — or when a batch's worth of rows is parked:
+    // they wait for rows in flight, and reading further ahead would only
+    // park more (the aggregates of consecutive batches overlap).
+    {
+      const std::size_t park_bound = static_cast<std::size_t>(cdc.batch_size);
+      StepResult r = StepResult::kGoOn;
+      while (!in_flight.empty() && r == StepResult::kGoOn &&
+             (in_flight.size() >= max_in_flight || parked.size() >= park_bound ||
+              in_flight.front().Ready())) {
+        r = settle_front();
+      }
+      if (r != StepResult::kGoOn) {
+        if (r == StepResult::kReopen) pause();
+        continue;
+      }
+      // Collect a finished marking without waiting for it: the positions
+      // reached meanwhile become settled (and the sweepers' horizon moves).
+      if (marking.valid() &&
+          marking.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+          !finish_marking()) {
+        close_stream("record outcomes", Status::Unavailable("transition not recorded"));
+        pause();
+        continue;
+      }
+    }
+
     bool probing = false;
     if (!BrokerTurn(&probing)) continue;
-    limits.wait = parked.empty() ? milliseconds(100) : milliseconds(5);
+    limits.wait = parked.empty() && in_flight.empty() ? milliseconds(100) : milliseconds(5);
     auto batch = stream->Next(limits);
     const auto received_at = Clock::now();
     if (!batch.ok()) {
@@ -245,8 +400,15 @@ void Relay::StreamLoop() {
     }
 
     const std::size_t fresh = batch->events.size();
-    bool settled_batch = true;
-    if (!parked.empty()) {
+    // Nothing new read and nothing settled since the last check: the parked
+    // rows' answers cannot have changed (they wait for rows in flight).
+    const bool recheck = fresh > 0 || settled_since_check || in_flight.empty();
+    if (recheck) settled_since_check = false;
+    if (!recheck) {
+      if (probing) EndBrokerProbe();
+      probing = false;
+      batch->events.clear();
+    } else if (!parked.empty()) {
       // Parked rows precede the new ones in commit order.
       const auto now = Clock::now();
       std::vector<ClaimedEvent> merged;
@@ -260,18 +422,28 @@ void Relay::StreamLoop() {
       for (ClaimedEvent& e : batch->events) merged.push_back(std::move(e));
       batch->events = std::move(merged);
     }
+    InFlight f;
+    f.lsn = batch->confirmable_lsn;
+    f.covered = batch->covered_until_us;
+    f.received_at = received_at;
+    f.fresh = fresh;
+    f.probing = probing;
     if (batch->events.empty()) {
       if (probing) EndBrokerProbe();
+      f.probing = false;
     } else {
       last_activity = received_at;
-      const std::size_t decoded = batch->events.size();
+      f.decoded = batch->events.size();
       std::vector<std::int64_t> seqs;
-      seqs.reserve(decoded);
+      seqs.reserve(f.decoded);
       for (const ClaimedEvent& e : batch->events) seqs.push_back(e.ticket.seq);
       metrics_.cdc_streamed.Inc(fresh);
-      const auto check_at = Clock::now();
+      f.check_at = Clock::now();
+      // Rows in flight are PENDING in the table: they hold their aggregates
+      // here, so a later row of theirs waits (parked) until their outcome is
+      // recorded. Rows acked and being marked do not hold.
       auto states = store->StreamStates(seqs, holds, acked_unmarked);
-      const auto checked_at = Clock::now();
+      f.checked_at = Clock::now();
       if (!states.ok()) {
         if (probing) EndBrokerProbe();
         metrics_.db_errors.Inc();
@@ -299,81 +471,24 @@ void Relay::StreamLoop() {
       }
       if (pick.publish.empty()) {
         if (probing) EndBrokerProbe();
+        f.probing = false;
       } else {
-        std::vector<PublishResult> results = transport_.Publish(pick.publish);
-        const auto acked_at = Clock::now();
-        (void)OUTBOX_FAULT(fault::kStreamAfterPublish);
-        relay_internal::Plan plan = relay_internal::PlanTransitions(
-            pick.publish, results, options_, NextOutageDelay(), rng);
-        EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, probing);
-        relay_internal::RecordPublish(metrics_, logger_, who, pick.publish, results, plan,
-                                      acked_at - received_at, &logged_outage);
-        if (plan.outage) {
-          // Nothing was written for this batch: its rows are still PENDING.
-          // Read them again after the shared outage backoff (the sweepers
-          // take over once the stream's progress is stale).
-          (void)finish_marking();
-          stream.reset();
-          parked.clear();
-          parked_since.clear();
-          metrics_.cdc_streaming.Set(0);
-          metrics_.cdc_restarts.Inc();
-          continue;
-        }
-        if (!finish_marking()) {
-          settled_batch = false;
-        } else if (!mark_store && !(mark_store = OpenOrNull(store_factory_))) {
-          metrics_.db_errors.Inc();
-          settled_batch = false;
-        } else {
-          // Only the rows going to SENT: an acked row held back behind an
-          // earlier failure goes again, and so does its aggregate.
-          for (const Ticket& t : plan.sent) acked_unmarked.push_back(t.seq);
-          metrics_.rescheduled.Inc(plan.reschedule.size());
-          metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
-          metrics_.failed_max_attempts.Inc(plan.max_attempts);
-          logger_.Log(LogLevel::kDebug, "stream batch",
-                      {{"worker", who}, {"decoded", std::to_string(fresh)},
-                       {"checked", std::to_string(decoded)},
-                       {"published", std::to_string(pick.publish.size())},
-                       {"parked", std::to_string(parked.size())},
-                       {"check_ms", Ms(checked_at - check_at)},
-                       {"publish_ms", Ms(acked_at - checked_at)}});
-          Store* ms = mark_store.get();
-          marking = std::async(std::launch::async, [this, ms, who, plan = std::move(plan)] {
-            // Streamed rows hold no lease: a mark that does not go through
-            // soon is given up and the batch read again from the slot. Until
-            // then the slot cannot be confirmed — and a PostgreSQL shutdown
-            // waits for that confirmation (up to wal_sender_timeout).
-            const auto deadline =
-                Clock::now() + std::clamp<milliseconds>(options_.cdc.status_interval * 5,
-                                                        milliseconds(500), milliseconds(5000));
-            return ApplyTransition(who, "mark sent", [&] { return ms->MarkSent(plan.sent); },
-                                   plan.sent.size(), fault::kStreamMarkSent, deadline) &&
-                   ApplyTransition(who, "reschedule", [&] { return ms->Reschedule(plan.reschedule); },
-                                   plan.reschedule.size(), std::string_view{}, deadline) &&
-                   ApplyTransition(who, "mark failed", [&] { return ms->MarkFailed(plan.failed); },
-                                   plan.failed.size(), std::string_view{}, deadline);
-          });
-        }
+        f.events = std::make_shared<std::vector<ClaimedEvent>>(std::move(pick.publish));
+        f.results = std::async(std::launch::async, [this, events = f.events] {
+          return transport_.Publish(*events);
+        });
       }
     }
-    if (!settled_batch) {
-      // Outcomes not recorded: do not confirm past them. Reopen and read the
-      // batch again (its published rows come again; the inbox absorbs them).
-      store.reset();
-      close_stream("record outcomes", Status::Unavailable("transition not recorded"));
-      pause();
-      continue;
-    }
-    reached(batch->confirmable_lsn, batch->covered_until_us);
-    // Collect a finished marking without waiting for it.
-    if (marking.valid() &&
-        marking.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
-        !finish_marking()) {
-      close_stream("record outcomes", Status::Unavailable("transition not recorded"));
-      pause();
-      continue;
+    const bool probe_in_flight = f.probing;
+    in_flight.push_back(std::move(f));
+    if (probe_in_flight) {
+      // While the broker is being probed after an outage, one batch at a time.
+      StepResult r = StepResult::kGoOn;
+      while (!in_flight.empty() && r == StepResult::kGoOn) r = settle_front();
+      if (r != StepResult::kGoOn) {
+        if (r == StepResult::kReopen) pause();
+        continue;
+      }
     }
     const auto now = Clock::now();
     if (now - last_status >= cdc.status_interval) {
@@ -382,6 +497,10 @@ void Relay::StreamLoop() {
       if (!report(heartbeat)) pause();
     }
   }
+  // Stopping: settle what is in flight (its acks are marked), then confirm.
+  while (!in_flight.empty() && settle_front() == StepResult::kGoOn) {
+  }
+  drop_in_flight();
   const bool marked = finish_marking();
   if (stream && store && marked) (void)report(false);  // spare the next reader what is settled
   metrics_.cdc_streaming.Set(0);

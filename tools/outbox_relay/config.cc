@@ -232,6 +232,8 @@ const std::vector<Key>& Keys() {
                     [](Config& c) -> std::string& { return c.cdc_publication; }));
     k.push_back(Int<int>("cdc.batch_size", "OUTBOX_CDC_BATCH_SIZE", 1, 100000,
                          [](Config& c) -> int& { return c.relay.cdc.batch_size; }));
+    k.push_back(Int<int>("cdc.batches_in_flight", "OUTBOX_CDC_BATCHES_IN_FLIGHT", 1, 16,
+                         [](Config& c) -> int& { return c.relay.cdc.batches_in_flight; }));
     k.push_back(Dur<std::chrono::milliseconds>(
         "cdc.status_interval_ms", "OUTBOX_CDC_STATUS_INTERVAL_MS", 10, 60000,
         [](Config& c) -> std::chrono::milliseconds& { return c.relay.cdc.status_interval; }));
