@@ -126,7 +126,8 @@ double BareStream(const std::string& url, long rows) {
 
 std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                        const std::string& bootstrap, const std::string& source,
-                                       const std::string& log) {
+                                       const std::string& log,
+                                       const std::vector<std::string>& more = {}) {
   std::vector<std::string> argv = {f.Str("relay"), "--db", url, "--bootstrap", bootstrap,
                                    "--set", "database.schema=" + kSchema,
                                    "--set", "relay.source=" + source,
@@ -136,6 +137,10 @@ std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
   std::stringstream extra(f.Str(source + "-set"));  // e.g. --cdc-set a=1,b=2
   for (std::string kv; std::getline(extra, kv, ',');) {
     if (kv.empty()) continue;
+    argv.push_back("--set");
+    argv.push_back(kv);
+  }
+  for (const auto& kv : more) {  // after --cdc-set: these win
     argv.push_back("--set");
     argv.push_back(kv);
   }
@@ -151,10 +156,11 @@ struct Drain {
 };
 
 Drain DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
-                     const std::string& bootstrap, const std::string& source, long rows) {
+                     const std::string& bootstrap, const std::string& source, long rows,
+                     const std::vector<std::string>& more = {}) {
   const std::uint64_t wal0 = Lsn(admin, "pg_current_wal_lsn()");
   const auto t0 = std::chrono::steady_clock::now();
-  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_" + source + ".log");
+  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_" + source + ".log", more);
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   Drain d;
   d.rate = static_cast<double>(rows) / SecondsSince(t0);
@@ -227,7 +233,7 @@ int main(int argc, char** argv) {
   MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "cdc_bench_mock");
   const std::string& bootstrap = mock.bootstrap;
 
-  std::vector<double> bare, cdc, poll, cdc_wal, poll_wal, cdc_rss, poll_rss, swept;
+  std::vector<double> bare, cdc, cdc_serial, poll, cdc_wal, poll_wal, cdc_rss, poll_rss, swept;
   for (int r = 0; r < runs; ++r) {
     CreateSlot(admin);
     FillCommitted(admin, rows, f.Int("aggregates"), 1000);
@@ -239,6 +245,13 @@ int main(int argc, char** argv) {
     cdc_rss.push_back(static_cast<double>(d.rss_kb) / 1024.0);
     swept.push_back(static_cast<double>(d.swept));
     std::fprintf(stderr, "run %d: relay cdc    %9.0f events/s (%ld swept)\n", r + 1, d.rate, d.swept);
+    DropSlot(admin);
+    // The same with one stream batch in flight at a time (the serial loop).
+    CreateSlot(admin);
+    FillCommitted(admin, rows, f.Int("aggregates"), 1000);
+    Drain s1 = DrainWithRelay(f, admin, url, bootstrap, "cdc", rows, {"cdc.batches_in_flight=1"});
+    cdc_serial.push_back(s1.rate);
+    std::fprintf(stderr, "run %d: relay cdc, 1 batch in flight %9.0f events/s\n", r + 1, s1.rate);
     DropSlot(admin);
     FillCommitted(admin, rows, f.Int("aggregates"), 1000);
     Drain p = DrainWithRelay(f, admin, url, bootstrap, "poll", rows);
@@ -256,10 +269,12 @@ int main(int argc, char** argv) {
               ceiling, Join(bare).c_str());
   std::printf("| outbox-relay, relay.source = cdc → mock Kafka | %.0f | %s | %.2f | %.0f bytes | %.1f MiB |\n",
               Median(cdc), Join(cdc).c_str(), Median(cdc) / ceiling, Median(cdc_wal), Median(cdc_rss));
+  std::printf("| outbox-relay, relay.source = cdc, cdc.batches_in_flight = 1 (one batch at a time) | %.0f | %s | %.2f | — | — |\n",
+              Median(cdc_serial), Join(cdc_serial).c_str(), Median(cdc_serial) / ceiling);
   std::printf("| outbox-relay, relay.source = poll → mock Kafka | %.0f | %s | %.2f | %.0f bytes | %.1f MiB |\n",
               Median(poll), Join(poll).c_str(), Median(poll) / ceiling, Median(poll_wal), Median(poll_rss));
-  std::printf("\ncdc / poll: %.2f×. Rows the cdc relay's sweeper claimed during its drains: %s (the stream sent the rest).\n",
-              Median(cdc) / Median(poll), Join(swept).c_str());
+  std::printf("\ncdc / poll: %.2f×; cdc with %s batches in flight / with 1: %.2f×. Rows the cdc relay's sweeper claimed during its drains: %s (the stream sent the rest).\n",
+              Median(cdc) / Median(poll), "the default 4", Median(cdc) / Median(cdc_serial), Join(swept).c_str());
 
   // ---- one large transaction ----
   {

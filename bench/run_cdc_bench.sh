@@ -32,7 +32,8 @@ update_section cdc <<MD
 Command: \`bench/run_cdc_bench.sh --rows $ROWS --runs $RUNS --big-tx $BIG --rates $RATES --seconds $SECONDS_\`
 (runs \`build/release/bench/cdc_bench\`: the release \`outbox-relay\` with its defaults —
 4 workers, batch 500; in cdc mode one stream thread with batches of up to 2000
-(\`cdc.batch_size\`) plus the 4 workers as sweepers —
+(\`cdc.batch_size\`), up to 4 of them published at once (\`cdc.batches_in_flight\`), plus
+the 4 workers as sweepers —
 and a private \`outbox-mock-kafka\` with 3 brokers and a 32-partition topic).
 $machine
 
@@ -40,8 +41,9 @@ $out
 
 How to read it: each run creates the slot, commits the backlog, then times the bare
 stream (it reads the slot without confirming), then \`outbox-relay\` in cdc mode on the
-same slot and WAL, then drops the slot, commits the backlog again and times the polling
-relay; figures are medians of $RUNS runs. A drain is timed from starting the relay
+same slot and WAL, then drops the slot, commits the backlog again and times the cdc relay
+with \`cdc.batches_in_flight = 1\` (the serial loop of earlier commits), then the polling
+relay the same way; figures are medians of $RUNS runs. A drain is timed from starting the relay
 process until no row is unsent. "Relay WAL per event" is the growth of
 \`pg_current_wal_lsn()\` during the drain divided by the events: the relay's own row
 writes (the polling claim's PROCESSING update plus the SENT update, against the
@@ -49,9 +51,11 @@ stream's one SENT update), with their index and full-page-image costs. Latency i
 (\`created_at\`) → the row marked SENT (\`sent_at\`), both on the database clock: an upper
 bound of commit → broker ack. The polling relay runs with its defaults (no
 \`outbox.notify\`, so it polls every 2–250 ms). Everything — PostgreSQL, the relay, the
-mock broker and the load generator — shares the same cores. Why cdc is slower than
-polling here: the stream publishes one batch at a time and a publish to the mock broker
-costs ~40–60 ms whatever its size, while polling overlaps four workers' publishes
-(docs/design.md, "CDC", "Measured limits").
+mock broker and the load generator — shares the same cores. Why cdc is still slower than
+polling here: a publish to the mock broker costs ~40–60 ms whatever its size, and with
+1,000 aggregates every batch of 2,000 rows touches every aggregate, so the next batch's
+rows wait (parked) for the previous batch's acks; batches in flight overlap only the
+read, check and publish of one batch with the acks of the one before (docs/design.md,
+"CDC", "Batches in flight" and "Measured limits").
 MD
 echo "updated $DOC" >&2
