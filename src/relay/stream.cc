@@ -137,14 +137,21 @@ void Relay::StreamLoop() {
       covered_us = std::max(covered_us, covered);
     }
   };
-  auto close_stream = [&](const char* why, const Status& st) {
+  // Ends streaming: what is in flight is dropped (read again from the slot
+  // later), the marking under way is waited for, the parked rows forgotten
+  // (they are PENDING in the table). True when a stream was open.
+  auto stop_streaming = [&]() -> bool {
     drop_in_flight();
     (void)finish_marking();
     parked.clear();
     parked_since.clear();
-    if (!stream) return;
+    if (!stream) return false;
     stream.reset();
     metrics_.cdc_streaming.Set(0);
+    return true;
+  };
+  auto close_stream = [&](const char* why, const Status& st) {
+    if (!stop_streaming()) return;
     metrics_.cdc_restarts.Inc();
     logger_.Warn("change stream closed; it reopens at the slot's confirmed position",
                  {{"worker", who}, {"why", why}, {"error", st.ToString()}});
@@ -200,12 +207,7 @@ void Relay::StreamLoop() {
       // Nothing was written for this batch: its rows are still PENDING.
       // Read them again after the shared outage backoff (the sweepers take
       // over once the stream's progress is stale).
-      drop_in_flight();
-      (void)finish_marking();
-      stream.reset();
-      parked.clear();
-      parked_since.clear();
-      metrics_.cdc_streaming.Set(0);
+      stop_streaming();
       metrics_.cdc_restarts.Inc();
       return StepResult::kOutage;
     }
@@ -281,15 +283,7 @@ void Relay::StreamLoop() {
         // Our own walsender may take a moment to exit after the disconnect:
         // while it does, the slot is still "in use". Another relay's is its
         // business (it sees the cap too); an idle slot is anyone's to drop.
-        const bool had = stream != nullptr;
-        if (had) {
-          drop_in_flight();
-          (void)finish_marking();
-          stream.reset();
-          parked.clear();
-          parked_since.clear();
-          metrics_.cdc_streaming.Set(0);
-        }
+        const bool had = stop_streaming();
         Status dropped = Status::Ok();
         for (int i = 0; i < (had ? 50 : 1) && cdc.drop_slot && !stopping_; ++i) {
           dropped = cdc.drop_slot();
