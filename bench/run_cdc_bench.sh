@@ -32,7 +32,7 @@ update_section cdc <<MD
 Command: \`bench/run_cdc_bench.sh --rows $ROWS --runs $RUNS --big-tx $BIG --rates $RATES --seconds $SECONDS_\`
 (runs \`build/release/bench/cdc_bench\`: the release \`outbox-relay\` with its defaults —
 4 workers, batch 500; in cdc mode one stream thread with batches of up to 2000
-(\`cdc.batch_size\`), up to 4 of them published at once (\`cdc.batches_in_flight\`), plus
+(\`cdc.batch_size\`), one published at a time (\`cdc.batches_in_flight\` = 1), plus
 the 4 workers as sweepers —
 and a private \`outbox-mock-kafka\` with 3 brokers and a 32-partition topic).
 $machine
@@ -42,7 +42,7 @@ $out
 How to read it: each run creates the slot, commits the backlog, then times the bare
 stream (it reads the slot without confirming), then \`outbox-relay\` in cdc mode on the
 same slot and WAL, then drops the slot, commits the backlog again and times the cdc relay
-with \`cdc.batches_in_flight = 1\` (the serial loop of earlier commits), then the polling
+with \`cdc.batches_in_flight = 4\` (opt-in), then the polling
 relay the same way; figures are medians of $RUNS runs. A drain is timed from starting the relay
 process until no row is unsent. "Relay WAL per event" is the growth of
 \`pg_current_wal_lsn()\` during the drain divided by the events: the relay's own row
