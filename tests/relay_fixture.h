@@ -76,8 +76,11 @@ class RelayE2ETest : public ::testing::Test {
 
   // The settings of a relay in cdc mode, with test-sized intervals.
   static std::vector<std::string> CdcSets(std::vector<std::string> more = {}) {
+    // Staleness scales with the sanitizers' slowdown: a stream that misses its
+    // reports for that long is taken for dead and swept after.
     std::vector<std::string> s = {"relay.source=cdc", "cdc.sweep_after_ms=500",
-                                  "cdc.status_interval_ms=100", "cdc.stream_stale_after_ms=3000",
+                                  "cdc.status_interval_ms=100",
+                                  "cdc.stream_stale_after_ms=" + std::to_string(Scaled(3000ms).count()),
                                   "cdc.standby_retry_ms=200", "cdc.heartbeat_interval_ms=500"};
     s.insert(s.end(), more.begin(), more.end());
     return s;

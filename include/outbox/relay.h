@@ -264,7 +264,7 @@ class Relay {
   // cdc: housekeeping saw the slot over max_retained_wal_bytes (set), or the
   // outbox drained after a cap stop (cleared); read by StreamLoop.
   std::atomic<bool> wal_capped_{false};
-  // cdc: set once this relay's stream has recorded its progress; until then
+  // cdc: set once this relay's stream has announced itself (OpenStreamProgress); until then
   // (at most cdc.stream_stale_after) the sweepers wait, so that a starting
   // relay does not claim what its stream is about to publish.
   std::atomic<bool> stream_reported_{false};

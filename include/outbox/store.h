@@ -260,6 +260,12 @@ class Store {
                                                            bool failed_holds_aggregate,
                                                            std::span<const std::int64_t> acked);
   virtual Status SaveStreamProgress(const StreamProgress& progress);
+  // Announces a stream that has just opened on `slot`, before it reads: from
+  // then on the sweepers keep off the rows it will read. A slot's first
+  // announcement counts every commit before now as the sweepers' (the slot did
+  // not exist, or had no progress); a later one keeps the recorded progress
+  // and marks it fresh under the new reader.
+  virtual Status OpenStreamProgress(const std::string& slot, const std::string& reader);
   // Forgets a slot's progress: the sweepers then poll everything (slot dropped).
   virtual Status DropStreamProgress(const std::string& slot);
   virtual Result<SlotStatus> StreamSlotStatus(const std::string& slot);

@@ -16,6 +16,7 @@ Result<std::vector<StreamRowState>> Store::StreamStates(std::span<const std::int
   return NoStream();
 }
 Status Store::SaveStreamProgress(const StreamProgress&) { return NoStream(); }
+Status Store::OpenStreamProgress(const std::string&, const std::string&) { return NoStream(); }
 Status Store::DropStreamProgress(const std::string&) { return NoStream(); }
 Result<SlotStatus> Store::StreamSlotStatus(const std::string&) { return NoStream(); }
 

@@ -454,8 +454,8 @@ void Relay::WorkerLoop(int index) {
   if (options_.source == RelaySource::kCdc) {
     co.sweep_margin = options_.cdc.sweep_after;
     co.stream_stale_after = options_.cdc.stream_stale_after;
-    // Until the stream has said how far it got, every unsent row would look
-    // like the sweeper's (no progress row = no stream).
+    // Until the stream has announced itself (its progress row), every unsent
+    // row would look like the sweeper's (no progress row = no stream).
     const auto until = Clock::now() + options_.cdc.stream_stale_after;
     while (!stopping_ && !stream_reported_ && Clock::now() < until) SleepFor(milliseconds(50));
   }

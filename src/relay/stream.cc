@@ -168,8 +168,12 @@ void Relay::StreamLoop() {
       close_stream("confirm", st);
       return false;
     }
-    if (settled > 0 && covered_us > 0) {
-      Status saved = store->SaveStreamProgress({cdc.slot, options_.relay_id, settled, covered_us});
+    {
+      // Nothing settled yet (a first keepalive or batch still on its way):
+      // the announcement is renewed, so that the stream does not look stale.
+      Status saved = settled > 0 && covered_us > 0
+                         ? store->SaveStreamProgress({cdc.slot, options_.relay_id, settled, covered_us})
+                         : store->OpenStreamProgress(cdc.slot, options_.relay_id);
       if (!saved.ok()) {
         metrics_.db_errors.Inc();
         store.reset();  // reconnect; the sweepers treat the stream as stale meanwhile
@@ -346,6 +350,17 @@ void Relay::StreamLoop() {
                            "polling",
                      {{"slot", stream->slot()}});
       }
+      // Tell the sweepers before reading: until the first report (a keepalive
+      // round trip and a status interval away, longer under load) they would
+      // see no stream and take the rows it is about to read.
+      if (Status opened = store->OpenStreamProgress(cdc.slot, options_.relay_id); !opened.ok()) {
+        metrics_.db_errors.Inc();
+        store.reset();
+        close_stream("announce the stream", opened);
+        pause();
+        continue;
+      }
+      stream_reported_ = true;
       logger_.Info("streaming", {{"worker", who}, {"slot", stream->slot()}});
       metrics_.cdc_streaming.Set(1);
       // Report at once, asking for the server's position (a keepalive), so

@@ -231,6 +231,13 @@ class PostgresStore final : public Store {
         .status();
   }
 
+  Status OpenStreamProgress(const std::string& slot, const std::string& reader) override {
+    return session_
+        ->Exec("open stream progress", pg::sql::OpenStreamProgress(options_.schema),
+               {Param::Text(slot), Param::Text(SafeText(reader))})
+        .status();
+  }
+
   Status DropStreamProgress(const std::string& slot) override {
     return session_
         ->Exec("drop stream progress", pg::sql::DropStreamProgress(options_.schema),

@@ -1118,6 +1118,24 @@ ON CONFLICT (slot) DO UPDATE SET reader = EXCLUDED.reader, confirmed_lsn = EXCLU
                     schema);
 }
 
+// $1 slot, $2 reader. A new row: covered until now, at the slot's confirmed
+// position, with a first candidate horizon (none yet: the sweepers take no
+// fresh row until the stream has settled past the candidate). An existing
+// row keeps its progress and horizon; only its reader and freshness change.
+std::string OpenStreamProgress(const std::string& schema) {
+  return WithSchema(R"SQL(
+INSERT INTO {S}.stream_progress AS p (slot, reader, confirmed_lsn, covered_until, updated_at,
+                                      candidate, candidate_lsn)
+VALUES ($1::text, $2::text,
+        coalesce((SELECT s.confirmed_flush_lsn FROM pg_replication_slots s
+                  WHERE s.slot_name = $1::text),
+                 '0/0'::pg_lsn),
+        now(), now(), pg_current_snapshot(), pg_current_wal_insert_lsn())
+ON CONFLICT (slot) DO UPDATE SET reader = EXCLUDED.reader, updated_at = now()
+)SQL",
+                    schema);
+}
+
 // $1 slot
 std::string DropStreamProgress(const std::string& schema) {
   return WithSchema("DELETE FROM {S}.stream_progress WHERE slot = $1", schema);
