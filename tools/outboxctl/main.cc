@@ -37,6 +37,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "ops.h"
 #include "outbox/kafka.h"
 #include "outbox/mariadb.h"
 #include "outbox/mariadb_inbox.h"
@@ -92,47 +93,7 @@ struct Options {
 
 std::string Text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
-// A record as a JSON object with typed values: the --json output, and the
-// table's cells (Text).
-json ToRow(const outbox::EventRecord& e, bool trace) {
-  json r = {{"seq", e.seq},
-            {"event_id", e.event_id},
-            {"aggregate_type", e.aggregate_type},
-            {"aggregate_id", e.aggregate_id},
-            {"event_type", e.event_type},
-            {"status", e.status},
-            {"attempts", e.attempts},
-            {"dedup_key", e.dedup_key},
-            {"last_error", e.last_error}};
-  if (!trace) {
-    r["age_s"] = std::round(e.age_seconds * 10) / 10;
-    return r;
-  }
-  for (const auto& [k, v] : std::vector<std::pair<const char*, const std::string*>>{
-           {"lease_owner", &e.lease_owner}, {"created_at", &e.created_at},
-           {"claimed_at", &e.claimed_at},   {"sent_at", &e.sent_at},
-           {"failed_at", &e.failed_at},     {"skipped_at", &e.skipped_at},
-           {"skipped_by", &e.skipped_by},   {"skip_reason", &e.skip_reason}}) {
-    r[k] = *v;
-  }
-  return r;
-}
-
-// "12" as the number 12; "" (unknown) as null.
-json IntegerOrNull(const std::string& s) {
-  auto v = outbox::ParseInteger("value", s, INT64_MIN, INT64_MAX);
-  return v.ok() ? json(*v) : json(nullptr);
-}
-
-json ToRow(const outbox::StampRecord& s) {
-  return {{"consumer", s.consumer},
-          {"dedup_key", s.dedup_key},
-          {"applied_at", s.applied_at},
-          {"topic", s.topic},
-          {"partition", IntegerOrNull(s.partition)},
-          {"offset", IntegerOrNull(s.offset)},
-          {"duplicates", s.duplicates}};
-}
+using outbox::ctl::ToRow;
 
 void PrintRows(const json& rows, const std::vector<std::string>& cols) {
   auto cell = [](const json& r, const std::string& c) {
@@ -168,36 +129,13 @@ void PrintRows(const json& rows, const std::vector<std::string>& cols) {
 // an hour of slack for clocks and leases.
 constexpr std::chrono::seconds kStampSlack{3600};
 
-// The outbox store the URL names: mysql:// is MariaDB/MySQL (its tables in the
-// URL's database; --schema does not apply), anything else PostgreSQL.
 outbox::Result<std::unique_ptr<outbox::Store>> OpenOutboxStore(const Options& o) {
-  if (outbox::IsMariaDbUrl(o.db)) {
-    outbox::MariaDbStoreOptions m;
-    m.url = o.db;
-    return outbox::OpenMariaDbStore(m);
-  }
-  outbox::PostgresStoreOptions p;
-  p.conninfo = o.db;
-  p.schema = o.schema;
-  return outbox::OpenPostgresStore(p);
+  return outbox::ctl::OpenOutboxStore(o.db, o.schema);
 }
 
-// The consumer's inbox for operator commands (Apply refused): MariaDB for a
-// mysql:// URL (its stamps live in the URL's database; no schema), PostgreSQL
-// otherwise.
 outbox::Result<std::unique_ptr<outbox::InboxStore>> OpenOperatorInbox(const Options& o,
                                                                       const std::string& consumer) {
-  if (outbox::IsMariaDbUrl(o.inbox_db)) {
-    outbox::MariaDbInboxOptions m;
-    m.url = o.inbox_db;
-    m.consumer = consumer;
-    return outbox::OpenMariaDbInbox(m);
-  }
-  outbox::PostgresInboxOptions p;
-  p.conninfo = o.inbox_db;
-  p.schema = o.inbox_schema;
-  p.consumer = consumer;
-  return outbox::OpenPostgresInbox(p);
+  return outbox::ctl::OpenOperatorInbox(o.inbox_db, o.inbox_schema, consumer);
 }
 
 // The database URL is needed and well-formed; exit code, or nullopt.
@@ -235,28 +173,19 @@ int Migrate(const Options& o) {
 int Status(const Options& o) {
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
-  auto s = (*store)->Stats();
-  if (!s.ok()) return Fail(s.status(), o.json);
-  auto sent = (*store)->CountSent();
-  if (!sent.ok()) return Fail(sent.status(), o.json);
-  const double age_s = static_cast<double>(s->oldest_unsent_age.count()) / 1000.0;
+  auto r = outbox::ctl::StatusReport(**store, o.schema);
+  if (!r.ok()) return Fail(r.status(), o.json);
   if (o.json) {
-    std::cout << json{{"ok", true},           {"schema", o.schema},
-                      {"pending", s->pending}, {"processing", s->processing},
-                      {"sent", *sent},         {"failed", s->failed},
-                      {"skipped", s->skipped}, {"held_aggregates", s->held_aggregates},
-                      {"oldest_unsent_age_seconds", age_s}}
-                     .dump()
-              << "\n";
+    std::cout << r->dump() << "\n";
     return kExitOk;
   }
   std::printf("%-28s %12s\n", "STATE", "ROWS");
-  for (const auto& [name, n] : std::vector<std::pair<const char*, std::int64_t>>{
-           {"PENDING", s->pending}, {"PROCESSING", s->processing}, {"SENT", *sent},
-           {"FAILED", s->failed},   {"SKIPPED", s->skipped},       {"held aggregates", s->held_aggregates}}) {
-    std::printf("%-28s %12lld\n", name, static_cast<long long>(n));
+  for (const auto& [name, key] : std::vector<std::pair<const char*, const char*>>{
+           {"PENDING", "pending"}, {"PROCESSING", "processing"}, {"SENT", "sent"},
+           {"FAILED", "failed"},   {"SKIPPED", "skipped"},       {"held aggregates", "held_aggregates"}}) {
+    std::printf("%-28s %12lld\n", name, (*r)[key].get<long long>());
   }
-  std::printf("%-28s %12.3f\n", "oldest unsent age (s)", age_s);
+  std::printf("%-28s %12.3f\n", "oldest unsent age (s)", (*r)["oldest_unsent_age_seconds"].get<double>());
   return kExitOk;
 }
 
@@ -296,25 +225,18 @@ int Replay(const Options& o) {
   outbox::tools::Progress progress;
   progress.Update(std::string("replay: ") + (sel.dry_run ? "counting" : "moving") +
                   " FAILED rows back to PENDING (one statement) ...");
-  auto r = (*store)->ReplayFailed(sel);
+  auto r = outbox::ctl::ReplayReport(**store, sel);
   progress.Done();
   if (!r.ok()) return Fail(r.status(), o.json);
   if (o.json) {
-    std::cout << json{{"ok", true},
-                      {"matched", r->matched},
-                      {"replayed", r->replayed},
-                      {"released", r->released},
-                      {"oldest_age_seconds", r->oldest_age.count()},
-                      {"dry_run", sel.dry_run}}
-                     .dump()
-              << "\n";
+    std::cout << r->dump() << "\n";
     return kExitOk;
   }
-  std::cout << (sel.dry_run ? "would replay " + std::to_string(r->matched)
-                            : "replayed " + std::to_string(r->replayed))
+  std::cout << (sel.dry_run ? "would replay " + Text((*r)["matched"])
+                            : "replayed " + Text((*r)["replayed"]))
             << " FAILED row(s): back to PENDING, due now\n";
-  if (r->matched > 0) {
-    std::cout << "the oldest was enqueued " << r->oldest_age.count()
+  if ((*r)["matched"].get<long long>() > 0) {
+    std::cout << "the oldest was enqueued " << Text((*r)["oldest_age_seconds"])
               << " s ago: consumers must still hold inbox stamps that old, or they may "
                  "apply an earlier copy again (docs/inbox.md, \"Stamp retention\")\n";
   }
@@ -335,25 +257,23 @@ int Skip(const Options& o) {
   req.dry_run = o.dry_run;
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
-  auto r = (*store)->Skip(req);
-  if (!r.ok()) return Fail(r.status(), o.json);
-  if (r->was.empty()) {
+  auto report = outbox::ctl::SkipReport(**store, req);
+  if (!report.ok()) return Fail(report.status(), o.json);
+  const std::string was = (*report)["was"].get<std::string>();
+  if (was.empty()) {
     if (o.json) std::cout << json{{"ok", false}, {"error", "no such event"}}.dump() << "\n";
     std::cerr << "outboxctl: skip: no event with id " << o.event_id << "\n";
     return kExitNotFound;
   }
-  if (r->was != "FAILED" && r->was != "PENDING") {
-    return Fail("skip: event " + o.event_id + " is " + r->was +
+  if (was != "FAILED" && was != "PENDING") {
+    return Fail("skip: event " + o.event_id + " is " + was +
                     "; only FAILED or PENDING events can be skipped (nothing changed)",
                 o.json);
   }
   if (o.json) {
-    std::cout << json{{"ok", true},          {"event_id", o.event_id}, {"was", r->was},
-                      {"skipped", r->skipped}, {"dry_run", req.dry_run}, {"released", r->released}}
-                     .dump()
-              << "\n";
+    std::cout << report->dump() << "\n";
   } else {
-    std::cout << (req.dry_run ? "would skip " : "skipped ") << r->was << " event " << o.event_id
+    std::cout << (req.dry_run ? "would skip " : "skipped ") << was << " event " << o.event_id
               << ": SKIPPED (kept for audit); later events of its aggregate go ahead\n";
   }
   return kExitOk;
@@ -370,14 +290,12 @@ int List(const Options& o) {
   f.limit = static_cast<int>(o.limit);
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
-  auto records = (*store)->List(f);
-  if (!records.ok()) return Fail(records.status(), o.json);
-  json rows = json::array();
-  for (const auto& e : *records) rows.push_back(ToRow(e, /*trace=*/false));
+  auto r = outbox::ctl::ListReport(**store, f);
+  if (!r.ok()) return Fail(r.status(), o.json);
   if (o.json) {
-    std::cout << json{{"ok", true}, {"rows", rows}}.dump() << "\n";
+    std::cout << r->dump() << "\n";
   } else {
-    PrintRows(rows, {"seq", "event_id", "aggregate_type", "aggregate_id", "event_type", "status",
+    PrintRows((*r)["rows"], {"seq", "event_id", "aggregate_type", "aggregate_id", "event_type", "status",
                      "attempts", "age_s", "last_error"});
   }
   return kExitOk;
@@ -387,25 +305,17 @@ int Trace(const Options& o) {
   if (auto bad = CheckInboxDb(o)) return *bad;
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
-  auto records = (*store)->Find(o.key);
-  if (!records.ok()) return Fail(records.status(), o.json);
-  json rows = json::array();
-  for (const auto& e : *records) rows.push_back(ToRow(e, /*trace=*/true));
-  json out = {{"ok", true}, {"key", o.key}, {"outbox", rows}};
-  json stamps = json::array();
-  if (!o.inbox_db.empty() && !rows.empty()) {
-    auto inbox = OpenOperatorInbox(o, "outboxctl");
-    if (!inbox.ok()) return Fail("the inbox database: " + inbox.status().ToString(), o.json);
-    std::vector<std::string> keys;
-    for (const auto& e : *records) {
-      keys.push_back(e.event_id);
-      if (!e.dedup_key.empty()) keys.push_back(e.dedup_key);
-    }
-    auto found = (*inbox)->FindStamps(keys);
-    if (!found.ok()) return Fail(found.status(), o.json);
-    for (const auto& st : *found) stamps.push_back(ToRow(st));
-    out["inbox"] = stamps;
+  std::unique_ptr<outbox::InboxStore> inbox;
+  if (!o.inbox_db.empty()) {
+    auto opened = OpenOperatorInbox(o, "outboxctl");
+    if (!opened.ok()) return Fail("the inbox database: " + opened.status().ToString(), o.json);
+    inbox = std::move(opened).value();
   }
+  auto report = outbox::ctl::TraceReport(**store, inbox.get(), o.key);
+  if (!report.ok()) return Fail(report.status(), o.json);
+  const json& out = *report;
+  const json& rows = out["outbox"];
+  const json stamps = out.contains("inbox") ? out["inbox"] : json::array();
   if (o.json) {
     std::cout << out.dump() << "\n";
   } else if (rows.empty()) {

@@ -1,0 +1,158 @@
+#include "ops.h"
+
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "outbox/mariadb.h"
+#include "outbox/mariadb_inbox.h"
+#include "outbox/parse.h"
+#include "outbox/postgres.h"
+#include "outbox/postgres_inbox.h"
+
+namespace outbox::ctl {
+namespace {
+
+using nlohmann::json;
+
+// "12" as the number 12; "" (unknown) as null.
+json IntegerOrNull(const std::string& s) {
+  auto v = ParseInteger("value", s, INT64_MIN, INT64_MAX);
+  return v.ok() ? json(*v) : json(nullptr);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenOutboxStore(const std::string& db, const std::string& schema) {
+  if (IsMariaDbUrl(db)) {
+    MariaDbStoreOptions m;
+    m.url = db;
+    return OpenMariaDbStore(m);
+  }
+  PostgresStoreOptions p;
+  p.conninfo = db;
+  p.schema = schema;
+  return OpenPostgresStore(p);
+}
+
+Result<std::unique_ptr<InboxStore>> OpenOperatorInbox(const std::string& db,
+                                                      const std::string& schema,
+                                                      const std::string& consumer) {
+  if (IsMariaDbUrl(db)) {
+    MariaDbInboxOptions m;
+    m.url = db;
+    m.consumer = consumer;
+    return OpenMariaDbInbox(m);
+  }
+  PostgresInboxOptions p;
+  p.conninfo = db;
+  p.schema = schema;
+  p.consumer = consumer;
+  return OpenPostgresInbox(p);
+}
+
+json ToRow(const EventRecord& e, bool trace) {
+  json r = {{"seq", e.seq},
+            {"event_id", e.event_id},
+            {"aggregate_type", e.aggregate_type},
+            {"aggregate_id", e.aggregate_id},
+            {"event_type", e.event_type},
+            {"status", e.status},
+            {"attempts", e.attempts},
+            {"dedup_key", e.dedup_key},
+            {"last_error", e.last_error}};
+  if (!trace) {
+    r["age_s"] = std::round(e.age_seconds * 10) / 10;
+    return r;
+  }
+  for (const auto& [k, v] : std::vector<std::pair<const char*, const std::string*>>{
+           {"lease_owner", &e.lease_owner}, {"created_at", &e.created_at},
+           {"claimed_at", &e.claimed_at},   {"sent_at", &e.sent_at},
+           {"failed_at", &e.failed_at},     {"skipped_at", &e.skipped_at},
+           {"skipped_by", &e.skipped_by},   {"skip_reason", &e.skip_reason}}) {
+    r[k] = *v;
+  }
+  return r;
+}
+
+json ToRow(const StampRecord& s) {
+  return {{"consumer", s.consumer},
+          {"dedup_key", s.dedup_key},
+          {"applied_at", s.applied_at},
+          {"topic", s.topic},
+          {"partition", IntegerOrNull(s.partition)},
+          {"offset", IntegerOrNull(s.offset)},
+          {"duplicates", s.duplicates}};
+}
+
+Result<json> StatusReport(Store& store, const std::string& schema) {
+  auto s = store.Stats();
+  if (!s.ok()) return s.status();
+  auto sent = store.CountSent();
+  if (!sent.ok()) return sent.status();
+  return json{{"ok", true},
+              {"schema", schema},
+              {"pending", s->pending},
+              {"processing", s->processing},
+              {"sent", *sent},
+              {"failed", s->failed},
+              {"skipped", s->skipped},
+              {"held_aggregates", s->held_aggregates},
+              {"oldest_unsent_age_seconds", static_cast<double>(s->oldest_unsent_age.count()) / 1000.0}};
+}
+
+Result<json> ListReport(Store& store, const ListFilter& filter) {
+  auto records = store.List(filter);
+  if (!records.ok()) return records.status();
+  json rows = json::array();
+  for (const auto& e : *records) rows.push_back(ToRow(e, /*trace=*/false));
+  return json{{"ok", true}, {"rows", std::move(rows)}};
+}
+
+Result<json> TraceReport(Store& store, InboxStore* inbox, const std::string& key) {
+  auto records = store.Find(key);
+  if (!records.ok()) return records.status();
+  json rows = json::array();
+  for (const auto& e : *records) rows.push_back(ToRow(e, /*trace=*/true));
+  json out = {{"ok", true}, {"key", key}, {"outbox", rows}};
+  if (inbox != nullptr) {
+    json stamps = json::array();
+    if (!records->empty()) {
+      std::vector<std::string> keys;
+      for (const auto& e : *records) {
+        keys.push_back(e.event_id);
+        if (!e.dedup_key.empty()) keys.push_back(e.dedup_key);
+      }
+      auto found = inbox->FindStamps(keys);
+      if (!found.ok()) return found.status();
+      for (const auto& st : *found) stamps.push_back(ToRow(st));
+    }
+    out["inbox"] = std::move(stamps);
+  }
+  return out;
+}
+
+Result<json> ReplayReport(Store& store, const ReplaySelection& selection) {
+  auto r = store.ReplayFailed(selection);
+  if (!r.ok()) return r.status();
+  return json{{"ok", true},
+              {"matched", r->matched},
+              {"replayed", r->replayed},
+              {"released", r->released},
+              {"oldest_age_seconds", r->oldest_age.count()},
+              {"dry_run", selection.dry_run}};
+}
+
+Result<json> SkipReport(Store& store, const SkipRequest& request) {
+  auto r = store.Skip(request);
+  if (!r.ok()) return r.status();
+  return json{{"ok", true},
+              {"event_id", request.event_id},
+              {"was", r->was},
+              {"skipped", r->skipped},
+              {"released", r->released},
+              {"dry_run", request.dry_run}};
+}
+
+}  // namespace outbox::ctl

@@ -1,0 +1,48 @@
+// outboxctl's operations as JSON documents: what `outboxctl --json` prints and
+// what `outboxctl serve` answers, from one place. Every database access goes
+// through the store interfaces (Store, InboxStore): no SQL here.
+//
+// Thread-safety: the functions keep no state; a Store is used by one thread at
+// a time (the caller's). Each returns {"ok": true, ...} or the store's error.
+#ifndef OUTBOX_TOOLS_OUTBOXCTL_OPS_H_
+#define OUTBOX_TOOLS_OUTBOXCTL_OPS_H_
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "outbox/inbox.h"
+#include "outbox/status.h"
+#include "outbox/store.h"
+
+namespace outbox::ctl {
+
+// The outbox store the URL names: mysql:// is MariaDB/MySQL (its tables in the
+// URL's database; the schema does not apply), anything else PostgreSQL.
+Result<std::unique_ptr<Store>> OpenOutboxStore(const std::string& db, const std::string& schema);
+// A consumer's inbox for operator commands (Apply refused): MariaDB for a
+// mysql:// URL, PostgreSQL otherwise.
+Result<std::unique_ptr<InboxStore>> OpenOperatorInbox(const std::string& db,
+                                                      const std::string& schema,
+                                                      const std::string& consumer);
+
+// One record as a JSON object with typed values (trace: with the times and
+// audit columns; otherwise with its age).
+nlohmann::json ToRow(const EventRecord& e, bool trace);
+nlohmann::json ToRow(const StampRecord& s);
+
+// Rows per state, held aggregates, oldest unsent age.
+Result<nlohmann::json> StatusReport(Store& store, const std::string& schema);
+// {"rows": [...]}, newest first.
+Result<nlohmann::json> ListReport(Store& store, const ListFilter& filter);
+// {"key", "outbox": [...]} and, with an inbox, "inbox": [stamps].
+Result<nlohmann::json> TraceReport(Store& store, InboxStore* inbox, const std::string& key);
+// {"matched", "replayed", "released", "oldest_age_seconds", "dry_run"}.
+Result<nlohmann::json> ReplayReport(Store& store, const ReplaySelection& selection);
+// {"event_id", "was", "skipped", "released", "dry_run"}; "was" is "" when there
+// is no such event, and the state when it could not be skipped.
+Result<nlohmann::json> SkipReport(Store& store, const SkipRequest& request);
+
+}  // namespace outbox::ctl
+
+#endif  // OUTBOX_TOOLS_OUTBOXCTL_OPS_H_
