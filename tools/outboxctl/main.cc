@@ -38,6 +38,7 @@
 #include "cli.h"
 #include "config.h"
 #include "ops.h"
+#include "serve.h"
 #include "outbox/kafka.h"
 #include "outbox/mariadb.h"
 #include "outbox/mariadb_inbox.h"
@@ -86,6 +87,8 @@ struct Options {
   long long since_ms = -1, until_ms = -1;
   // inbox purge
   std::string consumer, broker_retention;
+  // serve
+  std::string listen = "127.0.0.1:8089", token_file;
   // From the relay's configuration (--config, OUTBOX_*): the database, and the
   // librdkafka properties `dlt replay` connects with (TLS, SASL).
   std::map<std::string, std::string> kafka;
@@ -467,6 +470,52 @@ int InboxPurge(const Options& o) {
   return kExitOk;
 }
 
+// The token for the dashboard's actions: --token-file, else the environment;
+// never a flag's value (it would show in `ps`). Bad values exit 2.
+std::optional<int> LoadToken(const Options& o, std::string* token) {
+  if (!o.token_file.empty()) {
+    auto text = outbox::daemon::ReadConfigFile(o.token_file);
+    if (!text.ok()) return Usage("--token-file: " + text.status().message());
+    *token = *text;
+  } else if (const char* env = std::getenv("OUTBOX_DASHBOARD_TOKEN")) {
+    *token = env;
+  }
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r' || token->back() == ' ')) {
+    token->pop_back();
+  }
+  const char* from = o.token_file.empty() ? "OUTBOX_DASHBOARD_TOKEN" : "--token-file";
+  if (!token->empty() && token->size() < 16) {
+    return Usage(std::string(from) + ": the token is too short (at least 16 characters)");
+  }
+  for (char c : *token) {
+    if (c < 0x21 || c > 0x7e) {
+      return Usage(std::string(from) + ": the token must be printable ASCII without spaces");
+    }
+  }
+  if (!o.token_file.empty() && token->empty()) return Usage("--token-file: the file is empty");
+  return std::nullopt;
+}
+
+int Serve(const Options& o) {
+  outbox::ctl::ServeOptions so;
+  so.db = o.db;
+  so.schema = o.schema;
+  so.inbox_db = o.inbox_db;
+  so.inbox_schema = o.inbox_schema;
+  const auto colon = o.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) return Usage("--listen: expected host:port, got " + o.listen);
+  so.host = o.listen.substr(0, colon);
+  if (so.host.size() > 2 && so.host.front() == '[' && so.host.back() == ']') {
+    so.host = so.host.substr(1, so.host.size() - 2);
+  }
+  auto port = outbox::ParseInteger("--listen port", o.listen.substr(colon + 1), 0, 65535);
+  if (!port.ok()) return Usage(port.status().message());
+  so.port = static_cast<int>(*port);
+  if (auto bad = CheckInboxDb(o)) return *bad;
+  if (auto bad = LoadToken(o, &so.token)) return *bad;
+  return outbox::ctl::Serve(so);
+}
+
 CLI::Validator SchemaName() {
   return CLI::Validator(
       [](std::string& v) -> std::string {
@@ -576,6 +625,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1LL, 1000000LL));
   inbox_purge->add_flag("--dry-run", o.dry_run, "count, delete nothing");
 
+  auto* serve = app.add_subcommand(
+      "serve",
+      "the dashboard: one page and a JSON API (read-only; replay and skip with a token from "
+      "OUTBOX_DASHBOARD_TOKEN or --token-file)");
+  serve->add_option("--listen", o.listen, "host:port (default 127.0.0.1:8089; port 0 = any free port)");
+  serve->add_option("--token-file", o.token_file,
+                    "a file holding the actions' token (at least 16 characters); else "
+                    "$OUTBOX_DASHBOARD_TOKEN; without either the page is read-only");
+  serve->add_option("--inbox-db", o.inbox_db, "the consumer's database: traces show its stamps");
+  serve->add_option("--inbox-schema", o.inbox_schema, "the inbox's PostgreSQL schema (default inbox)")
+      ->check(SchemaName());
+
   if (auto done = outbox::tools::ParseOrExit(app, argc, argv, "outboxctl")) return *done;
 
   // The relay's configuration, read the relay's way (docs/relay.md): --config
@@ -608,5 +669,6 @@ int main(int argc, char** argv) {
   if (skip->parsed()) return Skip(o);
   if (purge->parsed()) return Purge(o);
   if (trace->parsed()) return Trace(o);
+  if (serve->parsed()) return Serve(o);
   return Usage("unknown command " + command);
 }

@@ -1,0 +1,201 @@
+// The outbox dashboard (outboxctl serve). Everything the API returns is put
+// on the page as text (textContent, never innerHTML): an event whose fields
+// hold markup shows that markup, it does not run.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function showError(msg) {
+  $('error').textContent = msg || '';
+}
+
+async function api(path, options) {
+  const res = await fetch(path, options);
+  let body = null;
+  try {
+    body = await res.json();
+  } catch (e) {
+    body = { ok: false, error: 'HTTP ' + res.status };
+  }
+  if (!res.ok) throw new Error(body && body.error ? body.error : 'HTTP ' + res.status);
+  return body;
+}
+
+function age(seconds) {
+  const s = Number(seconds);
+  if (!isFinite(s)) return '–';
+  if (s < 90) return s.toFixed(1) + ' s';
+  if (s < 5400) return (s / 60).toFixed(1) + ' min';
+  if (s < 172800) return (s / 3600).toFixed(1) + ' h';
+  return (s / 86400).toFixed(1) + ' d';
+}
+
+let actionsEnabled = false;
+
+async function refreshStatus() {
+  try {
+    const s = await api('/api/status');
+    $('schema').textContent = s.schema;
+    $('n-pending').textContent = s.pending;
+    $('n-processing').textContent = s.processing;
+    $('n-sent').textContent = s.sent;
+    $('n-failed').textContent = s.failed;
+    $('n-skipped').textContent = s.skipped;
+    $('n-held').textContent = s.held_aggregates;
+    $('n-age').textContent = age(s.oldest_unsent_age_seconds);
+    $('n-age').dataset.seconds = s.oldest_unsent_age_seconds;
+    actionsEnabled = !!s.actions;
+    $('actions-off').hidden = actionsEnabled;
+    $('token-label').hidden = !actionsEnabled;
+    $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+    showError('');
+  } catch (e) {
+    showError('status: ' + e.message);
+  }
+}
+
+function filterQuery() {
+  const q = new URLSearchParams();
+  q.set('state', $('f-state').value);
+  if ($('f-aggregate').value) q.set('aggregate', $('f-aggregate').value);
+  if ($('f-type').value) q.set('type', $('f-type').value);
+  if ($('f-older').value) q.set('older_than', $('f-older').value);
+  q.set('limit', '200');
+  return q.toString();
+}
+
+async function refreshEvents() {
+  const tbody = $('events').querySelector('tbody');
+  try {
+    const r = await api('/api/events?' + filterQuery());
+    const wantType = $('f-aggregate-type').value;
+    tbody.replaceChildren();
+    for (const e of r.rows) {
+      if (wantType && e.aggregate_type !== wantType) continue;
+      const tr = el('tr');
+      tr.dataset.eventId = e.event_id;
+      tr.append(el('td', e.seq), el('td', e.event_id), el('td', e.aggregate_type + '/' + e.aggregate_id),
+                el('td', e.event_type), el('td', e.status), el('td', e.attempts), el('td', age(e.age_s)),
+                el('td', e.last_error, 'err'));
+      const actions = el('td');
+      if (actionsEnabled && e.status === 'FAILED') {
+        const b = el('button', 'Replay', 'replay');
+        b.addEventListener('click', () => replay(e.event_id));
+        actions.append(b);
+      }
+      if (actionsEnabled && (e.status === 'FAILED' || e.status === 'PENDING')) {
+        const b = el('button', 'Skip', 'skip');
+        b.addEventListener('click', () => skip(e.event_id));
+        actions.append(b);
+      }
+      const t = el('button', 'Trace', 'trace');
+      t.addEventListener('click', () => { $('search-key').value = e.event_id; trace(e.event_id); });
+      actions.append(t);
+      tr.append(actions);
+      tbody.append(tr);
+    }
+    if (!tbody.children.length) {
+      const tr = el('tr');
+      const td = el('td', 'no ' + $('f-state').value + ' events match', 'muted');
+      td.colSpan = 9;
+      tr.append(td);
+      tbody.append(tr);
+    }
+  } catch (e) {
+    showError('events: ' + e.message);
+  }
+}
+
+function fields(dl, obj, keys) {
+  for (const k of keys) {
+    const v = obj[k];
+    if (v === undefined || v === null || v === '') continue;
+    dl.append(el('dt', k), el('dd', v));
+  }
+}
+
+async function trace(key) {
+  const box = $('trace');
+  box.replaceChildren(el('p', 'looking up ' + key + ' …', 'muted'));
+  try {
+    const r = await api('/api/trace?key=' + encodeURIComponent(key));
+    box.replaceChildren();
+    if (!r.outbox.length) {
+      box.append(el('p', 'no event with id or dedup key "' + key + '" (never enqueued, rolled back, or purged)'));
+      return;
+    }
+    for (const e of r.outbox) {
+      box.append(el('h3', 'event ' + e.event_id));
+      const dl = el('dl');
+      fields(dl, e, ['seq', 'aggregate_type', 'aggregate_id', 'event_type', 'dedup_key', 'status',
+                     'attempts', 'lease_owner', 'last_error', 'created_at', 'claimed_at', 'sent_at',
+                     'failed_at', 'skipped_at', 'skipped_by', 'skip_reason']);
+      box.append(dl);
+    }
+    if (r.inbox) {
+      if (!r.inbox.length) box.append(el('p', 'inbox: not applied by any consumer of that database (no stamp)'));
+      for (const s of r.inbox) {
+        box.append(el('p', 'inbox: applied by consumer "' + s.consumer + '" at ' + s.applied_at +
+                           ' (from ' + s.topic + '/' + s.partition + '@' + s.offset +
+                           '); later copies absorbed: ' + s.duplicates, 'stamp'));
+      }
+    }
+  } catch (e) {
+    box.replaceChildren(el('p', 'trace: ' + e.message, 'error'));
+  }
+}
+
+async function act(path, body, what) {
+  const out = $('action-result');
+  const token = $('token').value;
+  sessionStorage.setItem('outbox-token', token);
+  try {
+    const r = await api(path, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'Authorization': 'Bearer ' + token },
+      body: JSON.stringify(body),
+    });
+    out.textContent = what + ': ' + JSON.stringify(r);
+    out.className = '';
+  } catch (e) {
+    out.textContent = what + ' refused: ' + e.message;
+    out.className = 'error';
+  }
+  refreshStatus();
+  refreshEvents();
+}
+
+function replay(id) {
+  if (!confirm('Replay event ' + id + '? It goes back to PENDING and is published again.')) return;
+  act('/api/replay', { event_id: id }, 'replay ' + id);
+}
+
+function skip(id) {
+  const reason = prompt('Skip event ' + id + ' for good (kept for audit). Why?');
+  if (!reason) return;
+  act('/api/skip', { event_id: id, reason: reason }, 'skip ' + id);
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('token').value = sessionStorage.getItem('outbox-token') || '';
+  $('search').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const key = $('search-key').value.trim();
+    if (key) trace(key);
+  });
+  $('filters').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    refreshEvents();
+  });
+  refreshStatus().then(refreshEvents);
+  setInterval(refreshStatus, 5000);
+  const key = new URLSearchParams(location.search).get('trace');
+  if (key) { $('search-key').value = key; trace(key); }
+});

@@ -1,0 +1,20 @@
+# Writes OUT: the dashboard's files (DIR) as C++ string constants, so that
+# `outboxctl serve` needs no file on disk and no network (no CDN).
+#   cmake -DDIR=... -DOUT=... -P embed_assets.cmake
+set(assets "index.html:kIndexHtml" "app.js:kAppJs" "app.css:kAppCss")
+set(text "// Generated from tools/outboxctl/dashboard/ by embed_assets.cmake; do not edit.\n")
+string(APPEND text "namespace outbox::ctl {\n")
+foreach(pair IN LISTS assets)
+  string(REPLACE ":" ";" parts "${pair}")
+  list(GET parts 0 file)
+  list(GET parts 1 name)
+  file(READ "${DIR}/${file}" content)
+  string(FIND "${content}" ")OUTBOXASSET" clash)
+  if(NOT clash EQUAL -1)
+    message(FATAL_ERROR "${file} contains the raw-string delimiter )OUTBOXASSET")
+  endif()
+  string(APPEND text "extern const char ${name}[];\nconst char ${name}[] = R\"OUTBOXASSET(${content})OUTBOXASSET\";\n")
+endforeach()
+string(APPEND text "}  // namespace outbox::ctl\n")
+file(WRITE "${OUT}.tmp" "${text}")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)

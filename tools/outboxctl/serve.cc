@@ -1,0 +1,301 @@
+#include "serve.h"
+
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "ops.h"
+#include "outbox/parse.h"
+
+namespace outbox::ctl {
+
+extern const char kIndexHtml[];
+extern const char kAppJs[];
+extern const char kAppCss[];
+
+namespace {
+
+using nlohmann::json;
+
+// Strings longer than this (a last_error with a stack trace, a key someone
+// pasted a document into) reach the page cut, with their length said.
+constexpr std::size_t kMaxText = 2000;
+constexpr long long kMaxListRows = 1000;
+constexpr long long kMaxAgeS = 100LL * 365 * 86400;
+
+void Truncate(json& v) {
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    if (s.size() > kMaxText) {
+      v = s.substr(0, kMaxText) + "… (" + std::to_string(s.size()) + " bytes, truncated)";
+    }
+  } else if (v.is_structured()) {
+    for (auto& x : v) Truncate(x);
+  }
+}
+
+void Reply(httplib::Response& res, int status, json body) {
+  Truncate(body);
+  res.status = status;
+  res.set_header("Cache-Control", "no-store");
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void Error(httplib::Response& res, int status, const std::string& message) {
+  Reply(res, status, json{{"ok", false}, {"error", message}});
+}
+
+// Compares without leaking where the first difference is.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+// The Host header's name without its port.
+std::string HostName(const std::string& host_header) {
+  if (!host_header.empty() && host_header.front() == '[') {
+    const auto end = host_header.find(']');
+    return end == std::string::npos ? host_header : host_header.substr(0, end + 1);
+  }
+  return host_header.substr(0, host_header.find(':'));
+}
+
+// The database session: one, behind a mutex, reopened after any error (the
+// next request reconnects; an operator's page polls every few seconds).
+class Db {
+ public:
+  explicit Db(const ServeOptions& o) : o_(o) {}
+
+  template <typename F>
+  Result<json> With(F&& f) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!store_) {
+      auto s = OpenOutboxStore(o_.db, o_.schema);
+      if (!s.ok()) return s.status();
+      store_ = std::move(s).value();
+    }
+    Result<json> r = f(*store_);
+    if (!r.ok()) store_.reset();
+    return r;
+  }
+
+ private:
+  const ServeOptions& o_;
+  std::mutex mu_;
+  std::unique_ptr<Store> store_;  // GUARDED_BY(mu_)
+};
+
+void Answer(httplib::Response& res, const Result<json>& r) {
+  if (r.ok()) {
+    Reply(res, 200, *r);
+  } else {
+    Error(res, r.status().code() == Code::kInvalidArgument ? 400 : 503, r.status().ToString());
+  }
+}
+
+}  // namespace
+
+int Serve(const ServeOptions& o) {
+  Db db(o);
+  httplib::Server srv;
+  const bool loopback = IsLoopback(o.host);
+
+  // Every answer: no framing, no sniffing, scripts and styles only from here
+  // (the page has no inline script: a payload that smuggles one in is inert).
+  srv.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy",
+                   "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                   "img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("X-Frame-Options", "DENY");
+    res.set_header("Referrer-Policy", "no-referrer");
+  });
+  // Bound to loopback, only loopback names are answered: a web page elsewhere
+  // cannot reach the API by pointing its own host name at 127.0.0.1.
+  srv.set_pre_routing_handler([loopback](const httplib::Request& req, httplib::Response& res) {
+    if (loopback && !IsLoopback(HostName(req.get_header_value("Host")))) {
+      Error(res, 403, "this dashboard answers only to localhost / 127.0.0.1 (Host header refused)");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  auto asset = [&srv](const char* path, const char* body, const char* type) {
+    srv.Get(path, [body, type](const httplib::Request&, httplib::Response& res) {
+      res.set_content(body, type);
+    });
+  };
+  asset("/", kIndexHtml, "text/html; charset=utf-8");
+  asset("/app.js", kAppJs, "text/javascript; charset=utf-8");
+  asset("/app.css", kAppCss, "text/css; charset=utf-8");
+
+  srv.Get("/api/status", [&](const httplib::Request&, httplib::Response& res) {
+    auto r = db.With([&](Store& s) { return StatusReport(s, o.schema); });
+    if (r.ok()) {
+      (*r)["actions"] = !o.token.empty();
+      (*r)["inbox"] = !o.inbox_db.empty();
+    }
+    Answer(res, r);
+  });
+
+  srv.Get("/api/events", [&](const httplib::Request& req, httplib::Response& res) {
+    ListFilter f;
+    f.state = req.get_param_value("state");
+    if (!f.state.empty() && f.state != "PENDING" && f.state != "PROCESSING" && f.state != "SENT" &&
+        f.state != "FAILED" && f.state != "SKIPPED") {
+      return Error(res, 400, "state: one of PENDING, PROCESSING, SENT, FAILED, SKIPPED");
+    }
+    f.aggregate_id = req.get_param_value("aggregate");
+    f.event_type = req.get_param_value("type");
+    if (const std::string v = req.get_param_value("older_than"); !v.empty()) {
+      auto secs = ParseSeconds("older_than", v, kMaxAgeS);
+      if (!secs.ok()) return Error(res, 400, secs.status().message());
+      f.older_than = *secs;
+    }
+    f.limit = 100;
+    if (const std::string v = req.get_param_value("limit"); !v.empty()) {
+      auto n = ParseInteger("limit", v, 1, kMaxListRows);
+      if (!n.ok()) return Error(res, 400, n.status().message());
+      f.limit = static_cast<int>(*n);
+    }
+    Answer(res, db.With([&](Store& s) { return ListReport(s, f); }));
+  });
+
+  srv.Get("/api/trace", [&](const httplib::Request& req, httplib::Response& res) {
+    const std::string key = req.get_param_value("key");
+    if (key.empty() || key.size() > 1000) {
+      return Error(res, 400, "key: an event id or a dedup key (1 to 1000 characters)");
+    }
+    std::unique_ptr<InboxStore> inbox;
+    if (!o.inbox_db.empty()) {
+      auto opened = OpenOperatorInbox(o.inbox_db, o.inbox_schema, "outboxctl");
+      if (!opened.ok()) return Error(res, 503, "the inbox database: " + opened.status().ToString());
+      inbox = std::move(opened).value();
+    }
+    Answer(res, db.With([&](Store& s) { return TraceReport(s, inbox.get(), key); }));
+  });
+
+  // The actions: the token, as a header a cross-site form or image cannot
+  // send (CSRF), a JSON body, and no foreign Origin. Recorded where
+  // `outboxctl` records them (skip: skipped_by and skip_reason on the row).
+  auto authorize = [&](const httplib::Request& req, httplib::Response& res, json* body) -> bool {
+    if (o.token.empty()) {
+      Error(res, 403, "actions are off: start `outboxctl serve` with OUTBOX_DASHBOARD_TOKEN or "
+                      "--token-file to enable replay and skip");
+      return false;
+    }
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin.empty() && origin != "http://" + req.get_header_value("Host")) {
+      Error(res, 403, "cross-origin request refused (Origin " + origin + ")");
+      return false;
+    }
+    if (!SameSecret(req.get_header_value("Authorization"), "Bearer " + o.token)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      Error(res, 401, "Authorization: a valid Bearer token is required for actions");
+      return false;
+    }
+    if (req.get_header_value("Content-Type").rfind("application/json", 0) != 0) {
+      Error(res, 415, "Content-Type: application/json is required");
+      return false;
+    }
+    *body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body->is_object()) {
+      Error(res, 400, "body: a JSON object is required");
+      return false;
+    }
+    return true;
+  };
+  auto event_id_of = [](const json& body, httplib::Response& res) -> std::string {
+    const auto it = body.find("event_id");
+    if (it == body.end() || !it->is_string() || it->get<std::string>().empty()) {
+      Error(res, 400, "event_id: the event's id (a string) is required");
+      return {};
+    }
+    return it->get<std::string>();
+  };
+
+  srv.Post("/api/replay", [&](const httplib::Request& req, httplib::Response& res) {
+    json body;
+    if (!authorize(req, res, &body)) return;
+    ReplaySelection sel;
+    sel.event_id = event_id_of(body, res);
+    if (sel.event_id.empty()) return;
+    Answer(res, db.With([&](Store& s) { return ReplayReport(s, sel); }));
+  });
+
+  srv.Post("/api/skip", [&](const httplib::Request& req, httplib::Response& res) {
+    json body;
+    if (!authorize(req, res, &body)) return;
+    SkipRequest sr;
+    sr.event_id = event_id_of(body, res);
+    if (sr.event_id.empty()) return;
+    const auto reason = body.find("reason");
+    if (reason == body.end() || !reason->is_string() || reason->get<std::string>().empty() ||
+        reason->get<std::string>().size() > 1000) {
+      return Error(res, 400, "reason: why the event is set aside (1 to 1000 characters) is required");
+    }
+    sr.reason = reason->get<std::string>();
+    sr.by = "outboxctl serve (token holder at " + req.remote_addr + ")";
+    auto r = db.With([&](Store& s) { return SkipReport(s, sr); });
+    if (r.ok() && (*r)["was"].get<std::string>().empty()) {
+      return Error(res, 404, "no event with id " + sr.event_id);
+    }
+    if (r.ok() && (*r)["skipped"].get<long long>() == 0) {
+      return Error(res, 409, "event " + sr.event_id + " is " + (*r)["was"].get<std::string>() +
+                                 "; only FAILED or PENDING events can be skipped (nothing changed)");
+    }
+    Answer(res, r);
+  });
+
+  int port = o.port;
+  if (port == 0) {
+    port = srv.bind_to_any_port(o.host);
+  } else if (!srv.bind_to_port(o.host, port)) {
+    port = -1;
+  }
+  if (port < 0) {
+    std::fprintf(stderr, "outboxctl serve: cannot listen on %s:%d\n", o.host.c_str(), o.port);
+    return 1;
+  }
+
+  // SIGINT / SIGTERM end the server (handled on a thread of their own).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    srv.stop();
+  });
+
+  const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  std::printf("outboxctl serve: http://%s:%d/ (schema %s; %s)\n", host.c_str(), port,
+              o.schema.c_str(),
+              o.token.empty() ? "read-only: no token" : "replay and skip need the token");
+  std::fflush(stdout);
+  const bool ok = srv.listen_after_bind();
+  if (signals.joinable()) {
+    pthread_kill(signals.native_handle(), SIGTERM);  // wake it when listen ended on its own
+    signals.join();
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace outbox::ctl

@@ -1,0 +1,29 @@
+// `outboxctl serve`: the operators' dashboard — one page (built into the
+// binary) and a small JSON API beside it, answered from ops.h (the documents
+// `outboxctl --json` prints). Read-only unless a token is configured; the
+// actions (replay, skip) then need `Authorization: Bearer <token>`.
+//
+// Thread-safety: Serve() owns everything it starts; requests are answered on
+// cpp-httplib's worker threads, the database session behind one mutex.
+#ifndef OUTBOX_TOOLS_OUTBOXCTL_SERVE_H_
+#define OUTBOX_TOOLS_OUTBOXCTL_SERVE_H_
+
+#include <string>
+
+namespace outbox::ctl {
+
+struct ServeOptions {
+  std::string db, schema;              // the outbox (as for every command)
+  std::string inbox_db, inbox_schema;  // optional: trace shows the consumer's stamps
+  std::string host = "127.0.0.1";
+  int port = 8089;                     // 0: any free port (printed)
+  std::string token;                   // "" = read-only (actions answer 403)
+};
+
+// Serves until SIGINT/SIGTERM; the process's exit code (0 after a signal, 1
+// when the address cannot be bound).
+int Serve(const ServeOptions& options);
+
+}  // namespace outbox::ctl
+
+#endif  // OUTBOX_TOOLS_OUTBOXCTL_SERVE_H_
