@@ -1,0 +1,269 @@
+// `outboxctl serve` as a real process against the real PostgreSQL, over HTTP:
+// the API answers what `outboxctl --json` says, actions change rows only with
+// the token, bad input is refused naming the parameter.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "outbox/postgres.h"
+#include "subprocess.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+using nlohmann::json;
+constexpr const char* kToken = "t0ken-for-the-dashboard-test";
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+    schema_ = "t_" + RandomSuffix();
+    conn_ = Connect(url_);
+    base_ = std::string(OUTBOX_OUTBOXCTL_BIN) + " --db '" + url_ + "' --schema " + schema_;
+    CommandRun m = RunCommand(base_ + " migrate");
+    ASSERT_EQ(m.code, 0) << m.out;
+  }
+  void TearDown() override {
+    server_.reset();
+    if (conn_) Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+  }
+
+  std::string EnqueueOne(const std::string& agg, const std::string& dedup) {
+    Event e;
+    e.aggregate_type = "lesson";
+    e.aggregate_id = agg;
+    e.event_type = "LessonCompleted";
+    e.payload = "{}";
+    static int n = 0;
+    e.dedup_key = dedup.empty() ? "k-" + schema_ + "-" + std::to_string(++n) : dedup;
+    EnqueueOptions eo;
+    eo.schema = schema_;
+    Exec(conn_.get(), "BEGIN");
+    auto r = Enqueue(conn_.get(), e, eo);
+    Exec(conn_.get(), "COMMIT");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->event_id : "";
+  }
+  std::string StatusOf(const std::string& id) {
+    return Exec(conn_.get(), "SELECT status FROM " + schema_ + ".outbox WHERE event_id = '" + id + "'");
+  }
+  void Fail(const std::string& id, const std::string& error) {
+    Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'FAILED', attempts = 3, failed_at = now(), "
+                          "last_error = " + Quote(error) + " WHERE event_id = '" + id + "'");
+  }
+  std::string Quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
+    return q + "'";
+  }
+
+  // Starts the server on a free port; true once it printed its address.
+  bool Start(std::map<std::string, std::string> env, std::vector<std::string> more = {}) {
+    std::vector<std::string> argv = {OUTBOX_OUTBOXCTL_BIN, "--db", url_, "--schema", schema_,
+                                     "serve", "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    server_ = std::make_unique<Subprocess>(
+        argv, env, (std::filesystem::temp_directory_path() / ("serve-" + schema_)).string());
+    return WaitFor([&] {
+      const std::string log = server_->Log();
+      const auto at = log.find("http://127.0.0.1:");
+      if (at == std::string::npos) return false;
+      port_ = std::stoi(log.substr(at + 17));
+      return true;
+    }, std::chrono::seconds(10));
+  }
+  httplib::Client Client() {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(10, 0);
+    return c;
+  }
+  json GetJson(const std::string& path, int* status = nullptr) {
+    auto c = Client();
+    auto r = c.Get(path.c_str());
+    if (!r) return json();
+    if (status) *status = r->status;
+    return json::parse(r->body, nullptr, false);
+  }
+  httplib::Result Post(const std::string& path, const json& body, const httplib::Headers& headers,
+                       const char* type = "application/json") {
+    auto c = Client();
+    return c.Post(path.c_str(), headers, body.dump(), type);
+  }
+  static httplib::Headers Bearer(const std::string& token) {
+    return {{"Authorization", "Bearer " + token}};
+  }
+
+  std::string url_, schema_, base_;
+  PgConn conn_;
+  std::unique_ptr<Subprocess> server_;
+  int port_ = 0;
+};
+
+TEST_F(ServeTest, StatusEqualsOutboxctlStatusAndTraceFindsADedupKey) {
+  for (int i = 0; i < 5; ++i) EnqueueOne("a" + std::to_string(i), "");
+  const std::string failed = EnqueueOne("held", "dedup-held-1");
+  EnqueueOne("held", "");  // waits behind the FAILED one
+  Fail(failed, "broker said no");
+  ASSERT_TRUE(Start({})) << server_->Log();
+
+  int code = 0;
+  json api = GetJson("/api/status", &code);
+  ASSERT_EQ(code, 200) << api.dump();
+  CommandRun cli = RunCommand(base_ + " --json status");
+  ASSERT_EQ(cli.code, 0) << cli.out;
+  json want = json::parse(cli.out);
+  for (const char* k : {"pending", "processing", "sent", "failed", "skipped", "held_aggregates"}) {
+    EXPECT_EQ(api[k], want[k]) << k;
+  }
+  EXPECT_EQ(api["failed"], 1);
+  EXPECT_EQ(api["held_aggregates"], 1);
+  EXPECT_EQ(api["actions"], false) << "no token: read-only";
+
+  json t = GetJson("/api/trace?key=dedup-held-1", &code);
+  ASSERT_EQ(code, 200);
+  ASSERT_EQ(t["outbox"].size(), 1u) << t.dump();
+  EXPECT_EQ(t["outbox"][0]["event_id"], failed);
+  EXPECT_EQ(t["outbox"][0]["last_error"], "broker said no");
+  EXPECT_EQ(GetJson("/api/trace?key=no-such-key")["outbox"].size(), 0u);
+
+  json list = GetJson("/api/events?state=FAILED", &code);
+  ASSERT_EQ(code, 200);
+  ASSERT_EQ(list["rows"].size(), 1u);
+  EXPECT_EQ(list["rows"][0]["aggregate_id"], "held");
+
+  // Read-only: the actions answer 403 and change nothing.
+  auto r = Post("/api/replay", {{"event_id", failed}}, Bearer(kToken));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403) << r->body;
+  EXPECT_EQ(StatusOf(failed), "FAILED");
+}
+
+TEST_F(ServeTest, ReplayAndSkipChangeTheRowOnlyWithTheToken) {
+  const std::string a = EnqueueOne("a", "");
+  const std::string b = EnqueueOne("b", "");
+  Fail(a, "poison");
+  ASSERT_TRUE(Start({{"OUTBOX_DASHBOARD_TOKEN", kToken}})) << server_->Log();
+  EXPECT_EQ(GetJson("/api/status")["actions"], true);
+
+  const json body = {{"event_id", a}};
+  struct Case {
+    const char* what;
+    httplib::Headers headers;
+    const char* type;
+    int status;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"no token", {}, "application/json", 401},
+           {"wrong token", Bearer("t0ken-for-the-dashboard-tesT"), "application/json", 401},
+           {"a shorter prefix", Bearer("t0ken"), "application/json", 401},
+           {"a foreign origin", {{"Authorization", std::string("Bearer ") + kToken}, {"Origin", "http://evil.example"}},
+            "application/json", 403},
+           {"a form's content type", Bearer(kToken), "application/x-www-form-urlencoded", 415},
+       }) {
+    auto r = Post("/api/replay", body, c.headers, c.type);
+    ASSERT_TRUE(r) << c.what;
+    EXPECT_EQ(r->status, c.status) << c.what << ": " << r->body;
+    EXPECT_EQ(StatusOf(a), "FAILED") << c.what << " changed the row";
+  }
+  // A foreign Host (DNS rebinding) is refused before anything else.
+  {
+    auto cl = Client();
+    auto r = cl.Get("/api/status", httplib::Headers{{"Host", "evil.example:80"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 403);
+  }
+
+  auto r = Post("/api/replay", body, Bearer(kToken));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["replayed"], 1);
+  EXPECT_EQ(StatusOf(a), "PENDING");
+
+  // Skip needs a reason; then the row is SKIPPED with who and why.
+  r = Post("/api/skip", {{"event_id", b}}, Bearer(kToken));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("reason"), std::string::npos) << r->body;
+  EXPECT_EQ(StatusOf(b), "PENDING");
+  r = Post("/api/skip", {{"event_id", b}, {"reason", "customer deleted"}}, Bearer(kToken));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Exec(conn_.get(), "SELECT status || '|' || skip_reason || '|' || (skipped_by LIKE "
+                              "'outboxctl serve%') FROM " + schema_ + ".outbox WHERE event_id = '" + b + "'"),
+            "SKIPPED|customer deleted|true");
+  // A SENT-or-SKIPPED event cannot be skipped again; an unknown id is 404.
+  r = Post("/api/skip", {{"event_id", b}, {"reason", "again"}}, Bearer(kToken));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 409) << r->body;
+  r = Post("/api/skip", {{"event_id", "00000000-0000-0000-0000-000000000000"}, {"reason", "x"}},
+           Bearer(kToken));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
+}
+
+TEST_F(ServeTest, BadParametersAreRefusedNamingThemAndLongTextIsCut) {
+  const std::string a = EnqueueOne("a", "");
+  Fail(a, std::string(5000, 'e'));
+  ASSERT_TRUE(Start({})) << server_->Log();
+  for (const auto& [path, name] : std::vector<std::pair<std::string, std::string>>{
+           {"/api/events?limit=abc", "limit"},
+           {"/api/events?limit=0", "limit"},
+           {"/api/events?limit=1001", "limit"},
+           {"/api/events?state=LOST", "state"},
+           {"/api/events?older_than=ten", "older_than"},
+           {"/api/trace?key=", "key"}}) {
+    int code = 0;
+    json r = GetJson(path, &code);
+    EXPECT_EQ(code, 400) << path;
+    EXPECT_NE(r.value("error", "").find(name), std::string::npos) << path << ": " << r.dump();
+  }
+  json list = GetJson("/api/events?state=FAILED");
+  ASSERT_EQ(list["rows"].size(), 1u);
+  const std::string err = list["rows"][0]["last_error"];
+  EXPECT_LT(err.size(), 2100u);
+  EXPECT_NE(err.find("5000 bytes, truncated"), std::string::npos);
+  // The page and its script come from the binary, under a policy that allows
+  // no inline script.
+  auto c = Client();
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("<script src=\"/app.js\""), std::string::npos);
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("script-src 'self'"), std::string::npos);
+  auto js = c.Get("/app.js");
+  ASSERT_TRUE(js);
+  EXPECT_EQ(js->status, 200);
+  for (const char* sink : {".innerHTML", ".outerHTML", "insertAdjacentHTML", "document.write"}) {
+    EXPECT_EQ(js->body.find(sink), std::string::npos) << sink << ": data goes on the page as text";
+  }
+}
+
+TEST_F(ServeTest, BadFlagsAndTokensExitTwoBeforeServing) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("serve-tok-" + schema_)).string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/short") << "abc\n";
+  std::ofstream(dir + "/empty") << "";
+  for (const auto& [args, name] : std::vector<std::pair<std::string, std::string>>{
+           {"serve --listen nonsense", "--listen"},
+           {"serve --listen 127.0.0.1:99999", "--listen"},
+           {"serve --token-file " + dir + "/short", "too short"},
+           {"serve --token-file " + dir + "/empty", "--token-file"},
+           {"serve --token-file " + dir + "/missing", "--token-file"}}) {
+    CommandRun r = RunCommand(base_ + " " + args + " 2>&1");
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(name), std::string::npos) << args << ": " << r.out;
+  }
+  CommandRun r = RunCommand("OUTBOX_DASHBOARD_TOKEN=short " + base_ + " serve 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("OUTBOX_DASHBOARD_TOKEN"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("short\n"), std::string::npos) << "the token itself is never printed";
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace outbox::testing
