@@ -29,7 +29,10 @@ std::string ScreenshotPath(const std::string& name) {
 
 TEST_F(ServeTest, BrowserShowsTheNumbersATraceAndMarkupAsText) {
   OUTBOX_REQUIRE_BROWSER();
-  for (int i = 0; i < 5; ++i) EnqueueOne("course-" + std::to_string(i), "");
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = EnqueueOne("course-" + std::to_string(i), "");
+    if (i < 3) Send(id, "relay-a");
+  }
   const std::string evil = EnqueueOne("<img src=x onerror=\"window.__pwned=1\">", "dedup-evil");
   EnqueueOne("<img src=x onerror=\"window.__pwned=1\">", "");  // held behind it
   Fail(evil, "<script>window.__pwned=2</script> broker said: record too large");
@@ -56,6 +59,14 @@ TEST_F(ServeTest, BrowserShowsTheNumbersATraceAndMarkupAsText) {
   EXPECT_NE(row.find("<img src=x onerror="), std::string::npos) << row;
   EXPECT_EQ(wd.Execute("return typeof window.__pwned;"), "undefined") << "the payload executed";
   EXPECT_EQ(wd.Execute("return document.querySelectorAll('#events img, #events script').length;"), 0);
+  // The last hour: 3 sent (as bars), 1 failed, the relay that sent them.
+  EXPECT_EQ(wd.WaitForText("#hour-total", [](const std::string& t) { return !t.empty(); }),
+            "3 sent, 1 failed");
+  EXPECT_GE(wd.Execute("return document.querySelectorAll('#chart rect.sent').length;").get<int>(), 1)
+      << "a bar per minute with sends (two if they straddle a minute)";
+  EXPECT_NE(wd.WaitForText("#relays tbody", [](const std::string& t) {
+              return t.find("relay-a") != std::string::npos;
+            }).find("claims"), std::string::npos);
   EXPECT_TRUE(wd.Screenshot(ScreenshotPath("dashboard-overview.png")));
 
   // The support ticket's question: a dedup key in the search box.

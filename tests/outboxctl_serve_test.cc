@@ -48,6 +48,27 @@ TEST_F(ServeTest, StatusEqualsOutboxctlStatusAndTraceFindsADedupKey) {
   EXPECT_EQ(StatusOf(failed), "FAILED");
 }
 
+TEST_F(ServeTest, ActivityCountsTheLastHourAndNamesTheRelays) {
+  for (int i = 0; i < 3; ++i) Send(EnqueueOne("s" + std::to_string(i), ""), "relay-7");
+  Fail(EnqueueOne("f", ""), "fatal");
+  EnqueueOne("p", "");
+  ASSERT_TRUE(Start({})) << server_->Log();
+  int code = 0;
+  json a = GetJson("/api/activity", &code);
+  ASSERT_EQ(code, 200) << a.dump();
+  EXPECT_EQ(a["window_seconds"], 3600);
+  long long sent = 0, failed = 0;
+  for (const auto& m : a["minutes"]) {
+    sent += m["sent"].get<long long>();
+    failed += m["failed"].get<long long>();
+  }
+  EXPECT_EQ(sent, 3);
+  EXPECT_EQ(failed, 1);
+  ASSERT_EQ(a["relays"].size(), 1u) << a.dump();
+  EXPECT_EQ(a["relays"][0]["relay"], "relay-7");
+  EXPECT_EQ(a["relays"][0]["rows"], 3);
+}
+
 TEST_F(ServeTest, ReplayAndSkipChangeTheRowOnlyWithTheToken) {
   const std::string a = EnqueueOne("a", "");
   const std::string b = EnqueueOne("b", "");

@@ -60,6 +60,11 @@ class ServeTest : public ::testing::Test {
     Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'FAILED', attempts = 3, failed_at = now(), "
                           "last_error = " + Quote(error) + " WHERE event_id = '" + id + "'");
   }
+  // As a relay would leave it: SENT, claimed by `relay`.
+  void Send(const std::string& id, const std::string& relay) {
+    Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT', sent_at = now(), claimed_at = now(), "
+                          "attempts = 1, lease_owner = " + Quote(relay) + " WHERE event_id = '" + id + "'");
+  }
   std::string Quote(const std::string& s) {
     std::string q = "'";
     for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);

@@ -262,6 +262,42 @@ TEST_P(StoreContractTest, MarkFailedKeepsTheRowWithItsError) {
   EXPECT_EQ(harness_->Row(c->events[0].ticket.seq)->status, "FAILED");
 }
 
+// The dashboard's last hour: sent and failed per minute, and who claimed.
+// SentDelete stores keep no SENT rows, so only the failure is counted there.
+TEST_P(StoreContractTest, RecentActivityCountsSentAndFailedAndNamesTheClaimer) {
+  std::vector<Event> evs = {Ev("a", 1), Ev("b", 1), Ev("c", 1)};
+  ASSERT_TRUE(harness_->Enqueue(evs, /*one_txn=*/false).ok());
+  ClaimOptions o = Opts();
+  o.owner = "relay-activity";
+  auto c = store_->Claim(o);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->events.size(), 3u);
+  std::vector<Ticket> sent = {c->events[0].ticket, c->events[1].ticket};
+  ASSERT_TRUE(store_->MarkSent(sent).ok());
+  FailItem fi{c->events[2].ticket, "fatal"};
+  ASSERT_TRUE(store_->MarkFailed(std::span(&fi, 1)).ok());
+  const bool deletes_sent = !harness_->Row(c->events[0].ticket.seq).has_value();
+  auto a = store_->RecentActivity(std::chrono::hours(1));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::int64_t n_sent = 0, n_failed = 0;
+  const std::int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  for (const auto& m : a->minutes) {
+    n_sent += m.sent;
+    n_failed += m.failed;
+    EXPECT_EQ(m.minute % 60, 0);
+    EXPECT_LE(std::abs(m.minute - now_s), 180) << "the minute is the database's, in UTC";
+  }
+  EXPECT_EQ(n_sent, deletes_sent ? 0 : 2);
+  EXPECT_EQ(n_failed, 1);
+  ASSERT_EQ(a->relays.size(), 1u);
+  EXPECT_EQ(a->relays[0].relay, "relay-activity");
+  EXPECT_EQ(a->relays[0].role, "claims");
+  EXPECT_EQ(a->relays[0].rows, deletes_sent ? 1 : 3);
+  EXPECT_FALSE(a->relays[0].last_seen.empty());
+}
+
 TEST_P(StoreContractTest, LaterEventOfAnAggregateWaitsWhileAnEarlierOneIsInFlight) {
   std::vector<Event> evs = {Ev("a", 1), Ev("a", 2), Ev("b", 1)};
   ASSERT_TRUE(harness_->Enqueue(evs, /*one_txn=*/false).ok());

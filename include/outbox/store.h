@@ -199,6 +199,24 @@ struct SlotStatus {
   std::optional<std::chrono::milliseconds> lag;
 };
 
+// The recent past as operators see it (outboxctl serve): rows sent and failed
+// per minute, and the relays that claimed or streamed rows.
+struct ActivityMinute {
+  std::int64_t minute = 0;  // Unix seconds at the minute's start (database clock)
+  std::int64_t sent = 0;
+  std::int64_t failed = 0;
+};
+struct RelaySeen {
+  std::string relay;      // relay.id (lease_owner, or a stream's reader)
+  std::string role;       // "claims", or "stream <slot>"
+  std::string last_seen;  // the database's text: its last claim, or its stream's last report
+  std::int64_t rows = 0;  // rows it claimed in the window (a stream: 0, it claims none)
+};
+struct ActivityReport {
+  std::vector<ActivityMinute> minutes;  // oldest first; minutes without activity left out
+  std::vector<RelaySeen> relays;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -239,6 +257,10 @@ class Store {
   virtual Result<std::vector<EventRecord>> List(const ListFilter& filter) = 0;
   // The rows whose event id or dedup key is `key`.
   virtual Result<std::vector<EventRecord>> Find(const std::string& key) = 0;
+  // Sent and failed rows per minute over the last `window`, and the relays
+  // seen in it (reads; for operators' pages, not for gauges: without an index
+  // on the times it reads the table).
+  virtual Result<ActivityReport> RecentActivity(std::chrono::seconds window);
 
   // Blocks up to `timeout` for a sign of new work from enqueue; true if woken,
   // false on timeout. PostgreSQL: LISTEN on channel outbox_<schema>, which

@@ -11,6 +11,10 @@ Status NoStream() {
 
 }  // namespace
 
+Result<ActivityReport> Store::RecentActivity(std::chrono::seconds) {
+  return Status::FailedPrecondition("this store does not report its recent activity");
+}
+
 Result<std::vector<StreamRowState>> Store::StreamStates(std::span<const std::int64_t>, bool,
                                                        std::span<const std::int64_t>) {
   return NoStream();

@@ -1,5 +1,6 @@
 #include "ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -131,6 +132,25 @@ Result<json> TraceReport(Store& store, InboxStore* inbox, const std::string& key
     out["inbox"] = std::move(stamps);
   }
   return out;
+}
+
+Result<json> ActivityJson(Store& store, std::chrono::seconds window) {
+  auto r = store.RecentActivity(window);
+  if (!r.ok()) return r.status();
+  std::sort(r->minutes.begin(), r->minutes.end(),
+            [](const ActivityMinute& a, const ActivityMinute& b) { return a.minute < b.minute; });
+  json minutes = json::array();
+  for (const auto& m : r->minutes) {
+    minutes.push_back({{"minute", m.minute}, {"sent", m.sent}, {"failed", m.failed}});
+  }
+  json relays = json::array();
+  for (const auto& x : r->relays) {
+    relays.push_back({{"relay", x.relay}, {"role", x.role}, {"last_seen", x.last_seen}, {"rows", x.rows}});
+  }
+  return json{{"ok", true},
+              {"window_seconds", window.count()},
+              {"minutes", std::move(minutes)},
+              {"relays", std::move(relays)}};
 }
 
 Result<json> ReplayReport(Store& store, const ReplaySelection& selection) {

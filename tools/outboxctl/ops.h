@@ -7,6 +7,7 @@
 #ifndef OUTBOX_TOOLS_OUTBOXCTL_OPS_H_
 #define OUTBOX_TOOLS_OUTBOXCTL_OPS_H_
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,6 +38,9 @@ Result<nlohmann::json> StatusReport(Store& store, const std::string& schema);
 Result<nlohmann::json> ListReport(Store& store, const ListFilter& filter);
 // {"key", "outbox": [...]} and, with an inbox, "inbox": [stamps].
 Result<nlohmann::json> TraceReport(Store& store, InboxStore* inbox, const std::string& key);
+// {"window_seconds", "minutes": [{"minute", "sent", "failed"}], "relays": [...]}:
+// the last `window` (outboxctl serve's chart and relay list).
+Result<nlohmann::json> ActivityJson(Store& store, std::chrono::seconds window);
 // {"matched", "replayed", "released", "oldest_age_seconds", "dry_run"}.
 Result<nlohmann::json> ReplayReport(Store& store, const ReplaySelection& selection);
 // {"event_id", "was", "skipped", "released", "dry_run"}; "was" is "" when there

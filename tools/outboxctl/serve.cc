@@ -153,6 +153,10 @@ int Serve(const ServeOptions& o) {
     Answer(res, r);
   });
 
+  srv.Get("/api/activity", [&](const httplib::Request&, httplib::Response& res) {
+    Answer(res, db.With([&](Store& s) { return ActivityJson(s, std::chrono::hours(1)); }));
+  });
+
   srv.Get("/api/events", [&](const httplib::Request& req, httplib::Response& res) {
     ListFilter f;
     f.state = req.get_param_value("state");

@@ -243,6 +243,34 @@ SELECT
     });
   }
 
+  Result<ActivityReport> RecentActivity(std::chrono::seconds window) override {
+    return WithSession<ActivityReport>([&](MYSQL* c) -> Result<ActivityReport> {
+      // Times are UTC DATETIMEs: seconds since the epoch counted from
+      // '1970-01-01' directly, whatever the session's time zone.
+      const std::string since =
+          "UTC_TIMESTAMP(6) - INTERVAL " + std::to_string(window.count()) + " SECOND";
+      auto r = maria::Query(c, "recent activity",
+          "SELECT 'm', m, sum(s), sum(f), NULL FROM ("
+          "  SELECT TIMESTAMPDIFF(SECOND, '1970-01-01', sent_at) DIV 60 * 60 AS m, 1 AS s, 0 AS f"
+          "  FROM outbox WHERE sent_at >= " + since +
+          "  UNION ALL SELECT TIMESTAMPDIFF(SECOND, '1970-01-01', failed_at) DIV 60 * 60, 0, 1"
+          "  FROM outbox WHERE failed_at >= " + since + ") x GROUP BY m "
+          "UNION ALL SELECT 'r', lease_owner, CAST(max(claimed_at) AS CHAR), count(*), 'claims' "
+          "FROM outbox WHERE claimed_at >= " + since + " AND lease_owner IS NOT NULL "
+          "GROUP BY lease_owner ORDER BY 1, 2");
+      if (!r.ok()) return r.status();
+      ActivityReport out;
+      for (const auto& row : *r) {
+        if (Str(row[0]) == "m") {
+          out.minutes.push_back({Int(row[1]), Int(row[2]), Int(row[3])});
+        } else {
+          out.relays.push_back({Str(row[1]), Str(row[4]), Str(row[2]), Int(row[3])});
+        }
+      }
+      return out;
+    });
+  }
+
   Result<std::int64_t> CountSent() override {
     return WithSession<std::int64_t>([&](MYSQL* c) -> Result<std::int64_t> {
       auto r = maria::Query(c, "count sent", "SELECT count(*) FROM outbox WHERE status = 'SENT'");

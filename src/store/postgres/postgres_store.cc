@@ -274,6 +274,23 @@ class PostgresStore final : public Store {
     return s;
   }
 
+  Result<ActivityReport> RecentActivity(std::chrono::seconds window) override {
+    auto res = session_->Exec("recent activity", pg::sql::RecentActivity(options_.schema),
+                              {Param::Text(std::to_string(window.count()))});
+    if (!res.ok()) return res.status();
+    const PGresult* r = res->get();
+    ActivityReport out;
+    for (int i = 0; i < PQntuples(r); ++i) {
+      if (pg::GetText(r, i, 0) == "m") {
+        out.minutes.push_back({pg::GetInt64(r, i, 1), pg::GetInt64(r, i, 2), pg::GetInt64(r, i, 3)});
+      } else {
+        out.relays.push_back({pg::GetText(r, i, 1), pg::GetText(r, i, 4), pg::GetText(r, i, 2),
+                              pg::GetInt64(r, i, 3)});
+      }
+    }
+    return out;
+  }
+
   Result<std::int64_t> CountSent() override {
     auto res = session_->Exec("count sent", count_sent_);
     if (!res.ok()) return res.status();

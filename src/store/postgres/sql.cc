@@ -1159,6 +1159,31 @@ std::string Stats(const std::string& schema) {
   return WithSchema("SELECT * FROM {S}.stats()", schema);
 }
 
+// Rows: ('m', minute, sent, failed, NULL) per minute with activity, then
+// ('r', relay, last seen, rows, role) per relay; all text.
+std::string RecentActivity(const std::string& schema) {
+  return WithSchema(R"SQL(
+SELECT kind, a, b, c, d FROM (
+  SELECT 'm' AS kind, m::text AS a, sum(s)::text AS b, sum(f)::text AS c, NULL::text AS d
+  FROM (SELECT floor(extract(epoch FROM o.sent_at) / 60)::bigint * 60 AS m, 1 AS s, 0 AS f
+        FROM {S}.outbox o WHERE o.sent_at >= now() - $1::bigint * interval '1 second'
+        UNION ALL
+        SELECT floor(extract(epoch FROM o.failed_at) / 60)::bigint * 60, 0, 1
+        FROM {S}.outbox o WHERE o.failed_at >= now() - $1::bigint * interval '1 second') x
+  GROUP BY m
+  UNION ALL
+  SELECT 'r', o.lease_owner, max(o.claimed_at)::text, count(*)::text, 'claims'
+  FROM {S}.outbox o
+  WHERE o.claimed_at >= now() - $1::bigint * interval '1 second' AND o.lease_owner IS NOT NULL
+  GROUP BY o.lease_owner
+  UNION ALL
+  SELECT 'r', p.reader, p.updated_at::text, '0', 'stream ' || p.slot
+  FROM {S}.stream_progress p WHERE p.updated_at >= now() - $1::bigint * interval '1 second') t
+ORDER BY kind, a
+)SQL",
+                    schema);
+}
+
 std::string CountSent(const std::string& schema) {
   return WithSchema("SELECT count(*) FROM {S}.outbox WHERE status = 'SENT'", schema);
 }

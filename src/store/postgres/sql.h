@@ -68,6 +68,7 @@ std::string Stats(const std::string& schema);
 std::string StreamStates(const std::string& schema);
 // $1 slot, $2 reader, $3 LSN text, $4 covered-until µs
 std::string SaveStreamProgress(const std::string& schema);
+std::string RecentActivity(const std::string& schema);  // $1 window in seconds
 std::string OpenStreamProgress(const std::string& schema);  // $1 slot, $2 reader
 std::string DropStreamProgress(const std::string& schema);  // $1 slot
 std::string SlotStatus(const std::string& schema);          // $1 slot

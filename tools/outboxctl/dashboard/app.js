@@ -61,6 +61,71 @@ async function refreshStatus() {
   }
 }
 
+const SVG = 'http://www.w3.org/2000/svg';
+
+// Sent (blue) and failed (red) per minute over the hour, plain SVG: one bar
+// pair per minute, the tallest minute at full height.
+function drawChart(minutes, windowSeconds) {
+  const box = $('chart');
+  const width = 600, height = 120, slots = Math.round(windowSeconds / 60);
+  const now = Math.floor(Date.now() / 60000) * 60;
+  let max = 1;
+  for (const m of minutes) max = Math.max(max, m.sent + m.failed);
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('viewBox', '0 0 ' + width + ' ' + height);
+  svg.setAttribute('preserveAspectRatio', 'none');
+  const w = width / slots;
+  for (const m of minutes) {
+    const slot = slots - 1 - Math.round((now - m.minute) / 60);
+    if (slot < 0 || slot >= slots) continue;
+    let y = height;
+    for (const [cls, n] of [['sent', m.sent], ['failed', m.failed]]) {
+      if (!n) continue;
+      const h = Math.max(1, (n / max) * (height - 4));
+      y -= h;
+      const r = document.createElementNS(SVG, 'rect');
+      r.setAttribute('x', String(slot * w + 0.5));
+      r.setAttribute('y', String(y));
+      r.setAttribute('width', String(Math.max(1, w - 1)));
+      r.setAttribute('height', String(h));
+      r.setAttribute('class', cls);
+      const t = document.createElementNS(SVG, 'title');
+      t.textContent = new Date(m.minute * 1000).toLocaleTimeString() + ': ' + n + ' ' + cls;
+      r.append(t);
+      svg.append(r);
+    }
+  }
+  box.replaceChildren(svg);
+}
+
+async function refreshActivity() {
+  try {
+    const a = await api('/api/activity');
+    let sent = 0, failed = 0;
+    for (const m of a.minutes) { sent += m.sent; failed += m.failed; }
+    $('hour-total').textContent = sent + ' sent, ' + failed + ' failed';
+    $('hour-total').dataset.sent = sent;
+    $('hour-total').dataset.failed = failed;
+    drawChart(a.minutes, a.window_seconds);
+    const tbody = $('relays').querySelector('tbody');
+    tbody.replaceChildren();
+    for (const r of a.relays) {
+      const tr = el('tr');
+      tr.append(el('td', r.relay), el('td', r.role), el('td', r.last_seen), el('td', r.rows));
+      tbody.append(tr);
+    }
+    if (!a.relays.length) {
+      const tr = el('tr');
+      const td = el('td', 'no relay claimed or streamed rows in the last hour', 'muted');
+      td.colSpan = 4;
+      tr.append(td);
+      tbody.append(tr);
+    }
+  } catch (e) {
+    showError('activity: ' + e.message);
+  }
+}
+
 function filterQuery() {
   const q = new URLSearchParams();
   q.set('state', $('f-state').value);
@@ -194,8 +259,9 @@ document.addEventListener('DOMContentLoaded', () => {
     ev.preventDefault();
     refreshEvents();
   });
-  refreshStatus().then(refreshEvents);
+  refreshStatus().then(refreshEvents).then(refreshActivity);
   setInterval(refreshStatus, 5000);
+  setInterval(refreshActivity, 30000);
   const key = new URLSearchParams(location.search).get('trace');
   if (key) { $('search-key').value = key; trace(key); }
 });
