@@ -252,9 +252,9 @@ SELECT
       auto r = maria::Query(c, "recent activity",
           "SELECT 'm', m, sum(s), sum(f), NULL FROM ("
           "  SELECT TIMESTAMPDIFF(SECOND, '1970-01-01', sent_at) DIV 60 * 60 AS m, 1 AS s, 0 AS f"
-          "  FROM outbox WHERE sent_at >= " + since +
+          "  FROM outbox WHERE status = 'SENT' AND sent_at >= " + since +
           "  UNION ALL SELECT TIMESTAMPDIFF(SECOND, '1970-01-01', failed_at) DIV 60 * 60, 0, 1"
-          "  FROM outbox WHERE failed_at >= " + since + ") x GROUP BY m "
+          "  FROM outbox WHERE status = 'FAILED' AND failed_at >= " + since + ") x GROUP BY m "
           "UNION ALL SELECT 'r', lease_owner, CAST(max(claimed_at) AS CHAR), count(*), 'claims' "
           "FROM outbox WHERE claimed_at >= " + since + " AND lease_owner IS NOT NULL "
           "GROUP BY lease_owner ORDER BY 1, 2");

@@ -1160,25 +1160,34 @@ std::string Stats(const std::string& schema) {
 }
 
 // Rows: ('m', minute, sent, failed, NULL) per minute with activity, then
-// ('r', relay, last seen, rows, role) per relay; all text.
+// ('r', relay, last seen, rows, role) per relay; all text. Each part walks a
+// partial index: SENT rows by sent_at, FAILED ones by the set-aside index,
+// unsent ones by the claim index — never the whole table.
 std::string RecentActivity(const std::string& schema) {
   return WithSchema(R"SQL(
-SELECT kind, a, b, c, d FROM (
-  SELECT 'm' AS kind, m::text AS a, sum(s)::text AS b, sum(f)::text AS c, NULL::text AS d
-  FROM (SELECT floor(extract(epoch FROM o.sent_at) / 60)::bigint * 60 AS m, 1 AS s, 0 AS f
-        FROM {S}.outbox o WHERE o.sent_at >= now() - $1::bigint * interval '1 second'
-        UNION ALL
-        SELECT floor(extract(epoch FROM o.failed_at) / 60)::bigint * 60, 0, 1
-        FROM {S}.outbox o WHERE o.failed_at >= now() - $1::bigint * interval '1 second') x
-  GROUP BY m
+WITH since AS (SELECT now() - $1::bigint * interval '1 second' AS t),
+recent AS (
+  SELECT o.sent_at AS at, true AS sent, o.lease_owner, o.claimed_at
+  FROM {S}.outbox o, since WHERE o.status = 'SENT' AND o.sent_at >= since.t
   UNION ALL
-  SELECT 'r', o.lease_owner, max(o.claimed_at)::text, count(*)::text, 'claims'
-  FROM {S}.outbox o
-  WHERE o.claimed_at >= now() - $1::bigint * interval '1 second' AND o.lease_owner IS NOT NULL
-  GROUP BY o.lease_owner
+  SELECT o.failed_at, false, o.lease_owner, o.claimed_at
+  FROM {S}.outbox o, since WHERE o.status = 'FAILED' AND o.failed_at >= since.t
+  UNION ALL
+  SELECT NULL, false, o.lease_owner, o.claimed_at
+  FROM {S}.outbox o, since WHERE o.status IN ('PENDING', 'PROCESSING') AND o.claimed_at >= since.t
+)
+SELECT kind, a, b, c, d FROM (
+  SELECT 'm' AS kind, (floor(extract(epoch FROM r.at) / 60)::bigint * 60)::text AS a,
+         count(*) FILTER (WHERE r.sent)::text AS b, count(*) FILTER (WHERE NOT r.sent)::text AS c,
+         NULL::text AS d
+  FROM recent r WHERE r.at IS NOT NULL GROUP BY 2
+  UNION ALL
+  SELECT 'r', r.lease_owner, max(r.claimed_at)::text, count(*)::text, 'claims'
+  FROM recent r, since WHERE r.lease_owner IS NOT NULL AND r.claimed_at >= since.t
+  GROUP BY r.lease_owner
   UNION ALL
   SELECT 'r', p.reader, p.updated_at::text, '0', 'stream ' || p.slot
-  FROM {S}.stream_progress p WHERE p.updated_at >= now() - $1::bigint * interval '1 second') t
+  FROM {S}.stream_progress p, since WHERE p.updated_at >= since.t) t
 ORDER BY kind, a
 )SQL",
                     schema);
