@@ -35,6 +35,13 @@ TEST_F(ServeTest, StatusEqualsOutboxctlStatusAndTraceFindsADedupKey) {
   EXPECT_EQ(t["outbox"][0]["event_id"], failed);
   EXPECT_EQ(t["outbox"][0]["last_error"], "broker said no");
   EXPECT_EQ(GetJson("/api/trace?key=no-such-key")["outbox"].size(), 0u);
+  // An event id in capitals is the same id; a near-UUID is no id (not an error).
+  std::string upper = failed;
+  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  EXPECT_EQ(GetJson("/api/trace?key=" + upper)["outbox"].size(), 1u);
+  json near = GetJson("/api/trace?key=" + failed.substr(0, 35) + "g", &code);
+  EXPECT_EQ(code, 200) << near.dump();
+  EXPECT_EQ(near["outbox"].size(), 0u);
 
   json list = GetJson("/api/events?state=FAILED", &code);
   ASSERT_EQ(code, 200);
