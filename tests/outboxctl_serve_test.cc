@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "outbox/postgres_inbox.h"
 #include "serve_fixture.h"
 
 namespace outbox::testing {
@@ -74,6 +75,60 @@ TEST_F(ServeTest, ActivityCountsTheLastHourAndNamesTheRelays) {
   ASSERT_EQ(a["relays"].size(), 1u) << a.dump();
   EXPECT_EQ(a["relays"][0]["relay"], "relay-7");
   EXPECT_EQ(a["relays"][0]["rows"], 3);
+}
+
+// With --inbox-db: the consumers' stamps and absorbed copies, and the trace
+// reaching into the inbox; a change stream's slot and the WAL it keeps.
+TEST_F(ServeTest, ConsumersAndTheChangeStreamsSlotAreShown) {
+  const std::string id = EnqueueOne("u3/l3", "LessonCompleted:u3:l3");
+  const std::string inbox_schema = schema_ + "_inbox";
+  PostgresInboxOptions io;
+  io.conninfo = url_;
+  io.schema = inbox_schema;
+  io.consumer = "quest-service";
+  auto inbox = OpenPostgresInbox(io, [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
+  ASSERT_TRUE(inbox.ok());
+  ASSERT_TRUE((*inbox)->Migrate().ok());
+  InboundMessage m;
+  m.topic = "outbox.event.lesson";
+  m.headers["outbox-event-id"] = id;
+  for (int copy = 0; copy < 2; ++copy) {  // the second copy is absorbed
+    ASSERT_TRUE((*inbox)->Apply(std::span(&m, 1), std::span(&id, 1)).ok());
+  }
+  // A change stream's slot, as a cdc relay leaves it.
+  const std::string slot = "outbox_" + schema_;
+  Exec(conn_.get(), "SELECT pg_create_logical_replication_slot('" + slot + "', 'pgoutput')");
+  {
+    PostgresStoreOptions so;
+    so.conninfo = url_;
+    so.schema = schema_;
+    auto store = OpenPostgresStore(so);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->OpenStreamProgress(slot, "relay-cdc").ok());
+  }
+  ASSERT_TRUE(Start({}, {"--inbox-db", url_, "--inbox-schema", inbox_schema})) << server_->Log();
+
+  int code = 0;
+  json c = GetJson("/api/inbox", &code);
+  ASSERT_EQ(code, 200) << c.dump();
+  EXPECT_EQ(c["configured"], true);
+  ASSERT_EQ(c["consumers"].size(), 1u) << c.dump();
+  EXPECT_EQ(c["consumers"][0]["consumer"], "quest-service");
+  EXPECT_EQ(c["consumers"][0]["stamps"], 1);
+  EXPECT_EQ(c["consumers"][0]["duplicates"], 1);
+  json t = GetJson("/api/trace?key=LessonCompleted:u3:l3");
+  ASSERT_EQ(t["inbox"].size(), 1u) << t.dump();
+  EXPECT_EQ(t["inbox"][0]["duplicates"], 1);
+
+  json a = GetJson("/api/activity", &code);
+  ASSERT_EQ(code, 200) << a.dump();
+  bool reader = false;
+  for (const auto& r : a["relays"]) reader |= r["relay"] == "relay-cdc" && r["role"] == "stream " + slot;
+  EXPECT_TRUE(reader) << a.dump();
+  ASSERT_EQ(a["slots"].size(), 1u) << a.dump();
+  EXPECT_EQ(a["slots"][0]["slot"], slot);
+  EXPECT_EQ(a["slots"][0]["active"], false);
+  EXPECT_GE(a["slots"][0]["retained_wal_bytes"].get<long long>(), 0);
 }
 
 TEST_F(ServeTest, ReplayAndSkipChangeTheRowOnlyWithTheToken) {

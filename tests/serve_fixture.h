@@ -34,7 +34,12 @@ class ServeTest : public ::testing::Test {
   }
   void TearDown() override {
     server_.reset();
-    if (conn_) Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+    if (conn_) {
+      Exec(conn_.get(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name = 'outbox_" + schema_ + "'");
+      Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + "_inbox CASCADE");
+      Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+    }
   }
 
   std::string EnqueueOne(const std::string& agg, const std::string& dedup) {

@@ -107,6 +107,7 @@ struct StampSummary {
   std::int64_t stamps = 0;
   std::int64_t older = 0;  // stamps older than the horizon asked about
   std::chrono::seconds oldest_stamp_age{0};
+  std::int64_t duplicates = 0;  // later copies the kept stamps absorbed
   std::int64_t parked = 0;  // ordered mode's waiting messages
   std::chrono::seconds oldest_parked_age{0};
 };

@@ -393,27 +393,19 @@ int InboxStatus(const Options& o) {
   if (auto bad = CheckInboxDb(o)) return *bad;
   auto inbox = OpenOperatorInbox(o, "outboxctl");
   if (!inbox.ok()) return Fail(inbox.status(), o.json);
-  auto summary = (*inbox)->Summary(std::chrono::seconds(0));
-  if (!summary.ok()) return Fail(summary.status(), o.json);
+  auto report = outbox::ctl::InboxStatusJson(**inbox);
+  if (!report.ok()) return Fail(report.status(), o.json);
   if (o.json) {
-    json rows = json::array();
-    for (const auto& s : *summary) {
-      rows.push_back({{"consumer", s.consumer},
-                      {"stamps", s.stamps},
-                      {"oldest_stamp_age_seconds", s.oldest_stamp_age.count()},
-                      {"parked", s.parked},
-                      {"oldest_parked_age_seconds", s.oldest_parked_age.count()}});
-    }
-    std::cout << json{{"ok", true}, {"consumers", rows}}.dump() << "\n";
+    std::cout << report->dump() << "\n";
     return kExitOk;
   }
-  std::printf("%-28s %12s %18s %10s %18s\n", "CONSUMER", "STAMPS", "OLDEST STAMP (s)", "PARKED",
-              "OLDEST PARKED (s)");
-  for (const auto& s : *summary) {
-    std::printf("%-28s %12lld %18lld %10lld %18lld\n", s.consumer.c_str(),
-                static_cast<long long>(s.stamps), static_cast<long long>(s.oldest_stamp_age.count()),
-                static_cast<long long>(s.parked),
-                static_cast<long long>(s.oldest_parked_age.count()));
+  std::printf("%-28s %12s %18s %12s %10s %18s\n", "CONSUMER", "STAMPS", "OLDEST STAMP (s)",
+              "DUPLICATES", "PARKED", "OLDEST PARKED (s)");
+  for (const auto& c : (*report)["consumers"]) {
+    std::printf("%-28s %12lld %18lld %12lld %10lld %18lld\n", c["consumer"].get<std::string>().c_str(),
+                c["stamps"].get<long long>(), c["oldest_stamp_age_seconds"].get<long long>(),
+                c["duplicates"].get<long long>(), c["parked"].get<long long>(),
+                c["oldest_parked_age_seconds"].get<long long>());
   }
   return kExitOk;
 }

@@ -144,13 +144,42 @@ Result<json> ActivityJson(Store& store, std::chrono::seconds window) {
     minutes.push_back({{"minute", m.minute}, {"sent", m.sent}, {"failed", m.failed}});
   }
   json relays = json::array();
+  json slots = json::array();
   for (const auto& x : r->relays) {
     relays.push_back({{"relay", x.relay}, {"role", x.role}, {"last_seen", x.last_seen}, {"rows", x.rows}});
+    // A change stream's slot: the WAL it keeps (what operators fear most).
+    constexpr std::string_view kStream = "stream ";
+    if (x.role.rfind(kStream, 0) != 0) continue;
+    const std::string slot = x.role.substr(kStream.size());
+    auto st = store.StreamSlotStatus(slot);
+    if (!st.ok() || !st->exists) continue;
+    slots.push_back({{"slot", slot},
+                     {"active", st->active},
+                     {"wal_status", st->wal_status},
+                     {"retained_wal_bytes", st->retained_wal_bytes},
+                     {"lag_seconds", st->lag ? json(static_cast<double>(st->lag->count()) / 1000.0)
+                                             : json(nullptr)}});
   }
   return json{{"ok", true},
               {"window_seconds", window.count()},
               {"minutes", std::move(minutes)},
-              {"relays", std::move(relays)}};
+              {"relays", std::move(relays)},
+              {"slots", std::move(slots)}};
+}
+
+Result<json> InboxStatusJson(InboxStore& inbox) {
+  auto summary = inbox.Summary(std::chrono::seconds(0));
+  if (!summary.ok()) return summary.status();
+  json rows = json::array();
+  for (const auto& s : *summary) {
+    rows.push_back({{"consumer", s.consumer},
+                    {"stamps", s.stamps},
+                    {"oldest_stamp_age_seconds", s.oldest_stamp_age.count()},
+                    {"duplicates", s.duplicates},
+                    {"parked", s.parked},
+                    {"oldest_parked_age_seconds", s.oldest_parked_age.count()}});
+  }
+  return json{{"ok", true}, {"consumers", std::move(rows)}};
 }
 
 Result<json> ReplayReport(Store& store, const ReplaySelection& selection) {

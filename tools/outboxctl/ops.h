@@ -38,9 +38,14 @@ Result<nlohmann::json> StatusReport(Store& store, const std::string& schema);
 Result<nlohmann::json> ListReport(Store& store, const ListFilter& filter);
 // {"key", "outbox": [...]} and, with an inbox, "inbox": [stamps].
 Result<nlohmann::json> TraceReport(Store& store, InboxStore* inbox, const std::string& key);
-// {"window_seconds", "minutes": [{"minute", "sent", "failed"}], "relays": [...]}:
-// the last `window` (outboxctl serve's chart and relay list).
+// {"window_seconds", "minutes": [{"minute", "sent", "failed"}], "relays": [...],
+// "slots": [{"slot", "active", "wal_status", "retained_wal_bytes", "lag_seconds"}]}:
+// the last `window` (outboxctl serve's chart and relay list) and the replication
+// slots of the change streams seen in it.
 Result<nlohmann::json> ActivityJson(Store& store, std::chrono::seconds window);
+// {"consumers": [{"consumer", "stamps", "oldest_stamp_age_seconds", "duplicates",
+// "parked", "oldest_parked_age_seconds"}]}: every consumer of the inbox schema.
+Result<nlohmann::json> InboxStatusJson(InboxStore& inbox);
 // {"matched", "replayed", "released", "oldest_age_seconds", "dry_run"}.
 Result<nlohmann::json> ReplayReport(Store& store, const ReplaySelection& selection);
 // {"event_id", "was", "skipped", "released", "dry_run"}; "was" is "" when there

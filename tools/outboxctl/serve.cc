@@ -194,6 +194,18 @@ int Serve(const ServeOptions& o) {
     Answer(res, db.With([&](Store& s) { return TraceReport(s, inbox.get(), key); }));
   });
 
+  // The consumer side (with --inbox-db): its stamps, absorbed copies, parked.
+  srv.Get("/api/inbox", [&](const httplib::Request&, httplib::Response& res) {
+    if (o.inbox_db.empty()) {
+      return Reply(res, 200, json{{"ok", true}, {"configured", false}, {"consumers", json::array()}});
+    }
+    auto opened = OpenOperatorInbox(o.inbox_db, o.inbox_schema, "outboxctl");
+    if (!opened.ok()) return Error(res, 503, "the inbox database: " + opened.status().ToString());
+    auto r = InboxStatusJson(**opened);
+    if (r.ok()) (*r)["configured"] = true;
+    Answer(res, r);
+  });
+
   // The actions: the token, as a header a cross-site form or image cannot
   // send (CSRF), a JSON body, and no foreign Origin. Recorded where
   // `outboxctl` records them (skip: skipped_by and skip_reason on the row).

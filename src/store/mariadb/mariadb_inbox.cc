@@ -97,8 +97,8 @@ class MariaDbInbox final : public InboxStore {
         conn_.get(), "inbox summary",
         "SELECT consumer, count(*), sum(applied_at < UTC_TIMESTAMP(6) - INTERVAL " +
             std::to_string(horizon.count()) +
-            " SECOND), coalesce(TIMESTAMPDIFF(SECOND, min(applied_at), UTC_TIMESTAMP(6)), 0) "
-            "FROM inbox_stamps GROUP BY consumer");
+            " SECOND), coalesce(TIMESTAMPDIFF(SECOND, min(applied_at), UTC_TIMESTAMP(6)), 0), "
+            "coalesce(sum(duplicates), 0) FROM inbox_stamps GROUP BY consumer");
     if (!stamps.ok()) return Lost(stamps.status());
     auto parked = maria::Query(
         conn_.get(), "inbox summary",
@@ -112,6 +112,7 @@ class MariaDbInbox final : public InboxStore {
       s.stamps = Int(r[1]);
       s.older = Int(r[2]);
       s.oldest_stamp_age = std::chrono::seconds(Int(r[3]));
+      s.duplicates = Int(r[4]);
     }
     for (const auto& r : *parked) {
       StampSummary& s = by[Str(r[0])];

@@ -148,6 +148,7 @@ class PostgresInbox final : public InboxStore {
       s.oldest_stamp_age = std::chrono::seconds(pg::GetInt64(r->get(), i, 3));
       s.parked = pg::GetInt64(r->get(), i, 4);
       s.oldest_parked_age = std::chrono::seconds(pg::GetInt64(r->get(), i, 5));
+      s.duplicates = pg::GetInt64(r->get(), i, 6);
       out.push_back(std::move(s));
     }
     return out;

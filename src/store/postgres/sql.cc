@@ -909,7 +909,8 @@ std::string InboxSummary(const std::string& schema) {
 WITH s AS (
   SELECT consumer, count(*) AS stamps,
          count(*) FILTER (WHERE applied_at < now() - $1 * interval '1 second') AS older,
-         coalesce(extract(epoch FROM now() - min(applied_at))::bigint, 0) AS oldest
+         coalesce(extract(epoch FROM now() - min(applied_at))::bigint, 0) AS oldest,
+         coalesce(sum(duplicates), 0) AS duplicates
   FROM {S}.inbox_stamps GROUP BY consumer
 ), p AS (
   SELECT consumer, count(*) AS parked,
@@ -917,7 +918,8 @@ WITH s AS (
   FROM {S}.inbox_parked GROUP BY consumer
 )
 SELECT coalesce(s.consumer, p.consumer), coalesce(s.stamps, 0), coalesce(s.older, 0),
-       coalesce(s.oldest, 0), coalesce(p.parked, 0), coalesce(p.oldest, 0)
+       coalesce(s.oldest, 0), coalesce(p.parked, 0), coalesce(p.oldest, 0),
+       coalesce(s.duplicates, 0)
 FROM s FULL JOIN p ON p.consumer = s.consumer ORDER BY 1
 )SQL", schema);
 }

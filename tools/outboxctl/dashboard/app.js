@@ -37,6 +37,32 @@ function age(seconds) {
   return (s / 86400).toFixed(1) + ' d';
 }
 
+function bytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = Number(n), i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return (i ? v.toFixed(1) : String(v)) + ' ' + units[i];
+}
+
+async function refreshConsumers() {
+  try {
+    const r = await api('/api/inbox');
+    $('consumers-box').hidden = !r.configured;
+    if (!r.configured) return;
+    const tbody = $('consumers').querySelector('tbody');
+    tbody.replaceChildren();
+    for (const c of r.consumers) {
+      const tr = el('tr');
+      tr.append(el('td', c.consumer), el('td', c.stamps), el('td', c.duplicates),
+                el('td', age(c.oldest_stamp_age_seconds)), el('td', c.parked),
+                el('td', c.parked ? age(c.oldest_parked_age_seconds) : '–'));
+      tbody.append(tr);
+    }
+  } catch (e) {
+    showError('consumers: ' + e.message);
+  }
+}
+
 let actionsEnabled = false;
 
 async function refreshStatus() {
@@ -114,6 +140,16 @@ async function refreshActivity() {
       tr.append(el('td', r.relay), el('td', r.role), el('td', r.last_seen), el('td', r.rows));
       tbody.append(tr);
     }
+    const slots = $('slots').querySelector('tbody');
+    slots.replaceChildren();
+    for (const sl of a.slots || []) {
+      const tr = el('tr');
+      tr.append(el('td', sl.slot), el('td', sl.active ? 'yes' : 'no'), el('td', sl.wal_status),
+                el('td', bytes(sl.retained_wal_bytes)),
+                el('td', sl.lag_seconds === null ? '–' : age(sl.lag_seconds)));
+      slots.append(tr);
+    }
+    $('slots').hidden = !(a.slots && a.slots.length);
     if (!a.relays.length) {
       const tr = el('tr');
       const td = el('td', 'no relay claimed or streamed rows in the last hour', 'muted');
@@ -259,9 +295,10 @@ document.addEventListener('DOMContentLoaded', () => {
     ev.preventDefault();
     refreshEvents();
   });
-  refreshStatus().then(refreshEvents).then(refreshActivity);
+  refreshStatus().then(refreshEvents).then(refreshActivity).then(refreshConsumers);
   setInterval(refreshStatus, 5000);
   setInterval(refreshActivity, 30000);
+  setInterval(refreshConsumers, 30000);
   const key = new URLSearchParams(location.search).get('trace');
   if (key) { $('search-key').value = key; trace(key); }
 });
