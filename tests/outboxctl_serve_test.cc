@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kafka_helpers.h"
 #include "outbox/postgres_inbox.h"
 #include "serve_fixture.h"
 
@@ -129,6 +130,50 @@ TEST_F(ServeTest, ConsumersAndTheChangeStreamsSlotAreShown) {
   EXPECT_EQ(a["slots"][0]["slot"], slot);
   EXPECT_EQ(a["slots"][0]["active"], false);
   EXPECT_GE(a["slots"][0]["retained_wal_bytes"].get<long long>(), 0);
+}
+
+// Dead letters back to their topic, from the page's form: a count first, then
+// one key's; only with the token, only with a broker.
+TEST_F(ServeTest, DeadLetterReplayCountsThenSendsOneKeyBack) {
+  MockKafka kafka(1, {"orders.dlt:1", "orders:1"});
+  std::vector<Message> dead;
+  for (int i = 0; i < 3; ++i) {
+    Message m;
+    m.key = "k" + std::to_string(i);
+    m.value = "{\"n\":" + std::to_string(i) + "}";
+    m.headers = {{"outbox-original-topic", "orders"}, {"outbox-error-class", "poison"}};
+    dead.push_back(m);
+  }
+  ASSERT_EQ(Produce(kafka.bootstrap(), "orders.dlt", dead), 3);
+  // Without a broker configured the action says how to give one.
+  ASSERT_TRUE(Start({{"OUTBOX_DASHBOARD_TOKEN", kToken}, {"OUTBOX_KAFKA_BOOTSTRAP", ""}}))
+      << server_->Log();
+  auto r = Post("/api/dlt/replay", {{"topic", "orders.dlt"}}, Bearer(kToken));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("--bootstrap"), std::string::npos) << r->body;
+
+  ASSERT_TRUE(Start({{"OUTBOX_DASHBOARD_TOKEN", kToken}}, {"--bootstrap", kafka.bootstrap()}))
+      << server_->Log();
+  r = Post("/api/dlt/replay", {{"topic", "orders.dlt"}}, {});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  r = Post("/api/dlt/replay", {{"topic", "orders dlt"}}, Bearer(kToken));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("topic"), std::string::npos) << r->body;
+  r = Post("/api/dlt/replay", {{"topic", "orders.dlt"}, {"dry_run", true}}, Bearer(kToken));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["scanned"], 3);
+  r = Post("/api/dlt/replay", {{"topic", "orders.dlt"}, {"key", "k1"}}, Bearer(kToken));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["replayed"], 1);
+  auto back = ReadTopic(kafka.bootstrap(), "orders", 1, 1, Scaled(std::chrono::seconds(20)));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].key, "k1");
+  EXPECT_EQ(back[0].value, "{\"n\":1}");
 }
 
 TEST_F(ServeTest, ReplayAndSkipChangeTheRowOnlyWithTheToken) {

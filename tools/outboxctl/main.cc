@@ -494,6 +494,7 @@ int Serve(const Options& o) {
   so.schema = o.schema;
   so.inbox_db = o.inbox_db;
   so.inbox_schema = o.inbox_schema;
+  so.kafka = o.kafka;
   const auto colon = o.listen.rfind(':');
   if (colon == std::string::npos || colon == 0) return Usage("--listen: expected host:port, got " + o.listen);
   so.host = o.listen.substr(0, colon);
@@ -626,6 +627,7 @@ int main(int argc, char** argv) {
                     "a file holding the actions' token (at least 16 characters); else "
                     "$OUTBOX_DASHBOARD_TOKEN; without either the page is read-only");
   serve->add_option("--inbox-db", o.inbox_db, "the consumer's database: traces show its stamps");
+  // (--bootstrap, OUTBOX_KAFKA_BOOTSTRAP or --config: the broker for dead-letter replay)
   serve->add_option("--inbox-schema", o.inbox_schema, "the inbox's PostgreSQL schema (default inbox)")
       ->check(SchemaName());
 

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "ops.h"
+#include "outbox/kafka.h"
 #include "outbox/parse.h"
 
 namespace outbox::ctl {
@@ -60,6 +62,15 @@ bool SameSecret(const std::string& a, const std::string& b) {
     diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
   }
   return diff == 0;
+}
+
+// Kafka's rule for topic names.
+bool ValidTopicName(const std::string& t) {
+  if (t.empty() || t.size() > 249 || t == "." || t == "..") return false;
+  for (char c : t) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
 }
 
 bool IsLoopback(const std::string& host) {
@@ -276,6 +287,34 @@ int Serve(const ServeOptions& o) {
                                  "; only FAILED or PENDING events can be skipped (nothing changed)");
     }
     Answer(res, r);
+  });
+
+  // Dead letters back to their topics (outboxctl dlt replay): the copies go
+  // where they came from; consumers' inboxes absorb what they applied before.
+  srv.Post("/api/dlt/replay", [&](const httplib::Request& req, httplib::Response& res) {
+    json body;
+    if (!authorize(req, res, &body)) return;
+    if (const auto b = o.kafka.find("bootstrap.servers"); b == o.kafka.end() || b->second.empty()) {
+      return Error(res, 400, "no broker: start `outboxctl serve` with --bootstrap, "
+                             "OUTBOX_KAFKA_BOOTSTRAP or --config to replay dead letters");
+    }
+    const auto topic = body.find("topic");
+    if (topic == body.end() || !topic->is_string() || !ValidTopicName(topic->get<std::string>())) {
+      return Error(res, 400, "topic: a dead-letter topic's name (letters, digits, '.', '_', '-'; "
+                             "at most 249) is required");
+    }
+    ReplayFilter f;
+    if (const auto key = body.find("key"); key != body.end()) {
+      if (!key->is_string()) return Error(res, 400, "key: a string, or leave it out for every key");
+      f.key = key->get<std::string>();
+    }
+    const auto dry = body.find("dry_run");
+    if (dry != body.end() && !dry->is_boolean()) return Error(res, 400, "dry_run: true or false");
+    const bool dry_run = dry != body.end() && dry->get<bool>();
+    auto r = ReplayDeadLetters(o.kafka, topic->get<std::string>(), f, dry_run);
+    if (!r.ok()) return Error(res, 503, r.status().ToString());
+    Reply(res, 200, json{{"ok", true}, {"topic", topic->get<std::string>()}, {"key", f.key},
+                         {"scanned", r->scanned}, {"replayed", r->replayed}, {"dry_run", dry_run}});
   });
 
   int port = o.port;

@@ -8,6 +8,7 @@
 #ifndef OUTBOX_TOOLS_OUTBOXCTL_SERVE_H_
 #define OUTBOX_TOOLS_OUTBOXCTL_SERVE_H_
 
+#include <map>
 #include <string>
 
 namespace outbox::ctl {
@@ -18,6 +19,9 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8089;                     // 0: any free port (printed)
   std::string token;                   // "" = read-only (actions answer 403)
+  // librdkafka properties for dead-letter replay (bootstrap.servers, TLS, SASL);
+  // without bootstrap.servers that action answers 400.
+  std::map<std::string, std::string> kafka;
 };
 
 // Serves until SIGINT/SIGTERM; the process's exit code (0 after a signal, 1

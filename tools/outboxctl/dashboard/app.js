@@ -80,6 +80,7 @@ async function refreshStatus() {
     actionsEnabled = !!s.actions;
     $('actions-off').hidden = actionsEnabled;
     $('token-label').hidden = !actionsEnabled;
+    $('dlt').hidden = !actionsEnabled;
     $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
     showError('');
   } catch (e) {
@@ -284,6 +285,17 @@ function skip(id) {
   act('/api/skip', { event_id: id, reason: reason }, 'skip ' + id);
 }
 
+function dltReplay(dryRun) {
+  const topic = $('dlt-topic').value.trim();
+  const key = $('dlt-key').value;
+  if (!topic) return;
+  if (!dryRun && !confirm('Replay the dead letters of ' + topic + (key ? ' with key ' + key : '') +
+                          ' back to their topics?')) return;
+  const body = { topic: topic, dry_run: dryRun };
+  if (key) body.key = key;
+  act('/api/dlt/replay', body, (dryRun ? 'count ' : 'replay ') + topic);
+}
+
 document.addEventListener('DOMContentLoaded', () => {
   $('token').value = sessionStorage.getItem('outbox-token') || '';
   $('search').addEventListener('submit', (ev) => {
@@ -291,6 +303,8 @@ document.addEventListener('DOMContentLoaded', () => {
     const key = $('search-key').value.trim();
     if (key) trace(key);
   });
+  $('dlt-count').addEventListener('click', () => dltReplay(true));
+  $('dlt-replay').addEventListener('click', () => dltReplay(false));
   $('filters').addEventListener('submit', (ev) => {
     ev.preventDefault();
     refreshEvents();
