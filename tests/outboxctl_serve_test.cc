@@ -135,7 +135,7 @@ TEST_F(ServeTest, ConsumersAndTheChangeStreamsSlotAreShown) {
 // Dead letters back to their topic, from the page's form: a count first, then
 // one key's; only with the token, only with a broker.
 TEST_F(ServeTest, DeadLetterReplayCountsThenSendsOneKeyBack) {
-  MockKafka kafka(1, {"orders.dlt:1", "orders:1"});
+  MockKafka kafka(1, {"orders.dlt:1", "orders:1", "orders.retry.1:1"});
   std::vector<Message> dead;
   for (int i = 0; i < 3; ++i) {
     Message m;
@@ -174,6 +174,56 @@ TEST_F(ServeTest, DeadLetterReplayCountsThenSendsOneKeyBack) {
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].key, "k1");
   EXPECT_EQ(back[0].value, "{\"n\":1}");
+}
+
+// What waits on the broker for a consumer group: its topic, retry and
+// dead-letter topics, messages and the group's lag from its committed offset.
+TEST_F(ServeTest, ConsumerBacklogShowsMessagesAndLagPerTopic) {
+  MockKafka kafka(1, {"orders:1", "orders.retry.1:1", "orders.dlt:1"});
+  std::vector<Message> msgs(5);
+  for (std::size_t i = 0; i < msgs.size(); ++i) msgs[i].key = msgs[i].value = "m" + std::to_string(i);
+  ASSERT_EQ(Produce(kafka.bootstrap(), "orders", msgs), 5);
+  ASSERT_EQ(Produce(kafka.bootstrap(), "orders.dlt", {msgs[0]}), 1);
+  // The group has committed offset 2 on orders: 3 messages behind.
+  {
+    char err[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", kafka.bootstrap().c_str(), err, sizeof err);
+    rd_kafka_conf_set(conf, "group.id", "quest", err, sizeof err);
+    rd_kafka_t* c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+    ASSERT_NE(c, nullptr) << err;
+    rd_kafka_topic_partition_list_t* l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, "orders", 0)->offset = 2;
+    EXPECT_EQ(rd_kafka_commit(c, l, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_destroy(c);
+  }
+  // --consumer needs the broker; a malformed one exits 2.
+  CommandRun bad = RunCommand("OUTBOX_KAFKA_BOOTSTRAP= " + base_ + " serve --consumer quest=orders 2>&1");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--consumer"), std::string::npos) << bad.out;
+  bad = RunCommand(base_ + " serve --bootstrap " + kafka.bootstrap() + " --consumer quest 2>&1");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+
+  ASSERT_TRUE(Start({}, {"--bootstrap", kafka.bootstrap(), "--consumer", "quest=orders"})) << server_->Log();
+  int code = 0;
+  json r = GetJson("/api/inbox", &code);
+  ASSERT_EQ(code, 200) << r.dump();
+  EXPECT_EQ(r["configured"], false) << "no --inbox-db";
+  ASSERT_EQ(r["backlog"].size(), 3u) << r.dump();
+  const json& main = r["backlog"][0];
+  EXPECT_EQ(main["topic"], "orders");
+  EXPECT_EQ(main["role"], "main");
+  EXPECT_EQ(main["messages"], 5);
+  EXPECT_EQ(main["lag"], 3);
+  EXPECT_EQ(main["committed"], true);
+  EXPECT_EQ(r["backlog"][1]["topic"], "orders.retry.1");
+  EXPECT_EQ(r["backlog"][1]["messages"], 0);
+  EXPECT_EQ(r["backlog"][2]["topic"], "orders.dlt");
+  EXPECT_EQ(r["backlog"][2]["role"], "dead-letter");
+  EXPECT_EQ(r["backlog"][2]["messages"], 1);
+  EXPECT_EQ(r["backlog"][2]["lag"], 1) << "no commit on the dead-letter topic: all of it";
+  EXPECT_EQ(r["backlog"][2]["committed"], false);
 }
 
 TEST_F(ServeTest, ReplayAndSkipChangeTheRowOnlyWithTheToken) {

@@ -114,6 +114,27 @@ Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>&
                                        const std::string& dlt_topic, const ReplayFilter& filter,
                                        bool dry_run, const ReplayProgress& progress = nullptr);
 
+// What waits on the broker for a consumer group (outboxctl serve): per topic
+// — a main topic, its retry topics (`<topic>.retry.N`) and its dead-letter
+// topic (`<topic><dlt_suffix>`), those that exist — the messages it holds
+// (high - low watermark, all partitions) and the group's lag on it (high -
+// committed offset; a partition without a commit counts from its low mark).
+struct TopicBacklog {
+  std::string topic;
+  std::string role;               // "main", "retry", "dead-letter"
+  std::int64_t messages = 0;
+  std::int64_t lag = 0;
+  bool committed = false;         // the group has committed on some partition
+};
+// Reads metadata, watermarks and the group's committed offsets (no join, no
+// commit). Unavailable when the broker does not answer within `timeout`.
+Result<std::vector<TopicBacklog>> ConsumerBacklog(const std::map<std::string, std::string>& properties,
+                                                  const std::string& group,
+                                                  const std::vector<std::string>& topics,
+                                                  const std::string& dlt_suffix = ".dlt",
+                                                  std::chrono::milliseconds timeout =
+                                                      std::chrono::seconds(10));
+
 }  // namespace outbox
 
 #endif  // OUTBOX_KAFKA_H_

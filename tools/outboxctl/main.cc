@@ -89,6 +89,7 @@ struct Options {
   std::string consumer, broker_retention;
   // serve
   std::string listen = "127.0.0.1:8089", token_file;
+  std::vector<std::string> consumers;  // GROUP=TOPIC[,TOPIC...]
   // From the relay's configuration (--config, OUTBOX_*): the database, and the
   // librdkafka properties `dlt replay` connects with (TLS, SASL).
   std::map<std::string, std::string> kafka;
@@ -504,6 +505,26 @@ int Serve(const Options& o) {
   auto port = outbox::ParseInteger("--listen port", o.listen.substr(colon + 1), 0, 65535);
   if (!port.ok()) return Usage(port.status().message());
   so.port = static_cast<int>(*port);
+  for (const std::string& c : o.consumers) {
+    const auto eq = c.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == c.size()) {
+      return Usage("--consumer: expected GROUP=TOPIC[,TOPIC...], got " + c);
+    }
+    std::vector<std::string>& topics = so.consumers[c.substr(0, eq)];
+    std::string rest = c.substr(eq + 1);
+    for (std::size_t at = 0; at <= rest.size();) {
+      const auto comma = std::min(rest.find(',', at), rest.size());
+      if (comma == at) return Usage("--consumer: an empty topic name in " + c);
+      topics.push_back(rest.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  if (!so.consumers.empty()) {
+    const auto b = so.kafka.find("bootstrap.servers");
+    if (b == so.kafka.end() || b->second.empty()) {
+      return Usage("--consumer: needs the broker: pass --bootstrap, set OUTBOX_KAFKA_BOOTSTRAP, or --config");
+    }
+  }
   if (auto bad = CheckInboxDb(o)) return *bad;
   if (auto bad = LoadToken(o, &so.token)) return *bad;
   return outbox::ctl::Serve(so);
@@ -627,7 +648,12 @@ int main(int argc, char** argv) {
                     "a file holding the actions' token (at least 16 characters); else "
                     "$OUTBOX_DASHBOARD_TOKEN; without either the page is read-only");
   serve->add_option("--inbox-db", o.inbox_db, "the consumer's database: traces show its stamps");
-  // (--bootstrap, OUTBOX_KAFKA_BOOTSTRAP or --config: the broker for dead-letter replay)
+  serve->add_option("--consumer", o.consumers,
+                    "GROUP=TOPIC[,TOPIC...] (repeatable): show what waits for that consumer group "
+                    "on the broker — its topics, their retry and dead-letter topics: messages and "
+                    "the group's lag");
+  // (--bootstrap, OUTBOX_KAFKA_BOOTSTRAP or --config: the broker for the
+  // consumers' backlog and dead-letter replay)
   serve->add_option("--inbox-schema", o.inbox_schema, "the inbox's PostgreSQL schema (default inbox)")
       ->check(SchemaName());
 

@@ -206,15 +206,30 @@ int Serve(const ServeOptions& o) {
   });
 
   // The consumer side (with --inbox-db): its stamps, absorbed copies, parked.
+  // And (with --consumer) what waits for each group on the broker.
   srv.Get("/api/inbox", [&](const httplib::Request&, httplib::Response& res) {
-    if (o.inbox_db.empty()) {
-      return Reply(res, 200, json{{"ok", true}, {"configured", false}, {"consumers", json::array()}});
+    json out = {{"ok", true}, {"configured", !o.inbox_db.empty()}, {"consumers", json::array()}};
+    if (!o.inbox_db.empty()) {
+      auto opened = OpenOperatorInbox(o.inbox_db, o.inbox_schema, "outboxctl");
+      if (!opened.ok()) return Error(res, 503, "the inbox database: " + opened.status().ToString());
+      auto r = InboxStatusJson(**opened);
+      if (!r.ok()) return Answer(res, r);
+      out["consumers"] = (*r)["consumers"];
     }
-    auto opened = OpenOperatorInbox(o.inbox_db, o.inbox_schema, "outboxctl");
-    if (!opened.ok()) return Error(res, 503, "the inbox database: " + opened.status().ToString());
-    auto r = InboxStatusJson(**opened);
-    if (r.ok()) (*r)["configured"] = true;
-    Answer(res, r);
+    json backlog = json::array();
+    for (const auto& [group, topics] : o.consumers) {
+      auto b = ConsumerBacklog(o.kafka, group, topics);
+      if (!b.ok()) {
+        out["backlog_error"] = b.status().ToString();
+        break;
+      }
+      for (const TopicBacklog& t : *b) {
+        backlog.push_back({{"group", group}, {"topic", t.topic}, {"role", t.role},
+                           {"messages", t.messages}, {"lag", t.lag}, {"committed", t.committed}});
+      }
+    }
+    out["backlog"] = std::move(backlog);
+    Reply(res, 200, std::move(out));
   });
 
   // The actions: the token, as a header a cross-site form or image cannot

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace outbox::ctl {
 
@@ -22,6 +23,9 @@ struct ServeOptions {
   // librdkafka properties for dead-letter replay (bootstrap.servers, TLS, SASL);
   // without bootstrap.servers that action answers 400.
   std::map<std::string, std::string> kafka;
+  // Consumer groups whose backlog on the broker the page shows: group → its
+  // main topics (their retry and dead-letter topics are found by name).
+  std::map<std::string, std::vector<std::string>> consumers;
 };
 
 // Serves until SIGINT/SIGTERM; the process's exit code (0 after a signal, 1

@@ -47,8 +47,18 @@ function bytes(n) {
 async function refreshConsumers() {
   try {
     const r = await api('/api/inbox');
-    $('consumers-box').hidden = !r.configured;
-    if (!r.configured) return;
+    $('consumers-box').hidden = !r.configured && !r.backlog.length && !r.backlog_error;
+    $('consumers').hidden = !r.configured;
+    const backlog = $('backlog').querySelector('tbody');
+    backlog.replaceChildren();
+    for (const b of r.backlog) {
+      const tr = el('tr', null, b.role === 'dead-letter' && b.messages > 0 ? 'dead' : '');
+      tr.append(el('td', b.group), el('td', b.topic), el('td', b.role), el('td', b.messages),
+                el('td', b.committed ? b.lag : b.lag + ' (no commit yet)'));
+      backlog.append(tr);
+    }
+    $('backlog').hidden = !r.backlog.length;
+    if (r.backlog_error) showError('broker: ' + r.backlog_error);
     const tbody = $('consumers').querySelector('tbody');
     tbody.replaceChildren();
     for (const c of r.consumers) {

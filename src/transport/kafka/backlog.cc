@@ -1,0 +1,103 @@
+// ConsumerBacklog (outbox/kafka.h): what waits on the broker for a group.
+#include <librdkafka/rdkafka.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "outbox/kafka.h"
+
+namespace outbox {
+namespace {
+
+struct RkDeleter {
+  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
+};
+struct MetadataDeleter {
+  void operator()(const rd_kafka_metadata_t* md) const { rd_kafka_metadata_destroy(md); }
+};
+struct ListDeleter {
+  void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); }
+};
+
+}  // namespace
+
+Result<std::vector<TopicBacklog>> ConsumerBacklog(const std::map<std::string, std::string>& properties,
+                                                  const std::string& group,
+                                                  const std::vector<std::string>& topics,
+                                                  const std::string& dlt_suffix,
+                                                  std::chrono::milliseconds timeout) {
+  if (!properties.count("bootstrap.servers")) {
+    return Status::InvalidArgument("backlog: kafka property bootstrap.servers is required");
+  }
+  if (group.empty()) return Status::InvalidArgument("backlog: a consumer group is required");
+  const int ms = static_cast<int>(timeout.count());
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  const kafka_internal::Props defaults = {{"enable.auto.commit", "false"}, {"log_level", "3"}};
+  const kafka_internal::Props ours = {{"group.id", group}};
+  if (Status st = kafka_internal::SetProperties(conf, {&defaults, &properties, &ours}); !st.ok()) {
+    rd_kafka_conf_destroy(conf);
+    return st;
+  }
+  char err[512];
+  std::unique_ptr<rd_kafka_t, RkDeleter> rk(rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err));
+  if (!rk) return Status::InvalidArgument(std::string("backlog: ") + err);
+
+  const rd_kafka_metadata_t* raw = nullptr;
+  if (rd_kafka_resp_err_t e = rd_kafka_metadata(rk.get(), /*all_topics=*/1, nullptr, &raw, ms);
+      e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return Status::Unavailable(std::string("backlog: broker metadata: ") + rd_kafka_err2str(e));
+  }
+  std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter> md(raw);
+  std::map<std::string, int> partitions;  // existing topics
+  for (int t = 0; t < md->topic_cnt; ++t) {
+    if (md->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      partitions[md->topics[t].topic] = md->topics[t].partition_cnt;
+    }
+  }
+
+  // The topics to report, in order: each main topic, its retry topics, its DLT.
+  std::vector<TopicBacklog> out;
+  for (const std::string& t : topics) {
+    out.push_back({t, "main"});
+    for (int n = 1; partitions.count(t + ".retry." + std::to_string(n)); ++n) {
+      out.push_back({t + ".retry." + std::to_string(n), "retry"});
+    }
+    out.push_back({t + dlt_suffix, "dead-letter"});
+  }
+  std::vector<TopicBacklog> present;
+  std::unique_ptr<rd_kafka_topic_partition_list_t, ListDeleter> list(
+      rd_kafka_topic_partition_list_new(16));
+  for (const TopicBacklog& b : out) {
+    const auto it = partitions.find(b.topic);
+    if (it == partitions.end()) continue;  // never created (no retries, no dead letters yet)
+    present.push_back(b);
+    for (int p = 0; p < it->second; ++p) rd_kafka_topic_partition_list_add(list.get(), b.topic.c_str(), p);
+  }
+  if (list->cnt > 0) {
+    if (rd_kafka_resp_err_t e = rd_kafka_committed(rk.get(), list.get(), ms); e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return Status::Unavailable(std::string("backlog: committed offsets of group ") + group + ": " +
+                                 rd_kafka_err2str(e));
+    }
+  }
+  std::map<std::string, TopicBacklog*> by_topic;
+  for (TopicBacklog& b : present) by_topic[b.topic] = &b;
+  for (int i = 0; i < list->cnt; ++i) {
+    const rd_kafka_topic_partition_t& p = list->elems[i];
+    std::int64_t lo = 0, hi = 0;
+    if (rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk.get(), p.topic, p.partition, &lo, &hi, ms);
+        e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return Status::Unavailable(std::string("backlog: offsets of ") + p.topic + ": " + rd_kafka_err2str(e));
+    }
+    TopicBacklog& b = *by_topic[p.topic];
+    b.messages += hi - lo;
+    const bool has_commit = p.err == RD_KAFKA_RESP_ERR_NO_ERROR && p.offset >= 0;
+    b.committed = b.committed || has_commit;
+    b.lag += std::max<std::int64_t>(0, hi - (has_commit ? std::max<std::int64_t>(p.offset, lo) : lo));
+  }
+  return present;
+}
+
+}  // namespace outbox
