@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "kafka_helpers.h"
+#include "outbox/postgres_inbox.h"
 #include "serve_fixture.h"
 #include "webdriver.h"
 
@@ -142,6 +144,61 @@ TEST_F(ServeTest, BrowserReplayAndSkipNeedTheTokenAndAConfirmation) {
   EXPECT_TRUE(wd.Screenshot(ScreenshotPath("dashboard-actions.png")));
 }
 
+
+TEST_F(ServeTest, BrowserShowsTheConsumersAndReplaysDeadLetters) {
+  OUTBOX_REQUIRE_BROWSER();
+  // The consumer's inbox: one effect, one absorbed copy.
+  const std::string id = EnqueueOne("order-9", "OrderPlaced:9");
+  PostgresInboxOptions io;
+  io.conninfo = url_;
+  io.schema = schema_ + "_inbox";
+  io.consumer = "quest-service";
+  auto inbox = OpenPostgresInbox(io, [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
+  ASSERT_TRUE(inbox.ok());
+  ASSERT_TRUE((*inbox)->Migrate().ok());
+  InboundMessage m;
+  m.topic = "orders";
+  m.headers["outbox-event-id"] = id;
+  for (int copy = 0; copy < 2; ++copy) ASSERT_TRUE((*inbox)->Apply(std::span(&m, 1), std::span(&id, 1)).ok());
+  // Its broker: two dead letters waiting.
+  MockKafka kafka(1, {"orders:1", "orders.dlt:1"});
+  std::vector<Message> dead(2);
+  for (std::size_t i = 0; i < dead.size(); ++i) {
+    dead[i].key = dead[i].value = "dead-" + std::to_string(i);
+    dead[i].headers = {{"outbox-original-topic", "orders"}};
+  }
+  ASSERT_EQ(Produce(kafka.bootstrap(), "orders.dlt", dead), 2);
+  ASSERT_TRUE(Start({{"OUTBOX_DASHBOARD_TOKEN", kToken}},
+                    {"--inbox-db", url_, "--inbox-schema", schema_ + "_inbox", "--bootstrap",
+                     kafka.bootstrap(), "--consumer", "quest-service=orders"}))
+      << server_->Log();
+  WebDriver wd("chromedriver-" + schema_);
+  ASSERT_TRUE(wd.ok()) << wd.last_error() << "\n" << wd.Log();
+  wd.Navigate("http://127.0.0.1:" + std::to_string(port_) + "/");
+
+  const std::string consumers = wd.WaitForText("#consumers tbody", [](const std::string& t) {
+    return t.find("quest-service") != std::string::npos;
+  });
+  EXPECT_NE(consumers.find("quest-service 1 1"), std::string::npos) << "1 effect, 1 duplicate: " << consumers;
+  const std::string backlog = wd.WaitForText("#backlog tbody", [](const std::string& t) {
+    return t.find("orders.dlt") != std::string::npos;
+  });
+  EXPECT_NE(backlog.find("orders.dlt dead-letter 2"), std::string::npos) << backlog;
+  EXPECT_TRUE(wd.Screenshot(ScreenshotPath("dashboard-consumers.png")));
+
+  // The dead letters go back, after the confirmation, with the token.
+  wd.Type(wd.Find("#token"), kToken);
+  wd.Type(wd.Find("#dlt-topic"), "orders.dlt");
+  wd.Click(wd.Find("#dlt-replay"));
+  std::string text;
+  WaitFor([&] { return !(text = wd.AlertText()).empty(); }, std::chrono::seconds(10));
+  EXPECT_NE(text.find("orders.dlt"), std::string::npos) << text;
+  wd.AcceptAlert();
+  EXPECT_NE(wd.WaitForText("#action-result", [](const std::string& t) {
+              return t.find("replayed") != std::string::npos;
+            }).find("\"replayed\":2"), std::string::npos);
+  EXPECT_EQ(ReadTopic(kafka.bootstrap(), "orders", 1, 2, Scaled(std::chrono::seconds(20))).size(), 2u);
+}
 
 }  // namespace
 }  // namespace outbox::testing
