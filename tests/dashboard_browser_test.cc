@@ -94,12 +94,12 @@ TEST_F(ServeTest, BrowserReplayAndSkipNeedTheTokenAndAConfirmation) {
   wd.Navigate("http://127.0.0.1:" + std::to_string(port_) + "/");
   const auto wait_button = [&](const std::string& css) {
     std::string el;
-    WaitFor([&] { return !(el = wd.Find(css)).empty(); }, std::chrono::seconds(15));
+    WaitFor([&] { return !(el = wd.Find(css)).empty(); }, std::chrono::seconds(30));
     return el;
   };
   const auto confirm = [&](const std::string& expect) {
     std::string text;
-    WaitFor([&] { return !(text = wd.AlertText()).empty(); }, std::chrono::seconds(10));
+    WaitFor([&] { return !(text = wd.AlertText()).empty(); }, std::chrono::seconds(30));
     EXPECT_NE(text.find(expect), std::string::npos) << text;
   };
 
@@ -121,7 +121,7 @@ TEST_F(ServeTest, BrowserReplayAndSkipNeedTheTokenAndAConfirmation) {
   wd.Click(wait_button("#events tbody tr button.replay"));
   confirm("Replay event " + a);
   wd.AcceptAlert();
-  ASSERT_TRUE(WaitFor([&] { return StatusOf(a) == "PENDING"; }, std::chrono::seconds(10)))
+  ASSERT_TRUE(WaitFor([&] { return StatusOf(a) == "PENDING"; }, std::chrono::seconds(30)))
       << wd.Text(wd.Find("#action-result"));
 
   // Skip a PENDING event: the prompt asks why; the reason lands on the row.
@@ -132,12 +132,12 @@ TEST_F(ServeTest, BrowserReplayAndSkipNeedTheTokenAndAConfirmation) {
   WaitFor([&] {
     skip = wd.Find("#events tbody tr[data-event-id='" + b + "'] button.skip");
     return !skip.empty();
-  }, std::chrono::seconds(15));
+  }, std::chrono::seconds(30));
   ASSERT_FALSE(skip.empty()) << wd.last_error();
   wd.Click(skip);
   confirm("Skip event " + b);
   wd.AnswerPrompt("customer cancelled the order");
-  ASSERT_TRUE(WaitFor([&] { return StatusOf(b) == "SKIPPED"; }, std::chrono::seconds(10)))
+  ASSERT_TRUE(WaitFor([&] { return StatusOf(b) == "SKIPPED"; }, std::chrono::seconds(30)))
       << wd.Text(wd.Find("#action-result"));
   EXPECT_EQ(Exec(conn_.get(), "SELECT skip_reason FROM " + schema_ + ".outbox WHERE event_id = '" + b + "'"),
             "customer cancelled the order");
@@ -149,17 +149,7 @@ TEST_F(ServeTest, BrowserShowsTheConsumersAndReplaysDeadLetters) {
   OUTBOX_REQUIRE_BROWSER();
   // The consumer's inbox: one effect, one absorbed copy.
   const std::string id = EnqueueOne("order-9", "OrderPlaced:9");
-  PostgresInboxOptions io;
-  io.conninfo = url_;
-  io.schema = schema_ + "_inbox";
-  io.consumer = "quest-service";
-  auto inbox = OpenPostgresInbox(io, [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
-  ASSERT_TRUE(inbox.ok());
-  ASSERT_TRUE((*inbox)->Migrate().ok());
-  InboundMessage m;
-  m.topic = "orders";
-  m.headers["outbox-event-id"] = id;
-  for (int copy = 0; copy < 2; ++copy) ASSERT_TRUE((*inbox)->Apply(std::span(&m, 1), std::span(&id, 1)).ok());
+  ApplyInInbox("quest-service", id);
   // Its broker: two dead letters waiting.
   MockKafka kafka(1, {"orders:1", "orders.dlt:1"});
   std::vector<Message> dead(2);
@@ -191,7 +181,7 @@ TEST_F(ServeTest, BrowserShowsTheConsumersAndReplaysDeadLetters) {
   wd.Type(wd.Find("#dlt-topic"), "orders.dlt");
   wd.Click(wd.Find("#dlt-replay"));
   std::string text;
-  WaitFor([&] { return !(text = wd.AlertText()).empty(); }, std::chrono::seconds(10));
+  WaitFor([&] { return !(text = wd.AlertText()).empty(); }, std::chrono::seconds(30));
   EXPECT_NE(text.find("orders.dlt"), std::string::npos) << text;
   wd.AcceptAlert();
   EXPECT_NE(wd.WaitForText("#action-result", [](const std::string& t) {

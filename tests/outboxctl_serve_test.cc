@@ -83,19 +83,7 @@ TEST_F(ServeTest, ActivityCountsTheLastHourAndNamesTheRelays) {
 TEST_F(ServeTest, ConsumersAndTheChangeStreamsSlotAreShown) {
   const std::string id = EnqueueOne("u3/l3", "LessonCompleted:u3:l3");
   const std::string inbox_schema = schema_ + "_inbox";
-  PostgresInboxOptions io;
-  io.conninfo = url_;
-  io.schema = inbox_schema;
-  io.consumer = "quest-service";
-  auto inbox = OpenPostgresInbox(io, [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
-  ASSERT_TRUE(inbox.ok());
-  ASSERT_TRUE((*inbox)->Migrate().ok());
-  InboundMessage m;
-  m.topic = "outbox.event.lesson";
-  m.headers["outbox-event-id"] = id;
-  for (int copy = 0; copy < 2; ++copy) {  // the second copy is absorbed
-    ASSERT_TRUE((*inbox)->Apply(std::span(&m, 1), std::span(&id, 1)).ok());
-  }
+  ApplyInInbox("quest-service", id);
   // A change stream's slot, as a cdc relay leaves it.
   const std::string slot = "outbox_" + schema_;
   Exec(conn_.get(), "SELECT pg_create_logical_replication_slot('" + slot + "', 'pgoutput')");

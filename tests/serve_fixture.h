@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "outbox/postgres.h"
+#include "outbox/postgres_inbox.h"
 #include "subprocess.h"
 #include "test_env.h"
 
@@ -65,6 +66,24 @@ class ServeTest : public ::testing::Test {
     Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'FAILED', attempts = 3, failed_at = now(), "
                           "last_error = " + Quote(error) + " WHERE event_id = '" + id + "'");
   }
+  // The consumer's inbox (schema <schema>_inbox) having applied `event_id`
+  // once and absorbed one more copy of it.
+  void ApplyInInbox(const std::string& consumer, const std::string& event_id) {
+    PostgresInboxOptions io;
+    io.conninfo = url_;
+    io.schema = schema_ + "_inbox";
+    io.consumer = consumer;
+    auto inbox = OpenPostgresInbox(io, [](const InboundMessage&, pg_conn*) { return HandlerResult::Ok(); });
+    ASSERT_TRUE(inbox.ok()) << inbox.status().ToString();
+    ASSERT_TRUE((*inbox)->Migrate().ok());
+    InboundMessage m;
+    m.topic = "orders";
+    m.headers["outbox-event-id"] = event_id;
+    for (int copy = 0; copy < 2; ++copy) {  // the second copy is absorbed
+      ASSERT_TRUE((*inbox)->Apply(std::span(&m, 1), std::span(&event_id, 1)).ok());
+    }
+  }
+
   // As a relay would leave it: SENT, claimed by `relay`.
   void Send(const std::string& id, const std::string& relay) {
     Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT', sent_at = now(), claimed_at = now(), "

@@ -40,7 +40,7 @@ class WebDriver {
       if (at == std::string::npos) return false;
       port_ = std::stoi(log.substr(at + 29));
       return true;
-    }, std::chrono::seconds(20));
+    }, std::chrono::seconds(60));
     if (!up) return;
     json caps = {{"capabilities",
                   {{"alwaysMatch",
@@ -77,7 +77,7 @@ class WebDriver {
   // Waits until an element matches and its text satisfies `pred`; its text.
   template <typename Pred>
   std::string WaitForText(const std::string& css, Pred pred,
-                          std::chrono::milliseconds timeout = std::chrono::seconds(15)) {
+                          std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     std::string text;
     WaitFor([&] {
       const std::string el = Find(css);
