@@ -2,7 +2,7 @@
 //
 //   outboxctl [--config FILE] [--db URL] [--schema S] [--json] COMMAND [OPTIONS]
 //     migrate | status | list | replay | skip | purge | trace KEY
-//     dlt replay | inbox status | inbox purge
+//     dlt replay | inbox status | inbox purge | serve (the dashboard, serve.cc)
 //   outboxctl --help, outboxctl COMMAND --help   (on stdout)
 //
 // Parsed with CLI11: every value is typed and range-checked before anything
