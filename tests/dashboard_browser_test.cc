@@ -35,7 +35,8 @@ TEST_F(ServeTest, BrowserShowsTheNumbersATraceAndMarkupAsText) {
     const std::string id = EnqueueOne("course-" + std::to_string(i), "");
     if (i < 3) Send(id, "relay-a");
   }
-  const std::string evil = EnqueueOne("<img src=x onerror=\"window.__pwned=1\">", "dedup-evil");
+  const std::string evil = EnqueueOne("<img src=x onerror=\"window.__pwned=1\">", "dedup-evil",
+                                      "<script>window.__pwned=3</script>{\"order\":1}");
   EnqueueOne("<img src=x onerror=\"window.__pwned=1\">", "");  // held behind it
   Fail(evil, "<script>window.__pwned=2</script> broker said: record too large");
   ASSERT_TRUE(Start({{"OUTBOX_DASHBOARD_TOKEN", kToken}})) << server_->Log();
@@ -78,6 +79,8 @@ TEST_F(ServeTest, BrowserShowsTheNumbersATraceAndMarkupAsText) {
     return t.find(evil) != std::string::npos;
   });
   EXPECT_NE(trace.find("record too large"), std::string::npos) << trace;
+  EXPECT_NE(trace.find("<script>window.__pwned=3</script>{\"order\":1}"), std::string::npos)
+      << "the payload, as text: " << trace;
   EXPECT_NE(trace.find("FAILED"), std::string::npos) << trace;
   EXPECT_EQ(wd.Execute("return typeof window.__pwned;"), "undefined");
   EXPECT_TRUE(wd.Screenshot(ScreenshotPath("dashboard-trace.png")));

@@ -57,6 +57,30 @@ TEST_F(ServeTest, StatusEqualsOutboxctlStatusAndTraceFindsADedupKey) {
   EXPECT_EQ(StatusOf(failed), "FAILED");
 }
 
+// The trace shows the payload as text — its first bytes, whole characters
+// only, the length said — or says it is not text.
+TEST_F(ServeTest, TraceShowsThePayloadCutAtACharacterOrSaysItIsBinary) {
+  std::string euros;
+  for (int i = 0; i < 1700; ++i) euros += "\xe2\x82\xac";  // U+20AC, 3 bytes: 5100 bytes
+  EnqueueOne("long", "dedup-long", euros);
+  EnqueueOne("bin", "dedup-bin", std::string("\xff\xfe", 2));
+  ASSERT_TRUE(Start({})) << server_->Log();
+  json t = GetJson("/api/trace?key=dedup-long");
+  ASSERT_EQ(t["outbox"].size(), 1u) << t.dump();
+  EXPECT_EQ(t["outbox"][0]["payload_bytes"], 5100);
+  const std::string p = t["outbox"][0]["payload"];
+  EXPECT_EQ(p.rfind("\xe2\x82\xac\xe2\x82\xac", 0), 0u);
+  EXPECT_NE(p.find("bytes, truncated)"), std::string::npos) << "the page's 2,000-byte cut";
+  EXPECT_EQ(p.find("\xef\xbf\xbd"), std::string::npos) << "no character cut in half (U+FFFD)";
+  // outboxctl trace --json itself: 4095 bytes (1365 whole characters), the length said.
+  CommandRun cli = RunCommand(base_ + " --json trace dedup-long");
+  ASSERT_EQ(cli.code, 0) << cli.out;
+  const std::string full = json::parse(cli.out)["outbox"][0]["payload"];
+  EXPECT_NE(full.find("(the first 4095 of 5100 bytes)"), std::string::npos) << full.substr(full.size() - 60);
+  EXPECT_EQ(GetJson("/api/trace?key=dedup-bin")["outbox"][0]["payload"], "(not UTF-8 text: 2 bytes)");
+  EXPECT_TRUE(GetJson("/api/trace?key=dedup-bin")["outbox"][0]["headers"].is_object());
+}
+
 TEST_F(ServeTest, ActivityCountsTheLastHourAndNamesTheRelays) {
   for (int i = 0; i < 3; ++i) Send(EnqueueOne("s" + std::to_string(i), ""), "relay-7");
   Fail(EnqueueOne("f", ""), "fatal");

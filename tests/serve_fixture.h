@@ -43,12 +43,13 @@ class ServeTest : public ::testing::Test {
     }
   }
 
-  std::string EnqueueOne(const std::string& agg, const std::string& dedup) {
+  std::string EnqueueOne(const std::string& agg, const std::string& dedup,
+                         const std::string& payload = "{}") {
     Event e;
     e.aggregate_type = "lesson";
     e.aggregate_id = agg;
     e.event_type = "LessonCompleted";
-    e.payload = "{}";
+    e.payload = payload;
     static int n = 0;
     e.dedup_key = dedup.empty() ? "k-" + schema_ + "-" + std::to_string(++n) : dedup;
     EnqueueOptions eo;

@@ -109,6 +109,34 @@ TEST_P(StoreContractTest, BinaryPayloadRoundTrips) {
   EXPECT_EQ(c->events[0].event.payload, e.payload);
 }
 
+// What trace shows of an event: its headers, its payload's size and first
+// bytes (raw, binary included); a list carries none of them.
+TEST_P(StoreContractTest, FindCarriesHeadersAndThePayloadsFirstBytes) {
+  Event big = Ev("big", 1, "dedup-big");
+  big.payload = std::string(5000, 'p');
+  Event bin = Ev("bin", 2, "dedup-bin");
+  bin.payload = std::string("\0\x01\xff\xfe", 4);
+  ASSERT_TRUE(harness_->Enqueue(std::vector<Event>{big, bin}).ok());
+  auto f = store_->Find("dedup-big");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->size(), 1u);
+  EXPECT_EQ((*f)[0].payload_bytes, 5000);
+  EXPECT_EQ((*f)[0].payload_preview, std::string(static_cast<std::size_t>(kPayloadPreviewBytes), 'p'));
+  EXPECT_NE((*f)[0].headers.find("traceparent"), std::string::npos) << (*f)[0].headers;
+  f = store_->Find("dedup-bin");
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(f->size(), 1u);
+  EXPECT_EQ((*f)[0].payload_bytes, 4);
+  EXPECT_EQ((*f)[0].payload_preview, bin.payload);
+  ListFilter lf;
+  lf.limit = 10;
+  auto l = store_->List(lf);
+  ASSERT_TRUE(l.ok());
+  ASSERT_EQ(l->size(), 2u);
+  EXPECT_EQ((*l)[0].payload_bytes, -1);
+  EXPECT_TRUE((*l)[0].payload_preview.empty());
+}
+
 TEST_P(StoreContractTest, LiveLeaseIsExclusiveAcrossSessions) {
   std::vector<Event> evs;
   for (int i = 0; i < 20; ++i) evs.push_back(Ev("agg" + std::to_string(i), 1));

@@ -155,7 +155,13 @@ struct EventRecord {
   int attempts = 0;
   double age_seconds = 0;  // since enqueue, database clock
   std::string created_at, claimed_at, sent_at, failed_at, skipped_at, skipped_by, skip_reason;
+  // Find only (List leaves them empty, payload_bytes -1): the headers as JSON
+  // text, the payload's size and its first kPayloadPreviewBytes bytes (raw).
+  std::string headers;
+  std::int64_t payload_bytes = -1;
+  std::string payload_preview;
 };
+inline constexpr std::int64_t kPayloadPreviewBytes = 4096;
 
 struct ListFilter {
   std::string state;         // "" = any; else a RowStateName, any case

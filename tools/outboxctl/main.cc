@@ -330,7 +330,8 @@ int Trace(const Options& o) {
       std::cout << "event " << Text(r["event_id"]) << " (seq " << Text(r["seq"]) << ")\n";
       for (const char* k : {"aggregate_type", "aggregate_id", "event_type", "dedup_key", "status",
                             "attempts", "lease_owner", "last_error", "created_at", "claimed_at",
-                            "sent_at", "failed_at", "skipped_at", "skipped_by", "skip_reason"}) {
+                            "sent_at", "failed_at", "skipped_at", "skipped_by", "skip_reason",
+                            "payload_bytes", "headers", "payload"}) {
         const std::string v = r.contains(k) ? Text(r[k]) : "";
         if (!v.empty()) std::printf("  %-15s %s\n", k, v.c_str());
       }

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/event.h"
 #include "outbox/mariadb.h"
 #include "outbox/mariadb_inbox.h"
 #include "outbox/parse.h"
@@ -21,6 +22,20 @@ using nlohmann::json;
 json IntegerOrNull(const std::string& s) {
   auto v = ParseInteger("value", s, INT64_MIN, INT64_MAX);
   return v.ok() ? json(*v) : json(nullptr);
+}
+
+// The payload for reading: its text when it is UTF-8 (the first
+// kPayloadPreviewBytes bytes, the length said when there is more), else a note.
+std::string PayloadText(const EventRecord& e) {
+  std::string text = e.payload_preview;
+  const bool cut = static_cast<std::int64_t>(text.size()) < e.payload_bytes;
+  // The preview may end inside a multi-byte character.
+  for (int drop = 0; cut && drop < 3 && !text.empty() && !IsValidText(text); ++drop) text.pop_back();
+  if (!IsValidText(text)) {
+    return "(not UTF-8 text: " + std::to_string(e.payload_bytes) + " bytes)";
+  }
+  if (cut) text += "… (the first " + std::to_string(text.size()) + " of " + std::to_string(e.payload_bytes) + " bytes)";
+  return text;
 }
 
 }  // namespace
@@ -73,6 +88,12 @@ json ToRow(const EventRecord& e, bool trace) {
            {"failed_at", &e.failed_at},     {"skipped_at", &e.skipped_at},
            {"skipped_by", &e.skipped_by},   {"skip_reason", &e.skip_reason}}) {
     r[k] = *v;
+  }
+  if (e.payload_bytes >= 0) {
+    r["payload_bytes"] = e.payload_bytes;
+    json headers = json::parse(e.headers, nullptr, /*allow_exceptions=*/false);
+    r["headers"] = headers.is_discarded() ? json(e.headers) : headers;
+    r["payload"] = PayloadText(e);
   }
   return r;
 }

@@ -37,7 +37,9 @@ void Truncate(json& v) {
   if (v.is_string()) {
     const auto& s = v.get_ref<const std::string&>();
     if (s.size() > kMaxText) {
-      v = s.substr(0, kMaxText) + "… (" + std::to_string(s.size()) + " bytes, truncated)";
+      std::size_t cut = kMaxText;  // not inside a UTF-8 character
+      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+      v = s.substr(0, cut) + "… (" + std::to_string(s.size()) + " bytes, truncated)";
     }
   } else if (v.is_structured()) {
     for (auto& x : v) Truncate(x);

@@ -50,7 +50,7 @@ constexpr const char* kRecordColumns =
     "TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) / 1e6, coalesce(dedup_key, ''), "
     "coalesce(last_error, ''), coalesce(lease_owner, ''), created_at, coalesce(claimed_at, ''), "
     "coalesce(sent_at, ''), coalesce(failed_at, ''), coalesce(skipped_at, ''), "
-    "coalesce(skipped_by, ''), coalesce(skip_reason, '') FROM outbox ";
+    "coalesce(skipped_by, ''), coalesce(skip_reason, '') ";
 
 EventRecord ReadRecord(const maria::Row& r) {
   EventRecord e;
@@ -72,6 +72,11 @@ EventRecord ReadRecord(const maria::Row& r) {
   e.skipped_at = Str(r[15]);
   e.skipped_by = Str(r[16]);
   e.skip_reason = Str(r[17]);
+  if (r.size() > 20) {  // Find: headers, payload size, its first bytes
+    e.headers = Str(r[18]);
+    e.payload_bytes = Int(r[19]);
+    e.payload_preview = Str(r[20]);
+  }
   return e;
 }
 
@@ -372,7 +377,7 @@ SELECT
         where += " AND created_at < UTC_TIMESTAMP(6) - INTERVAL " +
                  std::to_string(f.older_than.count()) + " SECOND";
       }
-      return Records("list", std::string(kRecordColumns) + where + " ORDER BY seq LIMIT " +
+      return Records("list", std::string(kRecordColumns) + "FROM outbox " + where + " ORDER BY seq LIMIT " +
                                  std::to_string(std::max(f.limit, 0)));
     });
   }
@@ -380,7 +385,9 @@ SELECT
   Result<std::vector<EventRecord>> Find(const std::string& key) override {
     return WithSession<std::vector<EventRecord>>([&](MYSQL* c) -> Result<std::vector<EventRecord>> {
       const std::string k = maria::Quote(c, key);
-      return Records("find", std::string(kRecordColumns) + "WHERE event_id = " + k +
+      return Records("find", std::string(kRecordColumns) +
+                                 ", headers, OCTET_LENGTH(payload), SUBSTRING(payload, 1, 4096) "
+                                 "FROM outbox WHERE event_id = " + k +
                                  " OR dedup_key = " + k + " ORDER BY seq");
     });
   }

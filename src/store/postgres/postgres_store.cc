@@ -354,6 +354,20 @@ class PostgresStore final : public Store {
   }
 
  private:
+  // bytea's text form ("\\x6869") as its bytes.
+  static std::string FromHexBytea(const std::string& t) {
+    std::string out;
+    if (t.size() < 2 || t[0] != '\\' || t[1] != 'x') return out;
+    auto nibble = [](char c) {
+      return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+    };
+    out.reserve((t.size() - 2) / 2);
+    for (std::size_t i = 2; i + 1 < t.size(); i += 2) {
+      out.push_back(static_cast<char>(nibble(t[i]) * 16 + nibble(t[i + 1])));
+    }
+    return out;
+  }
+
   // Rows of sql::List / sql::Find.
   static Result<std::vector<EventRecord>> Records(Result<pg::ResultPtr> res) {
     if (!res.ok()) return res.status();
@@ -379,6 +393,11 @@ class PostgresStore final : public Store {
       e.skipped_at = pg::GetText(r, i, 15);
       e.skipped_by = pg::GetText(r, i, 16);
       e.skip_reason = pg::GetText(r, i, 17);
+      if (PQnfields(r) > 20) {  // Find: headers, payload size, its first bytes (bytea as hex text)
+        e.headers = pg::GetText(r, i, 18);
+        e.payload_bytes = pg::GetInt64(r, i, 19);
+        e.payload_preview = FromHexBytea(pg::GetText(r, i, 20));
+      }
       out.push_back(std::move(e));
     }
     return out;

@@ -818,7 +818,9 @@ LIMIT $5::int
 // UUID matches no id): compared as text it read the whole table (179 ms at
 // 1,000,000 rows, bench/run_dashboard_bench.sh).
 std::string Find(const std::string& s) {
-  return WithSchema(std::string(kRecordColumns) + R"SQL(FROM {S}.outbox WHERE event_id = )SQL" + "CASE WHEN $1 ~ '^\\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\\}?$' THEN $1::uuid END" + R"SQL( OR dedup_key = $1
+  return WithSchema(std::string(kRecordColumns) +
+                        ", headers::text, octet_length(payload), substring(payload from 1 for 4096) "
+                        R"SQL(FROM {S}.outbox WHERE event_id = )SQL" + "CASE WHEN $1 ~ '^\\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\\}?$' THEN $1::uuid END" + R"SQL( OR dedup_key = $1
 ORDER BY seq
 )SQL", s);
 }

@@ -248,7 +248,9 @@ async function trace(key) {
       const dl = el('dl');
       fields(dl, e, ['seq', 'aggregate_type', 'aggregate_id', 'event_type', 'dedup_key', 'status',
                      'attempts', 'lease_owner', 'last_error', 'created_at', 'claimed_at', 'sent_at',
-                     'failed_at', 'skipped_at', 'skipped_by', 'skip_reason']);
+                     'failed_at', 'skipped_at', 'skipped_by', 'skip_reason', 'payload_bytes']);
+      if (e.headers !== undefined) dl.append(el('dt', 'headers'), el('dd', JSON.stringify(e.headers)));
+      if (e.payload !== undefined) dl.append(el('dt', 'payload'), el('dd', e.payload, 'payload'));
       box.append(dl);
     }
     if (r.inbox) {
