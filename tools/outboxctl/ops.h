@@ -34,7 +34,7 @@ nlohmann::json ToRow(const StampRecord& s);
 
 // Rows per state, held aggregates, oldest unsent age.
 Result<nlohmann::json> StatusReport(Store& store, const std::string& schema);
-// {"rows": [...]}, newest first.
+// {"rows": [...]} in enqueue order (Store::List).
 Result<nlohmann::json> ListReport(Store& store, const ListFilter& filter);
 // {"key", "outbox": [...]} and, with an inbox, "inbox": [stamps].
 Result<nlohmann::json> TraceReport(Store& store, InboxStore* inbox, const std::string& key);
