@@ -199,7 +199,7 @@ std::vector<std::string> Latency(const Flags& f, PGconn* admin, const std::strin
                                  int rate, int seconds) {
   MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
   if (source == "cdc") CreateSlot(admin);
-  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_latency.log");
+  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_latency_" + source + ".log");
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const SteadyLoad load = OfferSteadyLoad(url, kSchema, rate, seconds);
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));

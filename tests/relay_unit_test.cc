@@ -273,6 +273,22 @@ TEST(Config, CdcDefaultsFollowTheSchema) {
   EXPECT_NE(daemon::PrintConfig(*c).find("source = \"cdc\""), std::string::npos);
 }
 
+// The stream publishes at once (linger.ms 0) unless the operator says
+// otherwise; polling keeps librdkafka's batching wait (the transport's 5 ms).
+TEST(Config, CdcPublishesWithoutLingerUnlessTheOperatorSetsIt) {
+  auto cdc = daemon::LoadConfig("[relay]\nsource = \"cdc\"\n", "relay.toml", kMinimalEnv, {});
+  ASSERT_TRUE(cdc.ok()) << cdc.status().ToString();
+  EXPECT_EQ(cdc->kafka.properties.at("linger.ms"), "0");
+  auto poll = daemon::LoadConfig("", "relay.toml", kMinimalEnv, {});
+  ASSERT_TRUE(poll.ok()) << poll.status().ToString();
+  EXPECT_EQ(poll->kafka.properties.count("linger.ms"), 0u);
+  std::map<std::string, std::string> env = kMinimalEnv;
+  env["OUTBOX_KAFKA_PROPERTIES_LINGER_MS"] = "3";
+  auto set = daemon::LoadConfig("[relay]\nsource = \"cdc\"\n", "relay.toml", env, {});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->kafka.properties.at("linger.ms"), "3");
+}
+
 TEST(Config, ErrorsNameTheKey) {
   struct Case {
     std::string file;

@@ -566,6 +566,13 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
         "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "
         "--bootstrap)");
   }
+  if (c.relay.source == RelaySource::kCdc && !c.kafka.properties.count("linger.ms")) {
+    // The stream publishes what a commit brought as soon as it is decoded;
+    // waiting 5 ms for more (the polling default, which batches the claim's
+    // rows) was most of a streamed event's commit-to-ack time
+    // (docs/benchmarks.md, "CDC"). A value the operator set wins.
+    c.kafka.properties["linger.ms"] = "0";
+  }
   c.relay.cdc.slot = c.cdc_slot.empty() ? DefaultStreamName(c.database.schema) : c.cdc_slot;
   for (const auto& [key, name] : {std::pair<std::string, std::string>{"cdc.slot", c.relay.cdc.slot},
                                   {"cdc.publication", c.cdc_publication}}) {
