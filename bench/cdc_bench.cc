@@ -18,7 +18,13 @@
 //             [--big-tx 100000] [--rates 1000,5000] [--seconds 15]
 #include <libpq-fe.h>
 #include <signal.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 
+#include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -192,6 +198,83 @@ std::string Join(const std::vector<double>& v) {
   return s;
 }
 
+// A port nobody listens on now (bound once by us, then released).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    std::perror("cdc_bench: free port");
+    std::exit(1);
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// GET http://127.0.0.1:port/path (HTTP/1.0, read to the end); the body or "".
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  std::string resp;
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  const auto body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+// The relay's commit → broker ack histogram (outbox_relay_commit_to_ack_seconds):
+// the share of events acked within 5 ms (exact: a bucket bound) and p50 / p99
+// interpolated inside their buckets as Prometheus' histogram_quantile does.
+struct AckLatency {
+  double count = 0, within_5ms = 0, p50_ms = 0, p99_ms = 0;
+};
+
+AckLatency ParseAckHistogram(const std::string& metrics) {
+  const std::string prefix = "outbox_relay_commit_to_ack_seconds_bucket{le=\"";
+  std::vector<std::pair<double, double>> buckets;  // upper bound (s), cumulative count
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const std::string le = line.substr(prefix.size(), line.find('"', prefix.size()) - prefix.size());
+    const double bound = le == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(le);
+    buckets.emplace_back(bound, std::stod(line.substr(line.rfind(' ') + 1)));
+  }
+  AckLatency a;
+  if (buckets.empty() || buckets.back().second <= 0) return a;
+  a.count = buckets.back().second;
+  for (const auto& [bound, n] : buckets) {
+    if (bound == 0.005) a.within_5ms = n / a.count;
+  }
+  auto quantile = [&](double q) {
+    const double rank = q * a.count;
+    double lo = 0, below = 0;
+    for (const auto& [bound, n] : buckets) {
+      if (n >= rank) {
+        if (std::isinf(bound)) return lo * 1000;
+        return (lo + (bound - lo) * (rank - below) / std::max(1.0, n - below)) * 1000;
+      }
+      lo = bound;
+      below = n;
+    }
+    return lo * 1000;
+  };
+  a.p50_ms = quantile(0.5);
+  a.p99_ms = quantile(0.99);
+  return a;
+}
+
 // One producer: `rate` events/s for `seconds`, one transaction every 5 ms.
 // Returns {offered rate, p50 ms, p99 ms, max ms, events}.
 std::vector<std::string> Latency(const Flags& f, PGconn* admin, const std::string& url,
@@ -199,15 +282,28 @@ std::vector<std::string> Latency(const Flags& f, PGconn* admin, const std::strin
                                  int rate, int seconds) {
   MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
   if (source == "cdc") CreateSlot(admin);
-  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_latency_" + source + ".log");
+  const int port = FreePort();
+  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_latency_" + source + ".log",
+                          {"http.listen=127.0.0.1:" + std::to_string(port)});
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const SteadyLoad load = OfferSteadyLoad(url, kSchema, rate, seconds);
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const AckLatency ack = ParseAckHistogram(HttpGet(port, "/metrics"));
+  if (ack.count <= 0) {
+    std::fprintf(stderr, "cdc_bench: no commit-to-ack histogram from the relay's /metrics:\n%s",
+                 relay->Log().c_str());
+    std::exit(1);
+  }
   relay->Signal(SIGTERM);
   relay->Wait(std::chrono::seconds(60));
   std::vector<std::string> lat = SentLatency(admin, kSchema);
+  char buf[64];
   std::vector<std::string> out = {std::to_string(static_cast<long>(load.offered)), lat[0], lat[1],
                                   lat[2], lat[3], lat[4]};
+  for (double v : {ack.p50_ms, ack.p99_ms, ack.within_5ms * 100}) {
+    std::snprintf(buf, sizeof buf, "%.2f", v);
+    out.push_back(buf);
+  }
   DropSlot(admin);
   return out;
 }
@@ -292,17 +388,19 @@ int main(int argc, char** argv) {
 
   // ---- latency ----
   std::printf("\n#### Latency at a steady offered load (one producer, a transaction every 5 ms)\n\n");
-  std::printf("| source | offered events/s | events | enqueue → marked SENT p50 | p99 | max | rows claimed |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| source | offered events/s | events | commit → broker ack p50 | p99 | acked within 5 ms | enqueue → marked SENT p50 | p99 | max | rows claimed |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   std::stringstream rates(f.Str("rates"));
   for (std::string rate; std::getline(rates, rate, ',');) {
     for (const std::string source : {"cdc", "poll"}) {
       auto l = Latency(f, admin, url, bootstrap, source, std::stoi(rate), f.Int("seconds"));
-      std::printf("| %s | %s | %s | %s ms | %s ms | %s ms | %s |\n", source.c_str(), l[0].c_str(),
-                  l[4].c_str(), l[1].c_str(), l[2].c_str(), l[3].c_str(), l[5].c_str());
+      std::printf("| %s | %s | %s | ≈ %s ms | ≈ %s ms | %s %% | %s ms | %s ms | %s ms | %s |\n",
+                  source.c_str(), l[0].c_str(), l[4].c_str(), l[6].c_str(), l[7].c_str(),
+                  l[8].c_str(), l[1].c_str(), l[2].c_str(), l[3].c_str(), l[5].c_str());
       std::fflush(stdout);
-      std::fprintf(stderr, "latency %s at %s/s: p50 %s ms p99 %s ms\n", source.c_str(), rate.c_str(),
-                   l[1].c_str(), l[2].c_str());
+      std::fprintf(stderr, "latency %s at %s/s: ack p50 ~%s ms p99 ~%s ms (%s %% within 5 ms); "
+                   "SENT p50 %s ms p99 %s ms\n", source.c_str(), rate.c_str(), l[6].c_str(),
+                   l[7].c_str(), l[8].c_str(), l[1].c_str(), l[2].c_str());
     }
   }
   DropSlot(admin);

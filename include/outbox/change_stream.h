@@ -29,8 +29,9 @@ namespace outbox {
 
 struct ChangeBatch {
   // Inserted outbox rows in commit order. ticket = {seq, 0}: not claimed (see
-  // Store's transitions for token 0). age_at_claim: from commit until the server
-  // sent the change, on the database's clock.
+  // Store's transitions for token 0). age_at_claim: from the commit (the
+  // database's commit time) until the relay decoded the change (the relay's
+  // clock; never less than until the server sent it, on the database's clock).
   std::vector<ClaimedEvent> events;
   // Once these events (and every earlier batch's) are settled, the slot may be
   // confirmed up to here; 0 = no new position. Never inside a transaction: a

@@ -96,7 +96,9 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema)
                                 kBatchBuckets)),
       commit_to_ack(r.AddHistogram("outbox_relay_commit_to_ack_seconds",
                                    "Time from enqueue to broker ack: the row's age at claim on the "
-                                   "database's clock plus claim-to-ack on the relay's clock.",
+                                   "database's clock plus claim-to-ack on the relay's clock (cdc: "
+                                   "from the commit's time to the broker's ack, on the relay's "
+                                   "clock).",
                                    kLatencyBuckets)),
       cdc_streaming(r.AddGauge("outbox_cdc_streaming",
                                "1 while this relay reads the replication slot (cdc).")),

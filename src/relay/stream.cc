@@ -66,6 +66,7 @@ void Relay::StreamLoop() {
   // rows are PENDING in the table whatever happens to the relay.
   std::vector<ClaimedEvent> parked;
   std::map<std::int64_t, Clock::time_point> parked_since;
+  std::map<std::int64_t, Clock::time_point> parked_seen;  // arrival of the batch it was last checked in
   const std::size_t max_parked = 4 * static_cast<std::size_t>(cdc.batch_size);
   std::unique_ptr<Store> mark_store;  // the helper's session
   std::future<bool> marking;          // the previous batch's transitions
@@ -145,6 +146,7 @@ void Relay::StreamLoop() {
     (void)finish_marking();
     parked.clear();
     parked_since.clear();
+    parked_seen.clear();
     if (!stream) return false;
     stream.reset();
     metrics_.cdc_streaming.Set(0);
@@ -423,7 +425,15 @@ void Relay::StreamLoop() {
       std::vector<ClaimedEvent> merged;
       merged.reserve(parked.size() + batch->events.size());
       for (ClaimedEvent& e : parked) {
-        if (now - parked_since[e.ticket.seq] < cdc.sweep_after) merged.push_back(std::move(e));
+        const auto waited = now - parked_since[e.ticket.seq];
+        if (waited >= cdc.sweep_after) continue;
+        // Its commit-to-ack time counts the wait since the batch it was last
+        // checked in (this batch's claim-to-ack starts at this batch's arrival).
+        if (auto it = parked_seen.find(e.ticket.seq); it != parked_seen.end()) {
+          e.age_at_claim +=
+              std::chrono::duration_cast<std::chrono::microseconds>(received_at - it->second);
+        }
+        merged.push_back(std::move(e));
       }
       const std::size_t expired = parked.size() - merged.size();
       metrics_.cdc_left_to_sweeper.Inc(expired);
@@ -465,7 +475,7 @@ void Relay::StreamLoop() {
           std::move(batch->events), *states, options_.ordered, holds);
       metrics_.cdc_left_to_sweeper.Inc(pick.left_to_sweeper);
       {
-        std::map<std::int64_t, Clock::time_point> since;
+        std::map<std::int64_t, Clock::time_point> since, seen;
         const auto now = Clock::now();
         for (ClaimedEvent& e : pick.park) {
           if (parked.size() >= max_parked) {
@@ -474,9 +484,11 @@ void Relay::StreamLoop() {
           }
           auto it = parked_since.find(e.ticket.seq);
           since[e.ticket.seq] = it == parked_since.end() ? now : it->second;
+          seen[e.ticket.seq] = received_at;
           parked.push_back(std::move(e));
         }
         parked_since = std::move(since);
+        parked_seen = std::move(seen);
       }
       if (pick.publish.empty()) {
         if (probing) EndBrokerProbe();

@@ -6,6 +6,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "outbox/postgres.h"
@@ -198,8 +199,15 @@ class PostgresChangeStream final : public ChangeStream {
       }
       auto ev = pg::pgoutput::EventOf(*ins, it->second);
       if (!ev.ok()) return ev.status();
+      // From the commit to now, the moment the relay decodes it: the database's
+      // commit time against our clock (on one host one clock; across hosts
+      // their skew enters — the server's send time alone would leave out the
+      // time the change waited in the socket while the relay was busy).
+      const std::int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count();
       ev->age_at_claim = std::chrono::microseconds(
-          std::max<std::int64_t>(0, x.send_time_us - commit_time_us_));
+          std::max<std::int64_t>(0, std::max(now_us, x.send_time_us) - commit_time_us_));
       *bytes += static_cast<std::int64_t>(ev->event.payload.size());
       b->events.push_back(std::move(ev).value());
     } else if (const auto* m = std::get_if<pg::pgoutput::LogicalMessage>(&*msg)) {
