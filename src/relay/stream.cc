@@ -217,7 +217,9 @@ void Relay::StreamLoop() {
       metrics_.cdc_restarts.Inc();
       return StepResult::kOutage;
     }
+    const auto mark_wait_from = Clock::now();
     bool recorded = finish_marking();
+    const auto mark_waited = Clock::now() - mark_wait_from;
     if (recorded && !mark_store && !(mark_store = OpenOrNull(store_factory_))) {
       metrics_.db_errors.Inc();
       recorded = false;
@@ -242,7 +244,8 @@ void Relay::StreamLoop() {
                  {"parked", std::to_string(parked.size())},
                  {"in_flight", std::to_string(in_flight.size())},
                  {"check_ms", Ms(f.checked_at - f.check_at)},
-                 {"publish_ms", Ms(acked_at - f.checked_at)}});
+                 {"publish_ms", Ms(acked_at - f.checked_at)},
+                 {"mark_wait_ms", Ms(mark_waited)}});
     Store* ms = mark_store.get();
     marking = std::async(std::launch::async, [this, ms, who, plan = std::move(plan)] {
       // Streamed rows hold no lease: a mark that does not go through soon is
