@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -130,6 +131,43 @@ double BareStream(const std::string& url, long rows) {
   return static_cast<double>(rows) / secs;
 }
 
+// The one write per event a streamed row needs, alone: MarkSent with token 0
+// (what the stream writes) over the committed backlog in batches of `batch`,
+// one session, no broker and no reading. Returns rows/s.
+double MarkOnly(const std::string& url, long rows, int batch) {
+  PostgresStoreOptions o;
+  o.conninfo = url;
+  o.schema = kSchema;
+  auto store = OpenPostgresStore(o);
+  if (!store.ok()) {
+    std::fprintf(stderr, "mark only: %s\n", store.status().ToString().c_str());
+    std::exit(1);
+  }
+  PGconn* c = MustConnect(url);
+  PGresult* res = PQexec(c, ("SELECT seq FROM " + kSchema + ".outbox ORDER BY seq").c_str());
+  std::vector<Ticket> tickets;
+  for (int i = 0; i < PQntuples(res); ++i) tickets.push_back({std::stoll(PQgetvalue(res, i, 0)), 0});
+  PQclear(res);
+  PQfinish(c);
+  const auto t0 = std::chrono::steady_clock::now();
+  long marked = 0;
+  for (std::size_t i = 0; i < tickets.size(); i += static_cast<std::size_t>(batch)) {
+    const std::size_t n = std::min(tickets.size() - i, static_cast<std::size_t>(batch));
+    auto r = (*store)->MarkSent(std::span<const Ticket>(tickets).subspan(i, n));
+    if (!r.ok()) {
+      std::fprintf(stderr, "mark only: %s\n", r.status().ToString().c_str());
+      std::exit(1);
+    }
+    marked += static_cast<long>(n);
+  }
+  const double secs = SecondsSince(t0);
+  if (marked != rows) {
+    std::fprintf(stderr, "mark only: %ld rows of %ld\n", marked, rows);
+    std::exit(1);
+  }
+  return static_cast<double>(rows) / secs;
+}
+
 std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                        const std::string& bootstrap, const std::string& source,
                                        const std::string& log,
@@ -166,7 +204,9 @@ Drain DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
                      const std::vector<std::string>& more = {}) {
   const std::uint64_t wal0 = Lsn(admin, "pg_current_wal_lsn()");
   const auto t0 = std::chrono::steady_clock::now();
-  auto relay = StartRelay(f, url, bootstrap, source, "cdc_bench_" + source + ".log", more);
+  static int drains = 0;  // one log per drain: cdc_bench_<source>_<n>.log
+  auto relay = StartRelay(f, url, bootstrap, source,
+                          "cdc_bench_" + source + "_" + std::to_string(++drains) + ".log", more);
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   Drain d;
   d.rate = static_cast<double>(rows) / SecondsSince(t0);
@@ -329,7 +369,8 @@ int main(int argc, char** argv) {
   MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "cdc_bench_mock");
   const std::string& bootstrap = mock.bootstrap;
 
-  std::vector<double> bare, cdc, cdc_serial, poll, cdc_wal, poll_wal, cdc_rss, poll_rss, swept;
+  std::vector<double> bare, cdc, cdc_serial, poll, cdc_wal, poll_wal, cdc_rss, poll_rss, swept,
+      marks;
   for (int r = 0; r < runs; ++r) {
     CreateSlot(admin);
     FillCommitted(admin, rows, f.Int("aggregates"), 1000);
@@ -355,6 +396,9 @@ int main(int argc, char** argv) {
     poll_wal.push_back(p.wal_per_event);
     poll_rss.push_back(static_cast<double>(p.rss_kb) / 1024.0);
     std::fprintf(stderr, "run %d: relay poll   %9.0f events/s\n", r + 1, p.rate);
+    FillCommitted(admin, rows, f.Int("aggregates"), 1000);
+    marks.push_back(MarkOnly(url, rows, 2000));
+    std::fprintf(stderr, "run %d: marks alone  %9.0f rows/s\n", r + 1, marks.back());
   }
   const double ceiling = Median(bare);
   std::printf("#### Drain of a %ld-event backlog (committed 1,000 per transaction, 200-byte payloads, %s aggregates)\n\n",
@@ -363,14 +407,17 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|\n");
   std::printf("| ceiling: bare libpq replication stream of the same slot (pgoutput, binary; no tuple decoding, no broker, no writes) | %.0f | %s | 1.00 | — | — |\n",
               ceiling, Join(bare).c_str());
+  std::printf("| the stream's one write per event alone: MarkSent (token 0) of the committed rows in batches of 2,000, one session (no reading, no broker) | %.0f | %s | %.2f | — | — |\n",
+              Median(marks), Join(marks).c_str(), Median(marks) / ceiling);
   std::printf("| outbox-relay, relay.source = cdc → mock Kafka | %.0f | %s | %.2f | %.0f bytes | %.1f MiB |\n",
               Median(cdc), Join(cdc).c_str(), Median(cdc) / ceiling, Median(cdc_wal), Median(cdc_rss));
   std::printf("| outbox-relay, relay.source = cdc, cdc.batches_in_flight = 4 (opt-in) | %.0f | %s | %.2f | — | — |\n",
               Median(cdc_serial), Join(cdc_serial).c_str(), Median(cdc_serial) / ceiling);
   std::printf("| outbox-relay, relay.source = poll → mock Kafka | %.0f | %s | %.2f | %.0f bytes | %.1f MiB |\n",
               Median(poll), Join(poll).c_str(), Median(poll) / ceiling, Median(poll_wal), Median(poll_rss));
-  std::printf("\ncdc / poll: %.2f×; cdc with 4 batches in flight / with %s: %.2f×. Rows the cdc relay's sweeper claimed during its drains: %s (the stream sent the rest).\n",
-              Median(cdc) / Median(poll), "the default 1", Median(cdc_serial) / Median(cdc), Join(swept).c_str());
+  std::printf("\ncdc / poll: %.2f×; cdc / the marks alone: %.2f×; cdc with 4 batches in flight / with %s: %.2f×. Rows the cdc relay's sweeper claimed during its drains: %s (the stream sent the rest).\n",
+              Median(cdc) / Median(poll), Median(cdc) / Median(marks), "the default 1",
+              Median(cdc_serial) / Median(cdc), Join(swept).c_str());
 
   // ---- one large transaction ----
   {
