@@ -192,17 +192,52 @@ std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                       (fs::temp_directory_path() / log).string());
 }
 
+// CPU seconds (user + system) a process has used so far; 0 when it is gone.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);  // one line
+  const auto close = stat.rfind(')');  // the name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The CPU seconds of every PostgreSQL process on the machine (the server and
+// its backends, walsenders included).
+double PostgresCpuSeconds() {
+  double sum = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream comm(entry.path() / "comm");
+    std::string c;
+    std::getline(comm, c);
+    if (c == "postgres") sum += CpuSeconds(static_cast<pid_t>(std::stol(name)));
+  }
+  return sum;
+}
+
+pid_t g_broker_pid = -1;  // the private mock broker
+
 struct Drain {
   double rate = 0;
   double wal_per_event = 0;  // bytes the relay's writes added to the WAL, per event
   long rss_kb = 0;
   long swept = 0;            // rows a claim took (cdc: the sweeper)
+  double cpu_relay = 0, cpu_pg = 0, cpu_broker = 0;  // CPU seconds during the drain
 };
 
 Drain DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
                      const std::string& bootstrap, const std::string& source, long rows,
                      const std::vector<std::string>& more = {}) {
   const std::uint64_t wal0 = Lsn(admin, "pg_current_wal_lsn()");
+  const double pg0 = PostgresCpuSeconds(), broker0 = CpuSeconds(g_broker_pid);
   const auto t0 = std::chrono::steady_clock::now();
   static int drains = 0;  // one log per drain: cdc_bench_<source>_<n>.log
   auto relay = StartRelay(f, url, bootstrap, source,
@@ -210,6 +245,9 @@ Drain DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   Drain d;
   d.rate = static_cast<double>(rows) / SecondsSince(t0);
+  d.cpu_relay = CpuSeconds(relay->pid());
+  d.cpu_pg = PostgresCpuSeconds() - pg0;
+  d.cpu_broker = CpuSeconds(g_broker_pid) - broker0;
   d.wal_per_event =
       static_cast<double>(Lsn(admin, "pg_current_wal_lsn()") - wal0) / static_cast<double>(rows);
   d.rss_kb = PeakRssOfExecutable(f.Str("relay"));
@@ -368,9 +406,20 @@ int main(int argc, char** argv) {
   MigrateFresh(admin, url, kSchema);
   MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "cdc_bench_mock");
   const std::string& bootstrap = mock.bootstrap;
+  g_broker_pid = mock.process->pid();
 
   std::vector<double> bare, cdc, cdc_serial, poll, cdc_wal, poll_wal, cdc_rss, poll_rss, swept,
       marks;
+  // CPU milliseconds per 1,000 events during the drains: {relay, PostgreSQL, broker}.
+  std::map<std::string, std::vector<std::vector<double>>> cpu;
+  auto note_cpu = [&](const std::string& name, const Drain& d) {
+    const double per = 1e6 / static_cast<double>(rows);  // s per drain → ms per 1,000 events
+    auto& v = cpu[name];
+    v.resize(3);
+    v[0].push_back(d.cpu_relay * per);
+    v[1].push_back(d.cpu_pg * per);
+    v[2].push_back(d.cpu_broker * per);
+  };
   for (int r = 0; r < runs; ++r) {
     CreateSlot(admin);
     FillCommitted(admin, rows, f.Int("aggregates"), 1000);
@@ -381,6 +430,7 @@ int main(int argc, char** argv) {
     cdc_wal.push_back(d.wal_per_event);
     cdc_rss.push_back(static_cast<double>(d.rss_kb) / 1024.0);
     swept.push_back(static_cast<double>(d.swept));
+    note_cpu("cdc", d);
     std::fprintf(stderr, "run %d: relay cdc    %9.0f events/s (%ld swept)\n", r + 1, d.rate, d.swept);
     DropSlot(admin);
     // The same with four stream batches in flight (opt-in, experimental).
@@ -388,11 +438,13 @@ int main(int argc, char** argv) {
     FillCommitted(admin, rows, f.Int("aggregates"), 1000);
     Drain s1 = DrainWithRelay(f, admin, url, bootstrap, "cdc", rows, {"cdc.batches_in_flight=4"});
     cdc_serial.push_back(s1.rate);
+    note_cpu("cdc, 4 batches in flight", s1);
     std::fprintf(stderr, "run %d: relay cdc, 4 batches in flight %9.0f events/s\n", r + 1, s1.rate);
     DropSlot(admin);
     FillCommitted(admin, rows, f.Int("aggregates"), 1000);
     Drain p = DrainWithRelay(f, admin, url, bootstrap, "poll", rows);
     poll.push_back(p.rate);
+    note_cpu("poll", p);
     poll_wal.push_back(p.wal_per_event);
     poll_rss.push_back(static_cast<double>(p.rss_kb) / 1024.0);
     std::fprintf(stderr, "run %d: relay poll   %9.0f events/s\n", r + 1, p.rate);
@@ -418,6 +470,14 @@ int main(int argc, char** argv) {
   std::printf("\ncdc / poll: %.2f×; cdc / the marks alone: %.2f×; cdc with 4 batches in flight / with %s: %.2f×. Rows the cdc relay's sweeper claimed during its drains: %s (the stream sent the rest).\n",
               Median(cdc) / Median(poll), Median(cdc) / Median(marks), "the default 1",
               Median(cdc_serial) / Median(cdc), Join(swept).c_str());
+  std::printf("\nWhere the two cores went during the drains — CPU time (user + system) per 1,000 events, medians:\n\n");
+  std::printf("| relay | outbox-relay | PostgreSQL (all its processes: walsender, the relay's sessions, background) | mock broker | sum |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (const std::string name : {"cdc", "cdc, 4 batches in flight", "poll"}) {
+    const auto& v = cpu[name];
+    std::printf("| %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n", name.c_str(), Median(v[0]),
+                Median(v[1]), Median(v[2]), Median(v[0]) + Median(v[1]) + Median(v[2]));
+  }
 
   // ---- one large transaction ----
   {

@@ -615,6 +615,89 @@ TEST_F(PostgresTest, OpenStreamProgressKeepsTheSweeperOffUntilTheStreamHasSettle
   EXPECT_EQ(c->events[0].event.aggregate_id, "before-open");
 }
 
+// Migration 7. While a stream is live, the sweeper's time bound looks at the
+// 2,000 oldest unsent rows at a time: it used to walk until the first row newer
+// than the bound — the whole backlog when the stream drains an old one, on
+// every sweeper claim. A due row past the window waits until the rows before
+// it go; with no live stream there is no window.
+TEST_F(PostgresTest, TheSweeperLooksAtTheOldestTwoThousandUnsentRowsAtATime) {
+  Exec(conn_.get(),
+       "INSERT INTO " + schema_ + ".outbox (event_id, aggregate_type, aggregate_id, event_type, "
+       "payload, headers, attempts, created_at, available_at) SELECT " + schema_ +
+       ".uuid_v7(), 'order', 'w-' || i, 'E', '\\x00'::bytea, '{}', 1, "
+       "now() - interval '1 hour', CASE WHEN i <= 2000 THEN now() + interval '1 hour' "
+       "ELSE now() END FROM generate_series(1, 2500) i");
+  const std::int64_t first = std::stoll(Exec(conn_.get(), "SELECT min(seq) FROM " + schema_ + ".outbox"));
+  ASSERT_TRUE(store_->OpenStreamProgress("slot_w", "reader").ok());
+  ClaimOptions sweep;
+  sweep.sweep_margin = std::chrono::milliseconds(1);
+  sweep.stream_stale_after = std::chrono::milliseconds(60'000);
+  sweep.owner = "sweeper";
+  auto c = store_->Claim(sweep);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->events.size(), 0u) << "the window holds the 2,000 rows due in an hour";
+  // The first 100 go: the window moves over 100 of the due rows.
+  Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT', sent_at = now() WHERE seq < " +
+                        std::to_string(first + 100));
+  c = store_->Claim(sweep);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->events.size(), 100u);
+  EXPECT_EQ(c->events.front().ticket.seq, first + 2000);
+  EXPECT_EQ(c->events.back().ticket.seq, first + 2099);
+  // No live stream: no bound, every due row.
+  Exec(conn_.get(), "DELETE FROM " + schema_ + ".stream_progress");
+  c = store_->Claim(sweep);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->events.size(), 400u);
+}
+
+// Migration 7. A sweeper claim stops at the first head the stream has not
+// passed: skipping on locked it (FOR UPDATE) and walked further, and sweepers
+// claiming at once skipped each other's locked heads through the whole
+// backlog. The heads after it wait until the stream passes it.
+TEST_F(PostgresTest, TheSweeperStopsAtTheFirstHeadTheStreamHasNotPassed) {
+  ASSERT_TRUE(store_->OpenStreamProgress("slot_h", "reader").ok());
+  for (const char* id : {"stream-s", "retry-r"}) {
+    Exec(conn_.get(), "BEGIN");
+    ASSERT_TRUE(Enqueue(conn_.get(), Valid(id), opts_).ok());
+    Exec(conn_.get(), "COMMIT");
+  }
+  // The second was handed back by the stream (a retry): attempts 1, due, old.
+  Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET attempts = 1, created_at = now() - "
+                    "interval '1 hour' WHERE aggregate_id = 'retry-r'");
+  Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET created_at = now() - interval '1 hour' "
+                    "WHERE aggregate_id = 'stream-s'");
+  ClaimOptions sweep;
+  sweep.sweep_margin = std::chrono::milliseconds(1);
+  sweep.stream_stale_after = std::chrono::milliseconds(60'000);
+  sweep.owner = "sweeper";
+  auto c = store_->Claim(sweep);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->events.size(), 0u) << "the retry waits behind the stream's unpassed head";
+  // No live stream: both.
+  Exec(conn_.get(), "DELETE FROM " + schema_ + ".stream_progress");
+  c = store_->Claim(sweep);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->events.size(), 2u);
+}
+
+// Migration 7. A function that turns sequential scans off makes a scan with
+// no index to use cost 10^10, past jit_above_cost: PostgreSQL JIT-compiled it
+// on every call (40-115 ms per sweeper claim). Every such function of ours
+// turns JIT off.
+TEST_F(PostgresTest, FunctionsThatTurnSeqScansOffTurnJitOffToo) {
+  const std::string offenders = Exec(
+      conn_.get(), "SELECT coalesce(string_agg(p.proname, ','), '') FROM pg_proc p "
+                   "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = '" + schema_ +
+                   "' AND 'enable_seqscan=off' = ANY(p.proconfig) "
+                   "AND NOT 'jit=off' = ANY(p.proconfig)");
+  EXPECT_EQ(offenders, "");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON "
+                              "n.oid = p.pronamespace WHERE n.nspname = '" + schema_ +
+                              "' AND 'jit=off' = ANY(p.proconfig)"),
+            "4");
+}
+
 TEST_F(PostgresTest, MissingSchemaSaysToMigrate) {
   PostgresStoreOptions o;
   o.conninfo = url_;
