@@ -47,15 +47,25 @@ relay the same way; figures are medians of $RUNS runs. A drain is timed from sta
 process until no row is unsent. "Relay WAL per event" is the growth of
 \`pg_current_wal_lsn()\` during the drain divided by the events: the relay's own row
 writes (the polling claim's PROCESSING update plus the SENT update, against the
-stream's one SENT update), with their index and full-page-image costs. Latency is enqueue
-(\`created_at\`) → the row marked SENT (\`sent_at\`), both on the database clock: an upper
-bound of commit → broker ack. The polling relay runs with its defaults (no
-\`outbox.notify\`, so it polls every 2–250 ms). Everything — PostgreSQL, the relay, the
-mock broker and the load generator — shares the same cores. Why cdc is still slower than
-polling here: a publish to the mock broker costs ~40–60 ms whatever its size, and with
-1,000 aggregates every batch of 2,000 rows touches every aggregate, so the next batch's
-rows wait (parked) for the previous batch's acks; batches in flight overlap only the
-read, check and publish of one batch with the acks of the one before (docs/design.md,
-"CDC", "Batches in flight" and "Measured limits").
+stream's one SENT update), with their index and full-page-image costs. "The marks
+alone" times just that one write per event (\`MarkSent\` with token 0 over the committed
+rows, batches of 2,000, one session): the ceiling for a relay that records every outcome
+in the table, as ours must. CPU per 1,000 events is read from \`/proc\` for the relay
+process, every PostgreSQL process (walsender, the relay's sessions, background workers)
+and the mock broker, over each drain.
+
+Latency: "commit → broker ack" comes from the relay's own histogram
+\`outbox_relay_commit_to_ack_seconds\` (scraped from its \`/metrics\` after the load): for
+streamed rows the commit's time (pgoutput's commit timestamp, database clock) to the
+broker's ack (the relay's clock — one machine here, one clock); for polled rows the row's
+age at claim plus claim → ack. p50 and p99 are interpolated inside the histogram's
+buckets (…, 2.5, 5, 10, 20 ms, …) as Prometheus' \`histogram_quantile\` does, hence "≈";
+"acked within 5 ms" is exact (a bucket bound). "Enqueue → marked SENT" is \`sent_at -
+created_at\` on the database clock: from the producer transaction's start to the start
+of the mark's transaction — an upper bound that adds the producer's commit and the wait
+for the previous batch's mark. The polling relay runs with its defaults (no
+\`outbox.notify\`, so it polls every 2–250 ms; \`linger.ms\` 5); the cdc relay with its
+own (\`linger.ms\` 0). Everything — PostgreSQL, the relay, the mock broker and the load
+generator — shares the same two cores (docs/design.md, "CDC", "Measured limits").
 MD
 echo "updated $DOC" >&2
