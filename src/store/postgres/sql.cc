@@ -470,8 +470,11 @@ std::string ClaimFunction(bool replace, Sweep sweep) {
       : committed
           ? "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it\n"
             "  v_horizon pg_snapshot;  -- and, of rows never claimed, only those committed in it\n"
-            "  v_bounded boolean;\n"
-            "  v_ref bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;"
+            "  v_bounded boolean;\n" +
+                std::string(sweep == Sweep::kCommittedBoundStops
+                                ? "  v_window bigint[];  -- the sweeper's rows to look at (a live stream)\n"
+                                : "") +
+                "  v_ref bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;"
           : "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it");
   put("{SWEEP_BEGIN}",
       !any ? ""
@@ -504,6 +507,37 @@ std::string ClaimFunction(bool replace, Sweep sweep) {
                          ? " AND x.seq < v_limit_seq\n                  AND (NOT v_bounded OR x.attempts > 0\n"
                            "                       OR {S}.xid_passed(x.xmin, v_ref, v_horizon))"
                          : " AND x.seq < v_limit_seq");
+  if (sweep == Sweep::kCommittedBoundStops) {
+    // A live stream's sweeper walks only the window stream_sweep_bound() looked
+    // at (the oldest unsent rows): its cursor takes their seqs. Walking the
+    // partial index up to v_limit_seq instead, rows the stream was marking
+    // (locked: skipped) and the rows behind them (not heads) did not end the
+    // walk, and it went through the whole backlog looking for a head: 6.5 s
+    // per sweeper claim in the middle of a 200,000-row cdc drain. An upper
+    // bound in the cursor's WHERE made the planner walk the primary key
+    // through every SENT row (version 5's note).
+    const std::string open = "  OPEN heads NO SCROLL FOR";
+    const std::string end = "FOR UPDATE OF o SKIP LOCKED;\n";
+    const auto a = t.find(open);
+    const auto b = t.find(end, a) + end.size();
+    std::string cursor = t.substr(a, b - a);
+    std::string windowed = cursor;
+    const std::string where = "WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()";
+    windowed.replace(windowed.find(where), where.size(), where + "\n      AND o.seq = ANY(v_window)");
+    auto indent = [](std::string x) {
+      for (std::size_t p = 0; (p = x.find('\n', p)) != std::string::npos && p + 1 < x.size(); p += 3) {
+        x.insert(p + 1, "  ");
+      }
+      return "  " + x;
+    };
+    t.replace(a, b - a,
+              "  IF v_bounded THEN\n"
+              "    SELECT coalesce(array_agg(w.seq ORDER BY w.seq), '{}') INTO v_window\n"
+              "    FROM (SELECT o.seq FROM {S}.outbox o WHERE o.status IN ('PENDING', 'PROCESSING')\n"
+              "          ORDER BY o.seq LIMIT 2000) w\n"
+              "    WHERE w.seq < v_limit_seq;\n" +
+                  indent(windowed) + "  ELSE\n" + indent(cursor) + "  END IF;\n");
+  }
   return t;
 }
 
