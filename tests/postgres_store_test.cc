@@ -573,6 +573,15 @@ TEST_F(PostgresTest, StreamStatesLeavesOutTheCallersAckedRowsByRowNotByCount) {
   EXPECT_FALSE((*st)[0].held);
 }
 
+// A CDC sweeper's claim: any stream progress fresher than a minute bounds it.
+ClaimOptions SweeperClaim() {
+  ClaimOptions sweep;
+  sweep.sweep_margin = std::chrono::milliseconds(1);
+  sweep.stream_stale_after = std::chrono::milliseconds(60'000);
+  sweep.owner = "sweeper";
+  return sweep;
+}
+
 // A stream announces itself when it opens (before its first keepalive or batch
 // has settled): from then on the CDC sweeper takes no row the stream may read.
 // Found by a CI run under ASan: the first report came after the sweepers'
@@ -582,10 +591,7 @@ TEST_F(PostgresTest, OpenStreamProgressKeepsTheSweeperOffUntilTheStreamHasSettle
   Exec(conn_.get(), "BEGIN");
   ASSERT_TRUE(Enqueue(conn_.get(), Valid("before-open"), opts_).ok());
   Exec(conn_.get(), "COMMIT");
-  ClaimOptions sweep;
-  sweep.sweep_margin = std::chrono::milliseconds(1);
-  sweep.stream_stale_after = std::chrono::milliseconds(60'000);
-  sweep.owner = "sweeper";
+  const ClaimOptions sweep = SweeperClaim();
   ASSERT_TRUE(store_->OpenStreamProgress("slot_a", "reader-1").ok());
   auto c = store_->Claim(sweep);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -629,10 +635,7 @@ TEST_F(PostgresTest, TheSweeperLooksAtTheOldestTwoThousandUnsentRowsAtATime) {
        "ELSE now() END FROM generate_series(1, 2500) i");
   const std::int64_t first = std::stoll(Exec(conn_.get(), "SELECT min(seq) FROM " + schema_ + ".outbox"));
   ASSERT_TRUE(store_->OpenStreamProgress("slot_w", "reader").ok());
-  ClaimOptions sweep;
-  sweep.sweep_margin = std::chrono::milliseconds(1);
-  sweep.stream_stale_after = std::chrono::milliseconds(60'000);
-  sweep.owner = "sweeper";
+  const ClaimOptions sweep = SweeperClaim();
   auto c = store_->Claim(sweep);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->events.size(), 0u) << "the window holds the 2,000 rows due in an hour";
@@ -667,10 +670,7 @@ TEST_F(PostgresTest, TheSweeperStopsAtTheFirstHeadTheStreamHasNotPassed) {
                     "interval '1 hour' WHERE aggregate_id = 'retry-r'");
   Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET created_at = now() - interval '1 hour' "
                     "WHERE aggregate_id = 'stream-s'");
-  ClaimOptions sweep;
-  sweep.sweep_margin = std::chrono::milliseconds(1);
-  sweep.stream_stale_after = std::chrono::milliseconds(60'000);
-  sweep.owner = "sweeper";
+  const ClaimOptions sweep = SweeperClaim();
   auto c = store_->Claim(sweep);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->events.size(), 0u) << "the retry waits behind the stream's unpassed head";
