@@ -37,7 +37,7 @@
 // TCP_NODELAY); with it on, a response written while the previous one is not
 // yet acknowledged waits for the client's delayed ACK — ~40 ms on Linux — and
 // every produce that spans several requests per connection paid that
-// (docs/testing.md, "The mock broker"). This definition takes the place of
+// (docs/testing.md, "Known traps of librdkafka 2.0.2's mock"). This definition takes the place of
 // libc's for librdkafka (the executable's symbols come first), so each
 // connection the brokers accept gets TCP_NODELAY like a real broker's.
 extern "C" int accept(int fd, struct sockaddr* addr, socklen_t* len) {
