@@ -21,7 +21,6 @@
 #include <unistd.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 
 #include <cmath>
 #include <limits>
@@ -31,6 +30,8 @@
 #include <span>
 #include <sstream>
 #include <thread>
+
+#include <httplib.h>
 
 #include "drain_common.h"
 #include "mock_broker.h"
@@ -292,24 +293,12 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-// GET http://127.0.0.1:port/path (HTTP/1.0, read to the end); the body or "".
+// GET http://127.0.0.1:port/path; the body or "".
 std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  std::string resp;
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  const auto body = resp.find("\r\n\r\n");
-  return body == std::string::npos ? "" : resp.substr(body + 4);
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(5, 0);
+  auto res = cli.Get(path.c_str());
+  return res && res->status == 200 ? res->body : "";
 }
 
 // The relay's commit → broker ack histogram (outbox_relay_commit_to_ack_seconds):
