@@ -654,6 +654,37 @@ TEST_F(PostgresTest, TheSweeperLooksAtTheOldestTwoThousandUnsentRowsAtATime) {
   EXPECT_EQ(c->events.size(), 400u);
 }
 
+// Migration 8. Rows held behind a FAILED event (on_failed = hold) wait for an
+// operator, maybe for days: they must not fill the sweeper's window. With
+// 2,000 of them first, migration 7's window held nothing else, and a retry of
+// another aggregate behind them was never swept while the stream was live.
+TEST_F(PostgresTest, RowsHeldBehindAFailedEventDoNotFillTheSweepersWindow) {
+  const std::string insert =
+      "INSERT INTO " + schema_ + ".outbox (event_id, aggregate_type, aggregate_id, event_type, "
+      "payload, headers, status, attempts, created_at) SELECT " + schema_ +
+      ".uuid_v7(), 'order', '";
+  Exec(conn_.get(), insert + "poisoned', 'E', '\\x00'::bytea, '{}', 'FAILED', 5, "
+                    "now() - interval '2 hours'");
+  Exec(conn_.get(), insert + "poisoned', 'E', '\\x00'::bytea, '{}', 'PENDING', 1, "
+                    "now() - interval '2 hours' FROM generate_series(1, 2001) i");
+  Exec(conn_.get(), insert + "retry-r', 'E', '\\x00'::bytea, '{}', 'PENDING', 1, "
+                    "now() - interval '1 hour'");
+  ASSERT_TRUE(store_->OpenStreamProgress("slot_f", "reader").ok());
+  ClaimOptions sweep = SweeperClaim();
+  ASSERT_TRUE(sweep.failed_holds_aggregate);
+  auto c = store_->Claim(sweep);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->events.size(), 1u) << "the retry behind 2,001 held rows";
+  EXPECT_EQ(c->events[0].event.aggregate_id, "retry-r");
+  // on_failed = pass: the held rows are heads again, the window's oldest.
+  sweep.failed_holds_aggregate = false;
+  sweep.batch_size = 10;
+  c = store_->Claim(sweep);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->events.size(), 10u);
+  EXPECT_EQ(c->events[0].event.aggregate_id, "poisoned");
+}
+
 // Migration 7. A sweeper claim stops at the first head the stream has not
 // passed: skipping on locked it (FOR UPDATE) and walked further, and sweepers
 // claiming at once skipped each other's locked heads through the whole
@@ -695,7 +726,7 @@ TEST_F(PostgresTest, FunctionsThatTurnSeqScansOffTurnJitOffToo) {
   EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON "
                               "n.oid = p.pronamespace WHERE n.nspname = '" + schema_ +
                               "' AND 'jit=off' = ANY(p.proconfig)"),
-            "4");
+            "5");  // claim_ordered, stats, lock_aggregates, stream_sweep_bound (2 and 3 args)
 }
 
 TEST_F(PostgresTest, MissingSchemaSaysToMigrate) {

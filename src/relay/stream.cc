@@ -90,6 +90,7 @@ void Relay::StreamLoop() {
     std::int64_t covered = 0;
     Clock::time_point received_at, check_at, checked_at;
     std::size_t fresh = 0, decoded = 0;
+    std::chrono::microseconds oldest{0};  // the largest commit-to-read age in the batch
     bool probing = false;
     bool Ready() const {
       return !results.valid() || results.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -243,6 +244,7 @@ void Relay::StreamLoop() {
                  {"published", std::to_string(events.size())},
                  {"parked", std::to_string(parked.size())},
                  {"in_flight", std::to_string(in_flight.size())},
+                 {"read_age_ms", Ms(f.oldest)},
                  {"check_ms", Ms(f.checked_at - f.check_at)},
                  {"publish_ms", Ms(acked_at - f.checked_at)},
                  {"mark_wait_ms", Ms(mark_waited)}});
@@ -458,7 +460,10 @@ void Relay::StreamLoop() {
       f.decoded = batch->events.size();
       std::vector<std::int64_t> seqs;
       seqs.reserve(f.decoded);
-      for (const ClaimedEvent& e : batch->events) seqs.push_back(e.ticket.seq);
+      for (const ClaimedEvent& e : batch->events) {
+        seqs.push_back(e.ticket.seq);
+        f.oldest = std::max(f.oldest, e.age_at_claim);
+      }
       metrics_.cdc_streamed.Inc(fresh);
       f.check_at = Clock::now();
       // Rows in flight are PENDING in the table: they hold their aggregates

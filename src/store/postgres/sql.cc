@@ -450,7 +450,13 @@ std::string ClaimUpdateForFunction() {
 // parameters): version 5's time bound, or version 6's, which also leaves the
 // rows of transactions the stream has not passed yet (see kMigration6), or
 // version 7's, which stops at the first such head instead of walking on past it.
-enum class Sweep { kNone, kTimeBound, kCommittedBound, kCommittedBoundStops };
+enum class Sweep {
+  kNone,
+  kTimeBound,
+  kCommittedBound,
+  kCommittedBoundStops,  // version 7: builds its window after stream_sweep_bound()
+  kWindowFromBound,      // version 8: takes the window stream_sweep_bound() walked
+};
 
 std::string ClaimFunction(bool replace, Sweep sweep) {
   std::string t = std::string(kMigration2Head) + ClaimUpdateForFunction() + kMigration2Tail;
@@ -463,7 +469,8 @@ std::string ClaimFunction(bool replace, Sweep sweep) {
     t.replace(p, k.size(), v);
   };
   const bool any = sweep != Sweep::kNone;
-  const bool committed = sweep == Sweep::kCommittedBound || sweep == Sweep::kCommittedBoundStops;
+  const bool stops = sweep == Sweep::kCommittedBoundStops || sweep == Sweep::kWindowFromBound;
+  const bool committed = sweep == Sweep::kCommittedBound || stops;
   put("{SWEEP_PARAMS}", any ? ",\n                                  p_sweep_margin_ms bigint, p_stale_ms bigint" : "");
   put("{SWEEP_DECLARE}",
       !any ? ""
@@ -471,13 +478,18 @@ std::string ClaimFunction(bool replace, Sweep sweep) {
           ? "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it\n"
             "  v_horizon pg_snapshot;  -- and, of rows never claimed, only those committed in it\n"
             "  v_bounded boolean;\n" +
-                std::string(sweep == Sweep::kCommittedBoundStops
+                std::string(stops
                                 ? "  v_window bigint[];  -- the sweeper's rows to look at (a live stream)\n"
                                 : "") +
                 "  v_ref bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;"
           : "\n  v_limit_seq bigint;  -- the CDC sweeper takes only rows below it");
   put("{SWEEP_BEGIN}",
       !any ? ""
+      : sweep == Sweep::kWindowFromBound
+          ? "\n  SELECT b.limit_seq, b.horizon, b.window_seqs INTO v_limit_seq, v_horizon, v_window\n"
+            "  FROM {S}.stream_sweep_bound(p_sweep_margin_ms, p_stale_ms, p_failed_holds) b;\n"
+            "  v_bounded := v_limit_seq IS NOT NULL;  -- no live stream: no bound\n"
+            "  v_limit_seq := coalesce(v_limit_seq, 9223372036854775807);"
       : committed
           ? "\n  SELECT b.limit_seq, b.horizon INTO v_limit_seq, v_horizon\n"
             "  FROM {S}.stream_sweep_bound(p_sweep_margin_ms, p_stale_ms) b;\n"
@@ -491,7 +503,7 @@ std::string ClaimFunction(bool replace, Sweep sweep) {
   // partial index of unsent rows — claims of 300-600 ms on a 20,000-row table.
   put("{SWEEP_HEAD}",
       !any ? ""
-      : sweep == Sweep::kCommittedBoundStops
+      : stops
           ? "\n    EXIT WHEN h.seq >= v_limit_seq;  -- heads come in seq order\n"
             "    -- A head the stream has not passed: it and the heads after it are the\n"
             "    -- stream's for now (see migration 7).\n"
@@ -507,7 +519,7 @@ std::string ClaimFunction(bool replace, Sweep sweep) {
                          ? " AND x.seq < v_limit_seq\n                  AND (NOT v_bounded OR x.attempts > 0\n"
                            "                       OR {S}.xid_passed(x.xmin, v_ref, v_horizon))"
                          : " AND x.seq < v_limit_seq");
-  if (sweep == Sweep::kCommittedBoundStops) {
+  if (stops) {
     // A live stream's sweeper walks only the window stream_sweep_bound() looked
     // at (the oldest unsent rows): its cursor takes their seqs. Walking the
     // partial index up to v_limit_seq instead, rows the stream was marking
@@ -530,13 +542,16 @@ std::string ClaimFunction(bool replace, Sweep sweep) {
       }
       return "  " + x;
     };
-    t.replace(a, b - a,
-              "  IF v_bounded THEN\n"
-              "    SELECT coalesce(array_agg(w.seq ORDER BY w.seq), '{}') INTO v_window\n"
+    const std::string build_window =
+        sweep == Sweep::kWindowFromBound
+            ? ""
+            : "    SELECT coalesce(array_agg(w.seq ORDER BY w.seq), '{}') INTO v_window\n"
               "    FROM (SELECT o.seq FROM {S}.outbox o WHERE o.status IN ('PENDING', 'PROCESSING')\n"
               "          ORDER BY o.seq LIMIT 2000) w\n"
-              "    WHERE w.seq < v_limit_seq;\n" +
-                  indent(windowed) + "  ELSE\n" + indent(cursor) + "  END IF;\n");
+              "    WHERE w.seq < v_limit_seq;\n";
+    t.replace(a, b - a,
+              "  IF v_bounded THEN\n" + build_window + indent(windowed) + "  ELSE\n" +
+                  indent(cursor) + "  END IF;\n");
   }
   return t;
 }
@@ -716,6 +731,80 @@ END
 $fn$;
 )SQL";
 
+// Version 8: rows held behind a FAILED event (on_failed = hold) are left out
+// of the sweeper's window. They wait for an operator, maybe for days; with
+// 2,000 of them oldest, version 7's window held nothing else, and a row another
+// aggregate needed swept (a retry, a row the stream handed back, the gap after
+// a lost slot) waited behind them while the stream was live. The aggregates
+// with a FAILED event are read once per call from the partial index of FAILED
+// rows and probed by hash; the walk still passes the held rows (no index skips
+// them), without a probe each (measured: 40 ms for 100,000 held rows). The
+// bound also hands its window to the claim, which walked the same rows again.
+constexpr const char* kMigration8 = R"SQL(
+CREATE FUNCTION {S}.stream_sweep_bound(p_margin_ms bigint, p_stale_ms bigint,
+                                       p_failed_holds boolean,
+                                       OUT limit_seq bigint, OUT horizon pg_snapshot,
+                                       OUT window_seqs bigint[])
+  LANGUAGE plpgsql STABLE
+  SET enable_seqscan = off
+  SET enable_bitmapscan = off
+  SET enable_sort = off
+  SET jit = off
+AS $fn$
+DECLARE
+  v_before timestamptz;
+  v_last bigint;
+  v_walked bigint;
+  v_seqs bigint[];
+BEGIN
+  IF p_margin_ms IS NULL THEN
+    RETURN;  -- no bound
+  END IF;
+  SELECT min(p.covered_until) INTO v_before FROM {S}.stream_progress p
+  WHERE p.updated_at > now() - p_stale_ms * interval '1 millisecond';
+  IF v_before IS NULL THEN
+    RETURN;  -- no live stream: sweep everything that is due
+  END IF;
+  -- The oldest horizon of the live streams; none yet (NULL) comes first.
+  SELECT p.horizon INTO horizon FROM {S}.stream_progress p
+  WHERE p.updated_at > now() - p_stale_ms * interval '1 millisecond'
+  ORDER BY p.horizon IS NOT NULL, pg_snapshot_xmax(p.horizon)::text::bigint LIMIT 1;
+  v_before := v_before - p_margin_ms * interval '1 millisecond';
+  SELECT min(w.seq) FILTER (WHERE w.created_at >= v_before), max(w.seq), count(*),
+         coalesce(array_agg(w.seq ORDER BY w.seq), '{}')
+    INTO limit_seq, v_last, v_walked, v_seqs
+  FROM (SELECT o.seq, o.created_at FROM {S}.outbox o
+        WHERE o.status IN ('PENDING', 'PROCESSING')
+          -- Two sets, each read once and probed by hash: the aggregates with a
+          -- FAILED event, and their unsent events before one (a head before
+          -- its FAILED event stays in the window; there are rarely any).
+          AND (NOT p_failed_holds
+               OR (o.aggregate_type, o.aggregate_id) NOT IN (
+                    SELECT f.aggregate_type, f.aggregate_id FROM {S}.outbox f
+                    WHERE f.status = 'FAILED')
+               OR o.seq IN (
+                    SELECT e.seq FROM {S}.outbox f
+                    JOIN {S}.outbox e
+                      ON e.aggregate_type = f.aggregate_type AND e.aggregate_id = f.aggregate_id
+                     AND e.seq < f.seq AND e.status NOT IN ('SENT', 'SKIPPED')
+                    WHERE f.status = 'FAILED'))
+        ORDER BY o.seq LIMIT 2000) w;
+  limit_seq := coalesce(limit_seq,
+                        CASE WHEN v_walked < 2000 THEN 9223372036854775807 ELSE v_last + 1 END);
+  SELECT coalesce(array_agg(x ORDER BY x), '{}') INTO window_seqs
+  FROM unnest(v_seqs) x WHERE x < limit_seq;
+END
+$fn$;
+)SQL";
+
+// Version 8's tail. The two-argument stream_sweep_bound() stays: the
+// unordered claim uses it (a FAILED event holds nothing there, so no row is
+// held), and so does a relay of version 7 during an upgrade.
+constexpr const char* kMigration8Tail = R"SQL(
+ALTER FUNCTION {S}.claim_ordered(integer, text, bigint, integer, boolean, bigint, bigint, bigint)
+  SET jit = off;
+)SQL";
+
 // Also version 7: no JIT in the functions that turn sequential scans off. With
 // enable_seqscan = off a scan that has no index to use (stream_progress's)
 // costs 10^10, far past jit_above_cost, and PostgreSQL compiled it on every
@@ -784,6 +873,11 @@ MigrationSet OutboxMigrations(const std::string& schema) {
        WithSchema(std::string(kMigration7) +
                       ClaimFunction(/*replace=*/true, Sweep::kCommittedBoundStops) +
                       kMigration7Tail,
+                  schema)},
+      {8, "CDC: rows held behind a FAILED event stay out of the sweeper's window; "
+          "stream_sweep_bound() hands its window to the claim",
+       WithSchema(std::string(kMigration8) +
+                      ClaimFunction(/*replace=*/true, Sweep::kWindowFromBound) + kMigration8Tail,
                   schema)},
   }};
 }
