@@ -685,6 +685,36 @@ TEST_F(PostgresTest, RowsHeldBehindAFailedEventDoNotFillTheSweepersWindow) {
   EXPECT_EQ(c->events[0].event.aggregate_id, "poisoned");
 }
 
+// Migration 9. When every head in the oldest unsent rows is in other hands (a
+// hot aggregate whose head is in flight), the polling claim finds the heads
+// beyond them by aggregate, not by walking the backlog: it walked all 60,000
+// rows behind the hot head (one probe each; 1.2 s per empty claim at 200,000
+// rows) to find the cold aggregate's. Counted in buffer hits, not timed: the
+// walk took one per row (60,828 here); the window and the second pass ~12,000.
+TEST_F(PostgresTest, AClaimFindsHeadsBehindAHotAggregateWithoutWalkingItsBacklog) {
+  Exec(conn_.get(),
+       "INSERT INTO " + schema_ + ".outbox (event_id, aggregate_type, aggregate_id, event_type, "
+       "payload, headers) SELECT " + schema_ + ".uuid_v7(), 'order', CASE WHEN i <= 60000 "
+       "THEN 'hot' ELSE 'cold-' || i END, 'E', '\\x00'::bytea, '{}' FROM generate_series(1, 60003) i");
+  ClaimOptions o;
+  o.batch_size = 10;
+  o.owner = "first";
+  auto c = store_->Claim(o);  // the hot head and its run
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->events.size(), 10u);
+  EXPECT_EQ(c->events.back().event.aggregate_id, "hot");
+  const std::string claim = "SELECT string_agg(aggregate_id, ',' ORDER BY seq) FROM " + schema_ +
+                            ".claim_ordered(10, 'second', 30000, 10, true, 8388608, NULL, 60000)";
+  // The backend's counts not yet flushed to the statistics: before and after.
+  const std::string hits_now = "SELECT pg_stat_get_xact_blocks_hit('" + schema_ + ".outbox'::regclass)";
+  Exec(conn_.get(), "BEGIN");
+  const long before = std::stol(Exec(conn_.get(), hits_now));
+  EXPECT_EQ(Exec(conn_.get(), claim), "cold-60001,cold-60002,cold-60003");
+  const long hits = std::stol(Exec(conn_.get(), hits_now)) - before;
+  Exec(conn_.get(), "ROLLBACK");
+  EXPECT_LT(hits, 30000) << "the claim walked the hot aggregate's backlog (heap buffer hits)";
+}
+
 // Migration 7. A sweeper claim stops at the first head the stream has not
 // passed: skipping on locked it (FOR UPDATE) and walked further, and sweepers
 // claiming at once skipped each other's locked heads through the whole
