@@ -182,8 +182,10 @@ struct StreamRowState {
   // that aggregate is unsent (in flight, waiting for a retry, or FAILED under
   // the hold policy).
   bool held = false;
-  // For that first row: how many earlier events of its aggregate are unsent,
-  // not counting the caller's own acked rows (held == earlier_unsent > 0).
+  // For that first row: 1 when an earlier event of its aggregate is unsent,
+  // not counting the caller's own acked rows, else 0 (held == earlier_unsent
+  // > 0). An existence check, not a count: counting walked a held aggregate's
+  // whole tail on every check.
   std::int64_t earlier_unsent = 0;
 };
 

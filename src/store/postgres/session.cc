@@ -275,6 +275,7 @@ Status Session::EnsureConnected() {
   auto conn = Open(options_);
   if (!conn.ok()) return conn.status();
   conn_ = std::move(conn).value();
+  ++generation_;
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -123,6 +124,9 @@ class Session {
   Status ExecScript(std::string_view what, const std::string& sql);
 
   PGconn* raw() { return conn_.get(); }
+  // Counts the connections this session opened: a session setting made on one
+  // is gone after a reconnect.
+  std::uint64_t generation() const { return generation_; }
 
  private:
   explicit Session(Options options, ConnPtr conn)
@@ -132,6 +136,7 @@ class Session {
 
   Options options_;
   ConnPtr conn_;
+  std::uint64_t generation_ = 1;
 };
 
 // Helpers for reading text results.
