@@ -715,6 +715,31 @@ TEST_F(PostgresTest, AClaimFindsHeadsBehindAHotAggregateWithoutWalkingItsBacklog
   EXPECT_LT(hits, 30000) << "the claim walked the hot aggregate's backlog (heap buffer hits)";
 }
 
+// Migration 9. With few aggregates and statistics taken before a backlog was
+// sent (a queue table's are always stale), the planner answered "an earlier
+// unsent event of this aggregate?" by walking the primary key through every
+// SENT row (random_page_cost 4 made the aggregate index look dear): 10
+// aggregates drained at 2,349 events/s by polling. The claim now plans with
+// random_page_cost 1.1. Counted in buffer hits, not timed.
+TEST_F(PostgresTest, AClaimWithFewAggregatesDoesNotWalkTheSentRows) {
+  Exec(conn_.get(),
+       "INSERT INTO " + schema_ + ".outbox (event_id, aggregate_type, aggregate_id, event_type, "
+       "payload, headers) SELECT " + schema_ + ".uuid_v7(), 'tenant', 't' || (i % 10), 'E', "
+       "'\\x00'::bytea, '{}' FROM generate_series(1, 50010) i");
+  Exec(conn_.get(), "ANALYZE " + schema_ + ".outbox");  // every row PENDING
+  Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT', sent_at = now() WHERE seq < "
+                    "(SELECT min(seq) + 50000 FROM " + schema_ + ".outbox)");
+  const std::string hits_now = "SELECT pg_stat_get_xact_blocks_hit('" + schema_ + ".outbox'::regclass)";
+  Exec(conn_.get(), "BEGIN");
+  const long before = std::stol(Exec(conn_.get(), hits_now));
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ +
+                                  ".claim_ordered(10, 'w', 30000, 10, true, 8388608, NULL, 60000)"),
+            "10");
+  const long hits = std::stol(Exec(conn_.get(), hits_now)) - before;
+  Exec(conn_.get(), "ROLLBACK");
+  EXPECT_LT(hits, 20000) << "the claim walked the SENT rows (heap buffer hits)";
+}
+
 // Migration 7. A sweeper claim stops at the first head the stream has not
 // passed: skipping on locked it (FOR UPDATE) and walked further, and sweepers
 // claiming at once skipped each other's locked heads through the whole
