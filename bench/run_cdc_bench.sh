@@ -5,9 +5,12 @@
 # relay writes per event; one large transaction streamed (peak RSS); latency at
 # steady loads in both modes.
 #   bench/run_cdc_bench.sh [--rows 200000] [--runs 3] [--big-tx 100000] [--rates 1000,5000] [--seconds 15]
+#                          [--aggregates 1000]
+# The default 1,000 aggregates write the section "cdc"; another count writes
+# "cdc_aggregates_<N>" (few aggregates: the hot-key case).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-ROWS=200000 RUNS=3 BIG=100000 RATES=1000,5000 SECONDS_=15
+ROWS=200000 RUNS=3 BIG=100000 RATES=1000,5000 SECONDS_=15 AGGREGATES=1000
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS="$2"; shift 2 ;;
@@ -15,6 +18,7 @@ while [ $# -gt 0 ]; do
     --big-tx) BIG="$2"; shift 2 ;;
     --rates) RATES="$2"; shift 2 ;;
     --seconds) SECONDS_="$2"; shift 2 ;;
+    --aggregates) AGGREGATES="$2"; shift 2 ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -24,12 +28,16 @@ B="$ROOT/build/release"
 machine="$(machine_line)"
 out="$("$B/bench/cdc_bench" --relay "$B/tools/outbox_relay/outbox-relay" \
   --mock "$B/tools/mock_kafka/outbox-mock-kafka" --rows "$ROWS" --runs "$RUNS" \
-  --big-tx "$BIG" --rates "$RATES" --seconds "$SECONDS_")"
+  --big-tx "$BIG" --rates "$RATES" --seconds "$SECONDS_" --aggregates "$AGGREGATES")"
+section=cdc extra=""
+if [ "$AGGREGATES" != 1000 ]; then
+  section="cdc_aggregates_$AGGREGATES" extra=" --aggregates $AGGREGATES"
+fi
 
-update_section cdc <<MD
-### CDC: drain against the bare stream and polling, WAL per event, one large transaction, latency
+update_section "$section" <<MD
+### CDC: drain against the bare stream and polling, WAL per event, one large transaction, latency ($AGGREGATES aggregates)
 
-Command: \`bench/run_cdc_bench.sh --rows $ROWS --runs $RUNS --big-tx $BIG --rates $RATES --seconds $SECONDS_\`
+Command: \`bench/run_cdc_bench.sh --rows $ROWS --runs $RUNS --big-tx $BIG --rates $RATES --seconds $SECONDS_$extra\`
 (runs \`build/release/bench/cdc_bench\`: the release \`outbox-relay\` with its defaults —
 4 workers, batch 500; in cdc mode one stream thread with batches of up to 2000
 (\`cdc.batch_size\`), one published at a time (\`cdc.batches_in_flight\` = 1), plus
