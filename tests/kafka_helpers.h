@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,10 @@ class MockKafka {
     std::filesystem::remove_all(dir_);
   }
   const std::string& bootstrap() const { return bootstrap_; }
+  // The process's exit code if it has exited (a broker that died under a test
+  // looks like a broker that is down), and what it wrote.
+  std::optional<int> Exited() { return proc_->Wait(std::chrono::milliseconds(0)); }
+  std::string Log() const { return proc_->Log(); }
 
   // SIGTERM, then its exit code.
   int Terminate() {
