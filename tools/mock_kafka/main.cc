@@ -12,7 +12,6 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -32,22 +31,9 @@
 #include "cli.h"
 #include "outbox/version.h"
 
-// The mock cluster accepts its client connections with accept(2) and leaves
-// Nagle's algorithm on. A real broker turns it off (Kafka's socket server sets
-// TCP_NODELAY); with it on, a response written while the previous one is not
-// yet acknowledged waits for the client's delayed ACK — ~40 ms on Linux — and
-// every produce that spans several requests per connection paid that
-// (docs/testing.md, "Known traps of librdkafka 2.0.2's mock"). This definition takes the place of
-// libc's for librdkafka (the executable's symbols come first), so each
-// connection the brokers accept gets TCP_NODELAY like a real broker's.
-extern "C" int accept(int fd, struct sockaddr* addr, socklen_t* len) {
-  const int s = ::accept4(fd, addr, len, 0);
-  if (s >= 0) {
-    const int one = 1;
-    (void)::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  }
-  return s;
-}
+// socket_hooks.cc replaces accept, close and poll for librdkafka: every
+// connection a broker accepts gets TCP_NODELAY, and a client's close of a muted
+// connection is noticed (the mock aborted on a member's second JoinGroup).
 
 namespace {
 
