@@ -108,6 +108,28 @@ TEST_F(CrashMatrixTest, RelayDiesAfterPublishBeforeMarkSent_RepublishedAndAbsorb
   EXPECT_EQ(b.Wait(Scaled(30s)), 0);
 }
 
+// A fault point with `/TAG` fires only on a batch tagged TAG: for this point,
+// one that published an event of that type (the demo forces its duplicated
+// PaymentAuthorized so). 200 OrderChanged events go through; the one
+// OrderShipped that follows crashes the relay, and only it is left leased.
+TEST_F(CrashMatrixTest, AFaultTaggedWithAnEventTypeFiresOnlyOnABatchThatPublishedOne) {
+  EnqueueMany(2, 10, 10);
+  Subprocess& a = StartRelay(
+      Fast(), {{"OUTBOX_FAULTS", "Relay::AfterPublishBeforeMarkSent=crash@1/OrderShipped"}});
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 200; }, 60s)) << a.Log();
+  EXPECT_FALSE(a.Wait(0s).has_value()) << "crashed on a batch without an OrderShipped";
+  Event shipped = OrderEvent("agg-0-0", "shipped");
+  shipped.event_type = "OrderShipped";
+  EnqueueOptions eo;
+  eo.schema = schema_;
+  Exec(admin_.get(), "BEGIN");
+  ASSERT_TRUE(Enqueue(admin_.get(), shipped, eo).ok());
+  Exec(admin_.get(), "COMMIT");
+  EXPECT_EQ(a.Wait(Scaled(30s)), 70) << a.Log();
+  EXPECT_EQ(CountStatus("SENT"), 200);
+  EXPECT_EQ(CountStatus("PROCESSING"), 1) << "the OrderShipped row, acked but not marked";
+}
+
 TEST_F(CrashMatrixTest, MarkSentFails_NeverFailedRepublishedAfterLeaseAndAbsorbed) {
   EnqueueMany(2, 10, 10);
   StartConsumer();

@@ -4,7 +4,11 @@
 // Armed from the environment: OUTBOX_FAULTS="name=action[,name=action...]" where
 // action is `crash` (_exit(70), as a SIGKILL would leave things), `abort`,
 // `error`, or `delay:MS`; `@N` after the action fires only on the N-th pass
-// (e.g. `Inbox::AfterCommitBeforeOffsetCommit=crash@3`). Unarmed, a fault point
+// (e.g. `Inbox::AfterCommitBeforeOffsetCommit=crash@3`); `/TAG` after that
+// fires only on passes tagged TAG, and `@N` then counts only those (the relay's
+// Relay::AfterPublishBeforeMarkSent is tagged with the event types of the
+// batch's acked events: `=crash@1/PaymentAuthorized` crashes on the first batch
+// that published one, so a copy of it is certain). Unarmed, a fault point
 // costs one relaxed atomic load. Only builds with the CMake option
 // OUTBOX_FAULT_POINTS (on with the tests and in the `demo` preset that
 // scripts/demo builds, off in the release preset) have them; elsewhere
@@ -26,6 +30,8 @@
 #define OUTBOX_FAULT_H_
 
 #include <atomic>
+#include <span>
+#include <string>
 #include <string_view>
 
 namespace outbox::fault {
@@ -46,13 +52,18 @@ bool AnyArmed();
 
 // Runs the armed action for `name`: crashes, aborts or sleeps as configured.
 // Returns true when the action is `error` (the caller fails the operation).
-bool Hit(std::string_view name);
+// `tags` describe this pass (an action with `/TAG` ignores passes without it).
+bool Hit(std::string_view name, std::span<const std::string> tags = {});
 
 // The cheap check to put in code: `if (OUTBOX_FAULT(kName)) return error;`
 #if defined(OUTBOX_FAULT_POINTS) && OUTBOX_FAULT_POINTS
 #define OUTBOX_FAULT(name) (::outbox::fault::AnyArmed() && ::outbox::fault::Hit(name))
+// `tags` (a std::vector<std::string>) is evaluated only when a point is armed.
+#define OUTBOX_FAULT_TAGGED(name, tags) \
+  (::outbox::fault::AnyArmed() && ::outbox::fault::Hit(name, tags))
 #else
 #define OUTBOX_FAULT(name) ((void)(name), false)
+#define OUTBOX_FAULT_TAGGED(name, tags) ((void)(name), false)
 #endif
 
 }  // namespace outbox::fault

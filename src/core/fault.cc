@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -17,6 +18,7 @@ struct Action {
   long delay_ms = 0;
   long on_pass = 0;  // 0 = every pass
   long passes = 0;
+  std::string tag;   // non-empty: only passes whose tags include it count
 };
 
 struct Registry {
@@ -43,6 +45,10 @@ Registry& Reg() {
     if (eq == std::string::npos) continue;
     Action a;
     std::string act = item.substr(eq + 1);
+    if (auto slash = act.find('/'); slash != std::string::npos) {
+      a.tag = act.substr(slash + 1);
+      act = act.substr(0, slash);
+    }
     auto at = act.find('@');
     if (at != std::string::npos) {
       a.on_pass = std::atol(act.c_str() + at + 1);
@@ -70,12 +76,16 @@ bool AnyArmed() {
 #endif
 }
 
-bool Hit(std::string_view name) {
+bool Hit(std::string_view name, std::span<const std::string> tags) {
   Action a;
   {
     std::lock_guard<std::mutex> l(Reg().mu);
     auto it = Reg().actions.find(name);
     if (it == Reg().actions.end()) return false;
+    if (!it->second.tag.empty() &&
+        std::find(tags.begin(), tags.end(), it->second.tag) == tags.end()) {
+      return false;
+    }
     ++it->second.passes;
     if (it->second.on_pass != 0 && it->second.passes != it->second.on_pass) return false;
     a = it->second;

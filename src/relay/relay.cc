@@ -31,6 +31,18 @@ std::string SeqList(const std::vector<std::int64_t>& seqs) {
   return s;
 }
 
+// The fault point's tags: the event types the broker acked in this batch.
+[[maybe_unused]] std::vector<std::string> AckedEventTypes(const std::vector<ClaimedEvent>& events,
+                                                          const std::vector<PublishResult>& results) {
+  std::vector<std::string> types;
+  for (std::size_t i = 0; i < events.size() && i < results.size(); ++i) {
+    if (results[i].outcome != PublishOutcome::kAcked) continue;
+    const std::string& t = events[i].event.event_type;
+    if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+  }
+  return types;
+}
+
 }  // namespace
 
 namespace {
@@ -539,7 +551,8 @@ void Relay::WorkerLoop(int index) {
     const auto published_at = Clock::now();
     std::vector<PublishResult> results = transport_.Publish(events);
     const auto acked_at = Clock::now();
-    (void)OUTBOX_FAULT(fault::kRelayAfterPublishBeforeMarkSent);
+    (void)OUTBOX_FAULT_TAGGED(fault::kRelayAfterPublishBeforeMarkSent,
+                              AckedEventTypes(events, results));
     Plan plan = PlanTransitions(events, results, options_, NextOutageDelay(), rng);
     EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, probing);
     RecordPublish(metrics_, logger_, who, events, results, plan, acked_at - claimed_at, &logged_outage);
