@@ -27,7 +27,7 @@ case "$mode" in
     ;;
   subdirectory)
     cmake -S "$here/subdir" -B "$tmp/build" -DOUTBOX_SOURCE_DIR="$dir" >/dev/null
-    cmake --build "$tmp/build" -j"$(nproc)" >/dev/null
+    cmake --build "$tmp/build" -j"$(nproc)" --target consumer >/dev/null
     "$tmp/build/consumer"
     ;;
   *) echo "usage: run.sh find_package|pkg-config BUILD_DIR | subdirectory SOURCE_DIR" >&2; exit 2 ;;
