@@ -362,9 +362,9 @@ TEST(MockKafka, AMemberJoiningAgainWhileItsHeldJoinsConnectionIsClosedNeverAbort
   constexpr std::size_t kTimes = 200;
   auto current = std::make_unique<WireConnection>(coordinator);
   ASSERT_TRUE(current->Send(kJoinGroup, 2, JoinGroupBody(group, kSessionMs, member)));
-  for (int attempt = 0; attempt < 3 * static_cast<int>(kTimes) && CountOf(mk.Log(), kSeen) < kTimes;
+  for (int attempt = 0; attempt < 5 * static_cast<int>(kTimes) && CountOf(mk.Log(), kSeen) < kTimes;
        ++attempt) {
-    std::this_thread::sleep_for(2ms);  // the mock reads the join and holds its response
+    std::this_thread::sleep_for(3ms);  // the mock reads the join and holds its response
     current->Close();
     current = std::make_unique<WireConnection>(coordinator);
     ASSERT_TRUE(current->Send(kJoinGroup, 3, JoinGroupBody(group, kSessionMs, member)))
