@@ -309,6 +309,12 @@ int main(int argc, char** argv) {
   char errstr[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof errstr);
+  // librdkafka's own trace of the mock (e.g. "mock" or "all") for a hunt in
+  // its log; off by default.
+  if (const char* debug = std::getenv("OUTBOX_MOCK_KAFKA_DEBUG"); debug && *debug) {
+    rd_kafka_conf_set(conf, "debug", debug, errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "log_level", "7", errstr, sizeof errstr);
+  }
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
   if (!rk) {
     std::cerr << "outbox-mock-kafka: rd_kafka_new: " << errstr << "\n";

@@ -1,35 +1,36 @@
 // Socket hooks that make librdkafka 2.0.2's mock cluster behave like a real
-// broker in two ways it does not by itself. Each definition here takes the
-// place of libc's for librdkafka (the executable's symbols come first); none
-// changes what any other socket of the process sees.
+// broker where it does not by itself. Each definition here takes the place of
+// libc's for librdkafka (the executable's symbols come first); only the
+// connections the brokers accepted are touched, no other socket of the process.
 //
 // 1. TCP_NODELAY on every accepted connection (accept): the mock leaves Nagle's
 //    algorithm on, and a response written while the previous one is not yet
 //    acknowledged waited for the client's delayed ACK, ~40 ms on Linux
 //    (docs/testing.md, "Known traps of librdkafka 2.0.2's mock").
 //
-// 2. A client's close of a *muted* connection is noticed (poll, close). The mock
-//    mutes a connection (polls it without POLLIN) while it holds that
-//    connection's JoinGroup or SyncGroup response back for the rebalance. A
-//    client that closes such a connection sends a FIN, and a FIN shows up only
-//    as POLLIN, which the mock does not ask for: the connection stays open on
-//    the mock's side, and the group member keeps the held response. When the
-//    same member then joins again on its new connection, the mock asserts
-//    (rdkafka_mock_cgrp.c:567, `!member->resp`) and the whole process aborts.
-//    The exact sequence: JoinGroup(member M) on connection A, held; the client
-//    closes A; JoinGroup(M) on connection B -> abort. A client's request that
-//    times out while muted behind the held response, or any reconnect of the
-//    coordinator connection mid-rebalance, does exactly that.
+// 2. A member's JoinGroup is never read while its previous one is held (poll,
+//    recvmsg, close). The mock holds a member's JoinGroup response until the
+//    rebalance ends, and *mutes* the connection meanwhile (polls it without
+//    POLLIN). A second JoinGroup of the same member, on another connection,
+//    then aborted the whole process (rdkafka_mock_cgrp.c:567, `!member->resp`).
+//    Two sequences lead there, both seen with librdkafka consumers under chaos:
+//    a. the client closes the muted connection A and joins again on B: A's FIN
+//       shows up only as POLLIN, which the mock does not ask for, so A stays
+//       open on its side with the held response;
+//    b. the client joins again on B while A is still open.
+//    The hooks fix both. poll asks for POLLRDHUP on every accepted connection
+//    and reports a muted one its client closed as POLLHUP: the mock closes it
+//    and drops the held response, as for any closed connection; in that round
+//    every other connection's POLLIN is held back, so a request already
+//    waiting on B is read after the close. recvmsg peeks at each request before
+//    the mock reads it: a JoinGroup of a member whose earlier JoinGroup is
+//    still held on another muted connection waits (its connection polled
+//    without POLLIN) until that one is answered or closed, as a real broker
+//    serves one join per member at a time. Each time, a line in the log.
 //
-//    The poll hook asks for POLLRDHUP on every accepted connection and, when a
-//    muted one has been closed by its client, reports POLLHUP for it: the mock
-//    then closes it ("Disconnected") and drops the member's held response, as
-//    it does for any closed connection. In that round the hook holds back
-//    every other connection's POLLIN, so a request already waiting on the new
-//    connection is read only after the close (the mock serves the ready fds in
-//    array order, and the new connection may come first).
-//
-// Thread-safety: accept and close run on any thread; the table is atomic.
+// Thread-safety: accept and close may run on any thread (the table of accepted
+// connections is atomic); poll and recvmsg on an accepted connection run only
+// on the mock cluster's thread, which owns the rest of the state.
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -38,9 +39,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <string>
 
 namespace {
 
@@ -54,21 +61,148 @@ bool Tracked(int fd) {
   return fd >= 0 && fd < kMaxTracked && g_accepted[fd].load(std::memory_order_relaxed);
 }
 
-using PollFn = int (*)(pollfd*, nfds_t, int);
+constexpr int16_t kJoinGroup = 11;
+// A JoinGroup waits at most this long for its member's earlier one; past it,
+// it is read (the mock answers a held join within the session timeout).
+constexpr auto kMaxWait = std::chrono::seconds(15);
 
-PollFn RealPoll() {
-  static const PollFn fn = reinterpret_cast<PollFn>(::dlsym(RTLD_NEXT, "poll"));
-  return fn;
+// What the hooks know of one accepted connection (mock thread only).
+struct Connection {
+  bool muted = false;         // as of the last poll: the mock did not ask for POLLIN
+  // The last JoinGroup read from it (its member id), and whether the mock may
+  // still hold its response: reading (bytes still to come), read (whole; not
+  // polled since), held (the mock muted the connection), or none (answered:
+  // the connection is polled for reading again, or never was muted).
+  std::string join_member;
+  enum class Join { kNone, kReading, kRead, kHeld } join = Join::kNone;
+  int waits_for = -1;         // a JoinGroup here waits for this connection's
+  std::string waits_member;   // (its member)
+  std::chrono::steady_clock::time_point waiting_since;
+  std::uint32_t left = 0;     // bytes of the current request still to be read
+  std::array<unsigned char, 4> size{};  // its size field, as far as read
+  int size_len = 0;
+};
+Connection* g_conns[kMaxTracked];  // allocated on first use, reset on accept
+
+// Whether connection x holds `member`'s JoinGroup, or may.
+bool HoldsJoinOf(int x, const std::string& member) {
+  const Connection* c = g_conns[x];
+  return Tracked(x) && c != nullptr && c->join != Connection::Join::kNone &&
+         c->join_member == member;
 }
 
-// One line on stderr (the mock's log); tests count these lines.
+Connection& Conn(int fd) {
+  if (g_conns[fd] == nullptr) g_conns[fd] = new Connection();
+  return *g_conns[fd];
+}
+
+template <typename Fn>
+Fn Real(const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+}
+using PollFn = int (*)(pollfd*, nfds_t, int);
+using RecvmsgFn = ssize_t (*)(int, msghdr*, int);
+
+// One line each on stderr (the mock's log); tests count them.
+void Write(const char* line, int n) {
+  if (n > 0) (void)::write(STDERR_FILENO, line, static_cast<std::size_t>(n));
+}
+void LogWaits(int fd, int held_on, const std::string& member) {
+  char line[256];
+  Write(line, std::snprintf(line, sizeof line,
+                            "outbox-mock-kafka: JoinGroup on fd %d waits: member's earlier "
+                            "JoinGroup is held on fd %d (member %s)\n",
+                            fd, held_on, member.c_str()));
+}
 void LogClosedWhileMuted(int fd) {
   char line[160];
-  const int n = std::snprintf(line, sizeof line,
-                              "outbox-mock-kafka: connection (fd %d) closed by its client while "
-                              "muted; the broker closes it and drops its held response\n",
-                              fd);
-  if (n > 0) (void)::write(STDERR_FILENO, line, static_cast<std::size_t>(n));
+  Write(line, std::snprintf(line, sizeof line,
+                            "outbox-mock-kafka: connection (fd %d) closed by its client while "
+                            "muted; the broker closes it and drops its held response\n",
+                            fd));
+}
+
+// Big-endian readers over a peeked request; false when it is too short.
+struct Reader {
+  const unsigned char* p;
+  std::size_t n, at = 0;
+  bool I16(int16_t& v) {
+    if (at + 2 > n) return false;
+    v = static_cast<int16_t>((p[at] << 8) | p[at + 1]);
+    at += 2;
+    return true;
+  }
+  bool Skip(std::size_t k) {
+    if (at + k > n) return false;
+    at += k;
+    return true;
+  }
+  bool Str(std::string* out) {  // nullable string: int16 length, -1 = null
+    int16_t len;
+    if (!I16(len)) return false;
+    if (len <= 0) return true;
+    if (at + static_cast<std::size_t>(len) > n) return false;
+    if (out) out->assign(reinterpret_cast<const char*>(p + at), static_cast<std::size_t>(len));
+    at += static_cast<std::size_t>(len);
+    return true;
+  }
+};
+
+// The member id of the JoinGroup at the start of `fd`'s stream: "" for
+// another request or a new member; nullopt-like `complete = false` when the
+// bytes that name it have not all arrived yet.
+std::string PeekJoinMember(int fd, bool* complete) {
+  unsigned char buf[1024];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  *complete = true;
+  if (n < 6) {
+    *complete = n <= 0;  // nothing yet: let the mock's read see that itself
+    return "";
+  }
+  Reader r{buf, static_cast<std::size_t>(n)};
+  int16_t api = 0, version = 0;
+  std::string member;
+  const std::size_t total = ((std::size_t{buf[0]} << 24) | (std::size_t{buf[1]} << 16) |
+                             (std::size_t{buf[2]} << 8) | std::size_t{buf[3]}) + 4;
+  if (!r.Skip(4) || !r.I16(api)) return "";
+  if (api != kJoinGroup) return "";
+  // Header v1 (JoinGroup v0..v5): version, correlation id, client id; then
+  // group id, session timeout, rebalance timeout (v1+), member id.
+  const bool ok = r.I16(version) && r.Skip(4) && r.Str(nullptr) && r.Str(nullptr) && r.Skip(4) &&
+                  (version < 1 || r.Skip(4)) && r.Str(&member);
+  // Not parsed: wait for more bytes, unless the whole request (or all we look
+  // at) is here -- then it is malformed, and the mock's parser says so.
+  if (!ok) *complete = static_cast<std::size_t>(n) >= total || static_cast<std::size_t>(n) == sizeof buf;
+  return member;
+}
+
+// Advances `c`'s request boundary over the `n` bytes just read into `msg`.
+void Consume(Connection& c, const msghdr* msg, std::size_t n) {
+  for (std::size_t i = 0; i < msg->msg_iovlen && n > 0; ++i) {
+    const auto* p = static_cast<const unsigned char*>(msg->msg_iov[i].iov_base);
+    std::size_t len = msg->msg_iov[i].iov_len < n ? msg->msg_iov[i].iov_len : n;
+    n -= len;
+    while (len > 0) {
+      if (c.left == 0 && c.size_len < 4) {
+        c.size[static_cast<std::size_t>(c.size_len++)] = *p++;
+        --len;
+        if (c.size_len == 4) {
+          c.left = (std::uint32_t{c.size[0]} << 24) | (std::uint32_t{c.size[1]} << 16) |
+                   (std::uint32_t{c.size[2]} << 8) | std::uint32_t{c.size[3]};
+          if (c.left == 0) c.size_len = 0;
+        }
+        continue;
+      }
+      const std::size_t take = len < c.left ? len : c.left;
+      p += take;
+      len -= take;
+      c.left -= static_cast<std::uint32_t>(take);
+      if (c.left == 0) {
+        c.size_len = 0;
+        if (c.join == Connection::Join::kReading) c.join = Connection::Join::kRead;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -78,7 +212,10 @@ extern "C" int accept(int fd, struct sockaddr* addr, socklen_t* len) {
   if (s >= 0) {
     const int one = 1;
     (void)::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (s < kMaxTracked) g_accepted[s].store(true, std::memory_order_relaxed);
+    if (s < kMaxTracked) {
+      Conn(s) = Connection{};
+      g_accepted[s].store(true, std::memory_order_relaxed);
+    }
   }
   return s;
 }
@@ -88,22 +225,79 @@ extern "C" int close(int fd) {
   return static_cast<int>(::syscall(SYS_close, fd));
 }
 
-extern "C" int poll(pollfd* fds, nfds_t n, int timeout_ms) {
-  bool tracked_any = false;
-  for (nfds_t i = 0; i < n; ++i) {
-    if (Tracked(fds[i].fd)) {
-      fds[i].events |= POLLRDHUP;
-      tracked_any = true;
+extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+  static const auto real = Real<RecvmsgFn>("recvmsg");
+  if (!Tracked(fd)) return real(fd, msg, flags);
+  Connection& c = Conn(fd);
+  if (c.left == 0 && c.size_len == 0) {  // a request starts here
+    bool complete = false;
+    const std::string member = PeekJoinMember(fd, &complete);
+    if (!complete) {
+      errno = EAGAIN;  // the rest of its start is on its way
+      return -1;
+    }
+    if (!member.empty()) {
+      for (int x = 0; x < kMaxTracked && c.waits_for < 0; ++x) {
+        if (x != fd && HoldsJoinOf(x, member)) {
+          c.waits_for = x;
+          c.waits_member = member;
+          c.waiting_since = std::chrono::steady_clock::now();
+          LogWaits(fd, x, member);
+        }
+      }
+      if (c.waits_for >= 0) {
+        errno = EAGAIN;
+        return -1;
+      }
+      c.join_member = member;
+      c.join = Connection::Join::kReading;
     }
   }
-  const int r = RealPoll()(fds, n, timeout_ms);
-  if (!tracked_any || r <= 0) return r;
+  const ssize_t n = real(fd, msg, flags);
+  if (n > 0) Consume(c, msg, static_cast<std::size_t>(n));
+  return n;
+}
+
+extern "C" int poll(pollfd* fds, nfds_t n, int timeout_ms) {
+  static const auto real = Real<PollFn>("poll");
+  bool tracked_any = false;
+  for (nfds_t i = 0; i < n; ++i) {
+    if (!Tracked(fds[i].fd)) continue;
+    tracked_any = true;
+    Connection& c = Conn(fds[i].fd);
+    c.muted = (fds[i].events & POLLIN) == 0;
+    using Join = Connection::Join;
+    if (c.join == Join::kRead) c.join = c.muted ? Join::kHeld : Join::kNone;
+    else if (c.join == Join::kHeld && !c.muted) c.join = Join::kNone;
+  }
+  if (!tracked_any) return real(fds, n, timeout_ms);
+
+  // A JoinGroup waiting for its member's held one is not polled for reading
+  // until that one is answered (its connection no longer muted) or closed.
+  const auto now = std::chrono::steady_clock::now();
+  bool holding[1024] = {};
+  for (nfds_t i = 0; i < n && i < 1024; ++i) {
+    if (!Tracked(fds[i].fd)) continue;
+    Connection& c = Conn(fds[i].fd);
+    if (c.waits_for >= 0) {
+      const int x = c.waits_for;
+      const bool still = HoldsJoinOf(x, c.waits_member) && now - c.waiting_since < kMaxWait;
+      if (!still) c.waits_for = -1;
+    }
+    if (c.waits_for >= 0 && (fds[i].events & POLLIN) != 0) {
+      fds[i].events &= static_cast<short>(~POLLIN);
+      holding[i] = true;
+    }
+    fds[i].events |= POLLRDHUP;
+  }
+  const int r = real(fds, n, timeout_ms);
 
   bool closed_while_muted = false;
   for (nfds_t i = 0; i < n; ++i) {
     if (!Tracked(fds[i].fd)) continue;
-    const bool muted = (fds[i].events & POLLIN) == 0;
-    if (muted && (fds[i].revents & POLLRDHUP) != 0) {
+    if (i < 1024 && holding[i]) fds[i].events |= POLLIN;
+    const bool muted = Conn(fds[i].fd).muted;
+    if (r > 0 && muted && (fds[i].revents & POLLRDHUP) != 0) {
       fds[i].revents |= POLLHUP;
       closed_while_muted = true;
       LogClosedWhileMuted(fds[i].fd);
@@ -111,6 +305,7 @@ extern "C" int poll(pollfd* fds, nfds_t n, int timeout_ms) {
     fds[i].events &= static_cast<short>(~POLLRDHUP);
     fds[i].revents &= static_cast<short>(~POLLRDHUP);
   }
+  if (r <= 0) return r;
   int ready = 0;
   for (nfds_t i = 0; i < n; ++i) {
     if (closed_while_muted && (fds[i].revents & POLLHUP) == 0) {
