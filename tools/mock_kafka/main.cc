@@ -31,9 +31,9 @@
 #include "cli.h"
 #include "outbox/version.h"
 
-// socket_hooks.cc replaces accept, close and poll for librdkafka: every
-// connection a broker accepts gets TCP_NODELAY, and a client's close of a muted
-// connection is noticed (the mock aborted on a member's second JoinGroup).
+// socket_hooks.cc replaces accept, close, poll and recvmsg for librdkafka:
+// every connection a broker accepts gets TCP_NODELAY, and a member's second
+// JoinGroup waits while its first is held (the mock aborted on it).
 
 namespace {
 

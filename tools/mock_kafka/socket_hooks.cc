@@ -46,7 +46,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 namespace {
@@ -153,12 +152,17 @@ struct Reader {
 // bytes that name it have not all arrived yet.
 std::string PeekJoinMember(int fd, bool* complete) {
   unsigned char buf[1024];
-  const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  // Every request of every client passes here: look at its size and API key
+  // first, and copy more only for a JoinGroup.
+  ssize_t n = ::recv(fd, buf, 6, MSG_PEEK | MSG_DONTWAIT);
   *complete = true;
   if (n < 6) {
     *complete = n <= 0;  // nothing yet: let the mock's read see that itself
     return "";
   }
+  if (((buf[4] << 8) | buf[5]) != kJoinGroup) return "";
+  n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 6) return "";
   Reader r{buf, static_cast<std::size_t>(n)};
   int16_t api = 0, version = 0;
   std::string member;
