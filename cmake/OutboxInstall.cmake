@@ -15,6 +15,14 @@ foreach(lib IN LISTS OUTBOX_LIBRARIES)
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})
 endforeach()
 
+# Everything `cmake --install` and cpack copy, as one target: scripts/test
+# builds the dev preset's tests and this, not the whole tree.
+add_custom_target(outbox_installable)
+add_dependencies(outbox_installable ${OUTBOX_LIBRARIES})
+if(OUTBOX_BUILD_TOOLS)
+  add_dependencies(outbox_installable outbox-relay outboxctl outbox-mock-kafka)
+endif()
+
 install(TARGETS ${OUTBOX_LIBRARIES} EXPORT outboxTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
