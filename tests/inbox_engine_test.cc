@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "metrics_text.h"
 #include "outbox/consumer.h"
 #include "plan.h"
 
@@ -17,6 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace inbox_internal;
+using testing::ExpectShortestBucketBounds;
 
 InboundMessage Msg(const std::string& topic, int partition, std::int64_t offset,
                    const std::string& id, const std::string& payload = "ok") {
@@ -406,6 +408,8 @@ TEST_F(InboxEngineTest, MetricsCountOutcomesPerRetryTopicAndClass) {
   source_.Add(Msg("t", 0, 3, "c", "permanent"));
   RunUntil([&] { return source_.Committed({"t", 0}) == 4; });
   const std::string text = metrics_.RenderPrometheus();
+  EXPECT_EQ(ExpectShortestBucketBounds(text), 12) << text;  // batch_seconds
+  EXPECT_NE(text.find("outbox_inbox_batch_seconds_bucket{le=\"0.025\"}"), std::string::npos) << text;
   EXPECT_NE(text.find("outbox_inbox_applied_total 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("outbox_inbox_duplicates_total 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("outbox_inbox_retried_total{topic=\"t.retry.1\"} 1\n"), std::string::npos)

@@ -348,11 +348,22 @@ TEST_F(ServeTest, BadFlagsAndTokensExitTwoBeforeServing) {
            {"serve --listen 127.0.0.1:99999", "--listen"},
            {"serve --token-file " + dir + "/short", "too short"},
            {"serve --token-file " + dir + "/empty", "--token-file"},
-           {"serve --token-file " + dir + "/missing", "--token-file"}}) {
+           {"serve --token-file " + dir + "/missing", "--token-file"},
+           {"serve --allowed-host a.example:80", "--allowed-host"},
+           {"serve --allowed-host ''", "--allowed-host"},
+           {"serve --allowed-host a.example/x", "--allowed-host"},
+           {"serve --public-url dash.example.com", "--public-url"},
+           {"serve --public-url ftp://dash.example.com", "--public-url"},
+           {"serve --public-url https://", "--public-url"},
+           {"serve --public-url https://dash.example.com:0", "--public-url"},
+           {"serve --public-url https://dash.example.com:https", "--public-url"},
+           {"serve --public-url https://user:s3cret@dash.example.com", "--public-url"}}) {
     CommandRun r = RunCommand(base_ + " " + args + " 2>&1");
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(name), std::string::npos) << args << ": " << r.out;
   }
+  CommandRun p = RunCommand(base_ + " serve --public-url https://user:s3cret@dash.example.com 2>&1");
+  EXPECT_EQ(p.out.find("s3cret"), std::string::npos) << "a password in --public-url is never printed";
   CommandRun r = RunCommand("OUTBOX_DASHBOARD_TOKEN=short " + base_ + " serve 2>&1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("OUTBOX_DASHBOARD_TOKEN"), std::string::npos) << r.out;
@@ -360,6 +371,70 @@ TEST_F(ServeTest, BadFlagsAndTokensExitTwoBeforeServing) {
   std::filesystem::remove_all(dir);
 }
 
+
+// DNS rebinding: a page on an attacker's domain that resolves to 127.0.0.1
+// sends its own name as Host. On loopback only localhost, 127.0.0.0/8 literals,
+// [::1] and the names allowed by flag are answered.
+TEST_F(ServeTest, OnLoopbackOnlyLoopbackNamesAndAllowedHostsAreAnswered) {
+  ASSERT_TRUE(Start({}, {"--allowed-host", "Dash.Internal"})) << server_->Log();
+  auto cl = Client();
+  for (const char* host : {"localhost", "localhost:8089", "LocalHost", "127.0.0.1", "127.0.0.1:8089",
+                           "127.1.2.3", "127.255.255.254:1", "[::1]", "[::1]:8089", "dash.internal",
+                           "DASH.internal:443"}) {
+    auto r = cl.Get("/api/status", httplib::Headers{{"Host", host}});
+    ASSERT_TRUE(r) << host;
+    EXPECT_EQ(r->status, 200) << host << ": " << r->body;
+  }
+  for (const char* host : {"127.0.0.1.evil.example", "127.0.0.1.nip.io", "127.0.0.1.nip.io:8089",
+                           "127.attacker.example", "evil.example", "localhost.evil.example",
+                           "128.0.0.1", "127.1", "0127.0.0.1", "[::2]", "[::1].evil.example",
+                           "dash.internal.evil.example", "internal"}) {
+    auto r = cl.Get("/api/events?state=FAILED", httplib::Headers{{"Host", host}});
+    ASSERT_TRUE(r) << host;
+    EXPECT_EQ(r->status, 403) << host << ": " << r->body;
+    EXPECT_NE(r->body.find("--allowed-host"), std::string::npos) << host << ": " << r->body;
+  }
+}
+
+// Behind an HTTPS reverse proxy the page's Origin is https://<public name>:
+// refused unless --public-url names it; then accepted whether the proxy passes
+// the public Host on (it is answered) or its own (127.0.0.1:PORT, nginx's
+// default), and no other scheme, port or name is.
+TEST_F(ServeTest, BehindAnHttpsProxyActionsNeedThePublicUrl) {
+  const std::string a = EnqueueOne("a", ""), b = EnqueueOne("b", "");
+  Fail(a, "poison");
+  Fail(b, "poison");
+  const auto from = [](const std::string& host, const char* origin) {
+    return httplib::Headers{{"Authorization", std::string("Bearer ") + kToken}, {"Host", host},
+                            {"Origin", origin}};
+  };
+  ASSERT_TRUE(Start({{"OUTBOX_DASHBOARD_TOKEN", kToken}}, {"--allowed-host", "dash.example.com"}))
+      << server_->Log();
+  auto r = Post("/api/replay", {{"event_id", a}}, from("dash.example.com", "https://dash.example.com"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403) << r->body;
+  EXPECT_NE(r->body.find("--public-url"), std::string::npos) << r->body;
+  EXPECT_EQ(StatusOf(a), "FAILED");
+
+  ASSERT_TRUE(Start({{"OUTBOX_DASHBOARD_TOKEN", kToken}}, {"--public-url", "https://Dash.Example.com:443/outbox/"}))
+      << server_->Log();
+  const std::string local = "127.0.0.1:" + std::to_string(port_);
+  for (const char* origin : {"https://evil.example", "http://dash.example.com", "https://dash.example.com:8443",
+                             "https://dash.example.com.evil.example", "null"}) {
+    r = Post("/api/replay", {{"event_id", a}}, from(local, origin));
+    ASSERT_TRUE(r) << origin;
+    EXPECT_EQ(r->status, 403) << origin << ": " << r->body;
+    EXPECT_EQ(StatusOf(a), "FAILED") << origin << " changed the row";
+  }
+  r = Post("/api/replay", {{"event_id", a}}, from(local, "https://dash.example.com"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(StatusOf(a), "PENDING");
+  r = Post("/api/replay", {{"event_id", b}}, from("dash.example.com", "https://dash.example.com"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(StatusOf(b), "PENDING");
+}
 
 }  // namespace
 }  // namespace outbox::testing

@@ -1,6 +1,7 @@
 // outboxctl as a real process against the real PostgreSQL.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sys/wait.h>
 
@@ -197,6 +198,14 @@ TEST_F(OutboxctlTest, BadUsageExitsTwo) {
   EXPECT_EQ(Ctl(base_ + " list --bogus 1").code, 2);
   EXPECT_EQ(Ctl(base_ + " replay").code, 2);
   EXPECT_EQ(Ctl("--db x --schema Bad-Name status").code, 2);
+  // A directory as --config (or --token-file) is not an empty file.
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  for (const std::string& args : {"--config " + dir + " status", "serve --token-file " + dir}) {
+    CtlRun r = Ctl(base_ + " " + args + " 2>&1");
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("cannot read config file " + dir + ": it is a directory"), std::string::npos)
+        << args << ": " << r.out;
+  }
 }
 
 // outboxctl reads the relay's configuration the relay's way: --config FILE,

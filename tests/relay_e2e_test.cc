@@ -234,6 +234,12 @@ TEST_F(RelayE2ETest, BadConfigurationExitsTwoNamingTheKey) {
   Subprocess& relay = StartRelay({"relay.batch_size=0"});
   EXPECT_EQ(relay.Wait(Scaled(10s)), 2);
   EXPECT_NE(relay.Log().find("relay.batch_size"), std::string::npos) << relay.Log();
+  // A directory as --config is not an empty file: exit 2, no start on defaults.
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  CommandRun r = RunCommand(std::string(OUTBOX_RELAY_BIN) + " --config " + dir + " --db '" + url_ +
+                            "' --bootstrap " + kafka_->bootstrap() + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("cannot read config file " + dir + ": it is a directory"), std::string::npos) << r.out;
 }
 
 }  // namespace

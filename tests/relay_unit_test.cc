@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "config.h"
+#include "metrics_text.h"
 #include "outbox/kafka.h"
 #include "outbox/metrics.h"
 #include "outbox/parse.h"
@@ -12,6 +13,7 @@
 
 namespace outbox {
 namespace {
+using testing::ExpectShortestBucketBounds;
 
 using relay_internal::BackoffDelay;
 using relay_internal::PlanTransitions;
@@ -425,9 +427,20 @@ TEST(Metrics, RendersPrometheusTextFormat) {
   EXPECT_NE(out.find("# TYPE x_total counter\nx_total{class=\"a\"} 3\nx_total{class=\"b\"} 1\n"),
             std::string::npos) << out;
   EXPECT_NE(out.find("y 1.5\n"), std::string::npos);
-  EXPECT_NE(out.find("z_seconds_bucket{le=\"0.10000000000000001\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("z_seconds_bucket{le=\"0.1\"} 1\n"), std::string::npos) << out;
   EXPECT_NE(out.find("z_seconds_bucket{le=\"+Inf\"} 3\nz_seconds_sum 5.5"), std::string::npos) << out;
   EXPECT_EQ(h.Quantile(0.5), 1);
+}
+
+// Every histogram the relay exports prints its bucket bounds as the shortest
+// decimal (le="0.0025", not le="0.0025000000000000001").
+TEST(Metrics, TheRelaysHistogramBoundsAreShortestDecimals) {
+  MetricsRegistry r;
+  RelayMetrics metrics(r);
+  const std::string out = r.RenderPrometheus();
+  EXPECT_EQ(ExpectShortestBucketBounds(out), 27) << out;  // claim_batch_rows 12, commit_to_ack 15
+  EXPECT_NE(out.find("outbox_relay_commit_to_ack_seconds_bucket{le=\"0.0025\"} 0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("outbox_relay_commit_to_ack_seconds_bucket{le=\"0.05\"} 0\n"), std::string::npos) << out;
 }
 
 TEST(TopicTemplate, ValidatesAndRenders) {

@@ -1,5 +1,6 @@
 #include "outbox/metrics.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -7,11 +8,14 @@
 namespace outbox {
 namespace {
 
+// The shortest decimal that reads back as `v` (0.0025, not
+// 0.0025000000000000001), as the Prometheus clients print.
 std::string FormatDouble(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 void AtomicAdd(std::atomic<double>& a, double v) {

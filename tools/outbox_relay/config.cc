@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -433,10 +435,17 @@ std::map<std::string, std::string> OutboxEnvironment() {
 
 Result<std::string> ReadConfigFile(const std::string& path) {
   if (path.empty()) return std::string();
-  std::ifstream f(path);
-  if (!f) return Status::InvalidArgument("cannot read config file " + path);
+  // A directory opens as a stream and reads as nothing: it would pass for an
+  // empty file, and the daemon would start on defaults.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument("cannot read config file " + path + ": it is a directory");
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::InvalidArgument("cannot read config file " + path + ": " + std::strerror(errno));
   std::stringstream ss;
   ss << f.rdbuf();
+  if (f.bad()) return Status::InvalidArgument("cannot read config file " + path + ": read error");
   return ss.str();
 }
 

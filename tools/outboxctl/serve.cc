@@ -1,9 +1,12 @@
 #include "serve.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <memory>
@@ -75,17 +78,36 @@ bool ValidTopicName(const std::string& t) {
   return true;
 }
 
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+// The listening address is on the loopback interface.
+bool IsLoopbackListener(const std::string& host) {
+  in_addr a4{};
+  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  return host == "localhost" || host == "::1";
 }
 
-// The Host header's name without its port.
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The Host header's name without its port, lower-cased.
 std::string HostName(const std::string& host_header) {
   if (!host_header.empty() && host_header.front() == '[') {
-    const auto end = host_header.find(']');
-    return end == std::string::npos ? host_header : host_header.substr(0, end + 1);
+    const auto end = host_header.find(']');  // then nothing or a port
+    const bool literal = end != std::string::npos &&
+                         (end + 1 == host_header.size() || host_header[end + 1] == ':');
+    return Lower(literal ? host_header.substr(0, end + 1) : host_header);
   }
-  return host_header.substr(0, host_header.find(':'));
+  return Lower(host_header.substr(0, host_header.find(':')));
+}
+
+// A name a page on another site cannot point at this listener: localhost, an
+// IPv4 literal in 127.0.0.0/8 (four decimal parts, as inet_pton reads them), or
+// [::1]. A name that merely starts with "127." is a DNS name like any other.
+bool IsLoopbackName(const std::string& name) {
+  if (name == "localhost" || name == "[::1]") return true;
+  in_addr a4{};
+  return inet_pton(AF_INET, name.c_str(), &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
 }
 
 // The database session: one, behind a mutex, reopened after any error (the
@@ -126,7 +148,7 @@ void Answer(httplib::Response& res, const Result<json>& r) {
 int Serve(const ServeOptions& o) {
   Db db(o);
   httplib::Server srv;
-  const bool loopback = IsLoopback(o.host);
+  const bool loopback = IsLoopbackListener(o.host);
 
   // Every answer: no framing, no sniffing, scripts and styles only from here
   // (the page has no inline script: a payload that smuggles one in is inert).
@@ -138,14 +160,19 @@ int Serve(const ServeOptions& o) {
     res.set_header("X-Frame-Options", "DENY");
     res.set_header("Referrer-Policy", "no-referrer");
   });
-  // Bound to loopback, only loopback names are answered: a web page elsewhere
-  // cannot reach the API by pointing its own host name at 127.0.0.1.
-  srv.set_pre_routing_handler([loopback](const httplib::Request& req, httplib::Response& res) {
-    if (loopback && !IsLoopback(HostName(req.get_header_value("Host")))) {
-      Error(res, 403, "this dashboard answers only to localhost / 127.0.0.1 (Host header refused)");
-      return httplib::Server::HandlerResponse::Handled;
+  // Bound to loopback, only loopback names and the names the operator allowed
+  // are answered: a web page elsewhere cannot reach the API by pointing its own
+  // host name at 127.0.0.1 (DNS rebinding).
+  srv.set_pre_routing_handler([loopback, &o](const httplib::Request& req, httplib::Response& res) {
+    if (!loopback) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string name = HostName(req.get_header_value("Host"));
+    if (IsLoopbackName(name) || std::find(o.allowed_hosts.begin(), o.allowed_hosts.end(), name) !=
+                                    o.allowed_hosts.end()) {
+      return httplib::Server::HandlerResponse::Unhandled;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    Error(res, 403, "Host header refused: this dashboard answers to localhost, 127.0.0.0/8 and [::1], "
+                    "and to the names given with --allowed-host (or --public-url)");
+    return httplib::Server::HandlerResponse::Handled;
   });
 
   auto asset = [&srv](const char* path, const char* body, const char* type) {
@@ -243,9 +270,13 @@ int Serve(const ServeOptions& o) {
                       "--token-file to enable replay and skip");
       return false;
     }
-    const std::string origin = req.get_header_value("Origin");
-    if (!origin.empty() && origin != "http://" + req.get_header_value("Host")) {
-      Error(res, 403, "cross-origin request refused (Origin " + origin + ")");
+    // The page's own origin: as served here, or as the operator's HTTPS proxy
+    // serves it (--public-url).
+    const std::string origin = Lower(req.get_header_value("Origin"));
+    if (!origin.empty() && origin != "http://" + Lower(req.get_header_value("Host")) &&
+        (o.public_origin.empty() || origin != o.public_origin)) {
+      Error(res, 403, "cross-origin request refused (Origin " + origin +
+                          (o.public_origin.empty() ? "; behind a proxy, start with --public-url)" : ")"));
       return false;
     }
     if (!SameSecret(req.get_header_value("Authorization"), "Bearer " + o.token)) {

@@ -20,6 +20,12 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8089;                     // 0: any free port (printed)
   std::string token;                   // "" = read-only (actions answer 403)
+  // On a loopback listener, Host names answered besides localhost, 127.0.0.0/8
+  // and [::1] (lower case, no port). Ignored on other listeners.
+  std::vector<std::string> allowed_hosts;
+  // The origin the page has behind a proxy ("https://dash.example.com", lower
+  // case, no path): actions from it are accepted besides http://<Host>.
+  std::string public_origin;
   // librdkafka properties for dead-letter replay (bootstrap.servers, TLS, SASL);
   // without bootstrap.servers that action answers 400.
   std::map<std::string, std::string> kafka;
