@@ -258,6 +258,54 @@ TEST_P(InboxE2ETest, PermanentErrorGoesToTheDeadLetterTopicAtOnceWithHeaders) {
   EXPECT_EQ(counters["retried"], 0) << "permanent errors are not retried";
 }
 
+// A 1,040,000-byte value (a real broker's default message.max.bytes takes it)
+// that the handler refuses: its dead-letter copy cannot be forwarded whole (it
+// was rewound 12-15 times every 30 s, for ever, holding the partition). It is
+// dead-lettered cut, the events after it apply, its offset is committed (a
+// second consumer does not see it again), and `outboxctl dlt replay` says it
+// cannot replay it, naming the original offset.
+TEST_P(InboxE2ETest, AMessageTooLargeToForwardWholeIsDeadLetteredCutAndThePartitionMovesOn) {
+  Subprocess& c = StartConsumer();
+  const std::string value = "permanent-long:" + std::string(1'040'000, 'x');
+  ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", {Keyed("big-0", value, "big-0")},
+                    {{"message.max.bytes", "4000000"}}),
+            1);
+  ProduceEvents(3, "ok", 1, "after-");
+  auto dlt = ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 1, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 1u) << c.Log();
+  const auto& h = dlt[0].headers;
+  EXPECT_EQ(dlt[0].key, "big-0");
+  EXPECT_EQ(h.at("outbox-original-size"), std::to_string(value.size()));
+  EXPECT_NE(h.at("outbox-truncated").find("value cut to"), std::string::npos) << h.at("outbox-truncated");
+  EXPECT_LE(dlt[0].value.size(), 1'000'000u);
+  EXPECT_EQ(dlt[0].value, value.substr(0, dlt[0].value.size()));
+  EXPECT_EQ(h.at("outbox-error-class"), "permanent");
+  EXPECT_EQ(h.at("outbox-event-id"), "big-0");
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 30s)) << c.Log();
+  EXPECT_TRUE(WaitFor([&] { return c.Log().find("too large to forward whole") != std::string::npos; }, 10s))
+      << c.Log();
+
+  CommandRun r = RunCommand(std::string(OUTBOX_OUTBOXCTL_BIN) + " --bootstrap " + kafka_->bootstrap() +
+                            " dlt replay --topic orders.dlt 2>&1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("replayed 0 of 1 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not replayed: orders.dlt/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a cut copy of orders/" + h.at("outbox-original-partition") + "/" +
+                       h.at("outbox-original-offset") + " (" + std::to_string(value.size()) + " bytes)"),
+            std::string::npos)
+      << r.out;
+  auto counters = StopAndCount(c);
+  EXPECT_EQ(counters["dead_lettered"], 1);
+  EXPECT_EQ(counters["applied"], 3);
+  // The offsets moved past it: the group's next member starts after it.
+  Subprocess& again = StartConsumer();
+  ProduceEvents(1, "ok", 1, "later-");
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 4; }, 60s)) << again.Log();
+  auto second = StopAndCount(again);
+  EXPECT_EQ(second["dead_lettered"], 0) << again.Log();
+  EXPECT_EQ(ReadTopic(kafka_->bootstrap(), "orders.dlt", 2, 2, Scaled(5s)).size(), 1u);
+}
+
 // Messages that used to stop the consumer: an event id that is not UTF-8 (threw
 // out of Run, then crash-looped on the uncommitted offset), a NULL value
 // (forwarded as an empty value), a multi-line error (written into one header),

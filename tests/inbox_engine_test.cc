@@ -130,6 +130,68 @@ TEST(InboxPlanTest, ForwardsKeepANullValueAndPutOneLineInTheErrorMessage) {
   EXPECT_EQ(f.classes[1], Outcome::kTransient);
 }
 
+// A copy of exactly forward_max_bytes goes whole (to its retry topic); one
+// byte more and it is dead-lettered as a bounded record: the value cut to fit
+// exactly, its original size and the cut said. A copy whose headers alone are
+// too large loses the value, the event's own headers (but its id) and the
+// error detail; a huge key is cut.
+TEST(InboxPlanTest, ACopyOneByteOverForwardMaxBytesIsDeadLetteredCutToFit) {
+  ConsumerOptions o;
+  o.retry_delays = {100ms};
+  o.forward_max_bytes = kMinForwardMaxBytes * 4;
+  const std::vector<std::optional<MessageOutcome>> transient = {MessageOutcome{Outcome::kTransient, "down"}};
+  std::vector<InboundMessage> msgs = {Msg("t", 2, 17, "a")};
+  const OutboundMessage probe = PlanForwards(msgs, transient, o, 1000, "now").messages.at(0);
+  const std::size_t fits = o.forward_max_bytes - ForwardBytes(probe) + msgs[0].payload.size();
+  msgs[0].payload = std::string(fits, 'x');
+  Forwards whole = PlanForwards(msgs, transient, o, 1000, "now");
+  ASSERT_EQ(whole.messages.size(), 1u);
+  EXPECT_EQ(ForwardBytes(whole.messages[0]), o.forward_max_bytes);
+  EXPECT_EQ(whole.messages[0].topic, "t.retry.1");
+  EXPECT_EQ(whole.kinds[0], ForwardKind::kRetry);
+  EXPECT_EQ(whole.messages[0].payload, msgs[0].payload);
+  EXPECT_EQ(whole.messages[0].Header(kTruncated), nullptr);
+
+  msgs[0].payload += 'y';  // one byte over
+  Forwards cut = PlanForwards(msgs, transient, o, 1000, "now");
+  ASSERT_EQ(cut.messages.size(), 1u);
+  const OutboundMessage& c = cut.messages[0];
+  EXPECT_EQ(c.topic, "t.dlt") << "a cut copy is not retried";
+  EXPECT_EQ(cut.kinds[0], ForwardKind::kDeadLetter);
+  EXPECT_EQ(cut.classes[0], Outcome::kTransient);
+  EXPECT_LE(ForwardBytes(c), o.forward_max_bytes);
+  EXPECT_EQ(c.headers.at(kOrigSize), std::to_string(fits + 1));
+  EXPECT_EQ(c.headers.count(kDueAt), 0u);
+  EXPECT_EQ(c.payload, msgs[0].payload.substr(0, c.payload.size())) << "the value's first bytes";
+  EXPECT_GT(c.payload.size(), fits - 200) << "cut only as much as needed";
+  EXPECT_NE(c.headers.at(kTruncated).find("value cut to " + std::to_string(c.payload.size()) + " bytes"),
+            std::string::npos) << c.headers.at(kTruncated);
+  EXPECT_EQ(c.headers.at(kOrigTopic), "t");
+  EXPECT_EQ(c.headers.at(kOrigPartition), "2");
+  EXPECT_EQ(c.headers.at(kOrigOffset), "17");
+  EXPECT_EQ(c.headers.at(kErrMessage), "down");
+  EXPECT_EQ(c.headers.at("outbox-event-id"), "a");
+
+  // Headers alone over the limit: the value, foreign headers and the detail go.
+  msgs[0].payload = "small";
+  msgs[0].headers["big"] = std::string(o.forward_max_bytes, 'h');
+  msgs[0].key = std::string(5000, 'k');
+  const std::vector<std::optional<MessageOutcome>> permanent = {
+      MessageOutcome{Outcome::kPermanent, std::string(5000, 'e')}};
+  Forwards bare = PlanForwards(msgs, permanent, o, 1000, "now");
+  const OutboundMessage& b = bare.messages.at(0);
+  EXPECT_EQ(b.topic, "t.dlt");
+  EXPECT_LE(ForwardBytes(b), o.forward_max_bytes);
+  EXPECT_TRUE(b.payload.empty());
+  EXPECT_EQ(b.headers.count("big"), 0u);
+  EXPECT_EQ(b.headers.count(kErrDetail), 0u);
+  EXPECT_EQ(b.headers.at("outbox-event-id"), "a");
+  EXPECT_EQ(b.key, std::string(256, 'k'));
+  EXPECT_EQ(b.headers.at(kOrigSize), "5");
+  EXPECT_NE(b.headers.at(kTruncated).find("value left out, headers other than outbox-* left out, key cut"),
+            std::string::npos) << b.headers.at(kTruncated);
+}
+
 TEST(InboxPlanTest, LongErrorsAreCutOnACharacterBoundary) {
   const std::string han = "\xED\x95\x9C";  // one Hangul syllable, 3 bytes
   std::string s;
@@ -200,8 +262,8 @@ class FakeSource final : public InboxSource {
   }
 };
 
-// Stamps and the parked queue in memory; payload "permanent" / "transient"
-// fail; "fail-N" fails its first N tries; "down" fails the whole call as a
+// Stamps and the parked queue in memory; payload "permanent" (or starting with
+// "permanent:") / "transient" fail; "fail-N" fails its first N tries; "down" fails the whole call as a
 // database outage would.
 class FakeStore final : public InboxStore {
  public:
@@ -229,7 +291,7 @@ class FakeStore final : public InboxStore {
         continue;
       }
       const int tried = ++tries[keys[i]];
-      if (msgs[i].payload == "permanent") {
+      if (msgs[i].payload == "permanent" || msgs[i].payload.rfind("permanent:", 0) == 0) {
         out.push_back({Outcome::kPermanent, "bad"});
       } else if (msgs[i].payload == "transient" ||
                  (msgs[i].payload.rfind("fail-", 0) == 0 &&
@@ -399,6 +461,33 @@ TEST_F(InboxEngineTest, NothingIsCommittedWhenTheStoreOrTheForwardFails) {
     return source_.rewinds >= 2;
   });
   EXPECT_EQ(source_.Committed({"t", 0}), 0u) << "a forward that was not acked moves no offset";
+}
+
+// A message too large to forward whole does not wedge its partition: it is
+// dead-lettered cut, counted, and the offset moves past it.
+TEST_F(InboxEngineTest, AMessageTooLargeToForwardIsDeadLetteredCutAndItsOffsetCommitted) {
+  source_.Add(Msg("t", 0, 0, "a", "permanent"));
+  InboundMessage big = Msg("t", 0, 1, "b", "permanent:" + std::string(1'040'000, 'x'));
+  source_.Add(big);
+  source_.Add(Msg("t", 0, 2, "c"));
+  RunUntil([&] { return source_.Committed({"t", 0}) == 3; });
+  ASSERT_EQ(source_.forwarded.size(), 2u);
+  const OutboundMessage& cut = source_.forwarded[1];
+  EXPECT_EQ(cut.topic, "t.dlt");
+  EXPECT_LE(ForwardBytes(cut), ConsumerOptions().forward_max_bytes);
+  EXPECT_EQ(cut.headers.at(kOrigSize), std::to_string(big.payload.size()));
+  EXPECT_EQ(source_.forwarded[0].Header(kTruncated), nullptr);
+  const std::string text = metrics_.RenderPrometheus();
+  EXPECT_NE(text.find("outbox_inbox_dead_letters_truncated_total 1\n"), std::string::npos) << text;
+  // A limit outside its range is refused naming it.
+  for (std::size_t bad : {kMinForwardMaxBytes - 1, kMaxForwardMaxBytes + 1}) {
+    ConsumerOptions o;
+    o.topics = {"t"};
+    o.forward_max_bytes = bad;
+    auto c = Consumer::Create(o, source_, store_, DedupByEventId(), log_);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("forward_max_bytes"), std::string::npos) << c.status().ToString();
+  }
 }
 
 TEST_F(InboxEngineTest, MetricsCountOutcomesPerRetryTopicAndClass) {

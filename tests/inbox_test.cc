@@ -203,6 +203,44 @@ TEST_F(InboxTest, AFailingHandlerUndoesOnlyItsOwnMessage) {
   EXPECT_EQ(Exec(conn_.get(), "SELECT duplicates FROM " + schema_ + ".inbox_stamps WHERE dedup_key = 'a'"), "1");
 }
 
+// A handler that reports its failed statement with FromSqlState: bad data
+// (class 22: header bytes that are not UTF-8 written to a text column; class
+// 23: a unique violation) is permanent — dead-lettered, not retried for ever —
+// and anything else (a missing table, 42P01) stays transient.
+TEST_F(InboxTest, AFailedStatementIsPermanentOnlyWhenItsSqlStateSaysTheDataIsWrong) {
+  Exec(conn_.get(), "CREATE UNIQUE INDEX ON " + schema_ + ".effects (v)");
+  const std::string table = schema_ + ".effects";
+  Handler by_state = [&](const InboundMessage& m, pg_conn* txn) -> HandlerResult {
+    const std::string sql = m.payload == "no-table" ? "INSERT INTO no_such_table VALUES ($1, $2)"
+                                                    : "INSERT INTO " + table + " VALUES ($1, $2)";
+    const std::string& trace = *m.Header("trace");
+    const char* vals[] = {trace.c_str(), m.payload.c_str()};
+    PGresult* r = PQexecParams(txn, sql.c_str(), 2, nullptr, vals, nullptr, nullptr, 0);
+    HandlerResult out;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+      const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+      out = HandlerResult::FromSqlState(state ? state : "", PQresultErrorMessage(r));
+    }
+    PQclear(r);
+    return out;
+  };
+  auto inbox = OpenPostgresInbox(Options("by-state"), by_state);
+  ASSERT_TRUE(inbox.ok()) << inbox.status().ToString();
+  std::vector<InboundMessage> batch = {Msg("a", "v1"), Msg("b", "v2"), Msg("c", "v1"), Msg("d", "no-table")};
+  for (auto& m : batch) m.headers["trace"] = "ok";
+  batch[1].headers["trace"] = std::string("\xff\xfe not UTF-8", 15);
+  auto r = Process(batch, DedupByEventId(), inbox->get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kPermanent) << (*r)[1].error;
+  EXPECT_NE((*r)[1].error.find("[SQLSTATE 22021]"), std::string::npos) << (*r)[1].error;
+  EXPECT_EQ((*r)[2].outcome, Outcome::kPermanent) << (*r)[2].error;
+  EXPECT_NE((*r)[2].error.find("[SQLSTATE 23505]"), std::string::npos) << (*r)[2].error;
+  EXPECT_EQ((*r)[3].outcome, Outcome::kTransient) << (*r)[3].error;
+  EXPECT_NE((*r)[3].error.find("[SQLSTATE 42P01]"), std::string::npos) << (*r)[3].error;
+  EXPECT_EQ(Effects(), "1");
+}
+
 // A failure at COMMIT (here a DEFERRABLE INITIALLY DEFERRED foreign key that
 // one message's handler breaks) used to fail the whole batch, which the
 // consumer then consumed again forever. Now the batch is redone a transaction

@@ -208,6 +208,27 @@ TEST_F(OutboxctlTest, BadUsageExitsTwo) {
   }
 }
 
+// `migrate` says which versions it applied, and that there was nothing to do
+// on the next run (it said "up to date" after applying all of them).
+TEST_F(OutboxctlTest, MigrateSaysWhichVersionsItApplied) {
+  const std::string fresh = schema_ + "_m", fresh_json = schema_ + "_j";
+  CtlRun first = Ctl("--db '" + url_ + "' --schema " + fresh + " migrate");
+  EXPECT_EQ(first.code, 0) << first.out;
+  EXPECT_NE(first.out.find("schema " + fresh + ": applied migrations 1, 2, 3, "), std::string::npos) << first.out;
+  CtlRun again = Ctl("--db '" + url_ + "' --schema " + fresh + " migrate");
+  EXPECT_EQ(again.out, "schema " + fresh + " is up to date: no migration to apply\n");
+  CtlRun j = Ctl("--db '" + url_ + "' --schema " + fresh_json + " --json migrate");
+  const nlohmann::json applied = nlohmann::json::parse(j.out, nullptr, false)["applied"];
+  ASSERT_TRUE(applied.is_array()) << j.out;
+  ASSERT_GE(applied.size(), 9u) << j.out;
+  for (std::size_t i = 0; i < applied.size(); ++i) EXPECT_EQ(applied[i], i + 1) << j.out;
+  const std::string last = std::to_string(applied.size());
+  EXPECT_NE(first.out.find(", " + last + "; it is up to date\n"), std::string::npos) << first.out;
+  j = Ctl("--db '" + url_ + "' --schema " + fresh_json + " --json migrate");
+  EXPECT_EQ(nlohmann::json::parse(j.out, nullptr, false)["applied"], nlohmann::json::array()) << j.out;
+  for (const std::string& s : {fresh, fresh_json}) Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + s + " CASCADE");
+}
+
 // outboxctl reads the relay's configuration the relay's way: --config FILE,
 // OUTBOX_DATABASE_URL (and its _FILE form), OUTBOX_KAFKA_PROPERTIES_*; flags
 // win. A bad key in the file exits 2 naming it.

@@ -36,7 +36,7 @@ class PostgresHarness : public StoreHarness {
     if (PQstatus(admin_.get()) != CONNECTION_OK) return false;
     auto store = NewStore();
     if (!store) return false;
-    Status st = store->Migrate();
+    Status st = store->Migrate().status();
     if (!st.ok()) {
       ADD_FAILURE() << "migrate: " << st.ToString();
       return false;
@@ -126,7 +126,7 @@ class PostgresTest : public ::testing::Test {
     ASSERT_EQ(PQstatus(conn_.get()), CONNECTION_OK);
     store_ = OpenStore();
     ASSERT_NE(store_, nullptr);
-    Status st = store_->Migrate();
+    Status st = store_->Migrate().status();
     ASSERT_TRUE(st.ok()) << st.ToString();
     Exec(conn_.get(), "CREATE TABLE " + schema_ + ".business (id int PRIMARY KEY)");
     opts_.schema = schema_;

@@ -121,6 +121,59 @@ TEST_F(RelayE2ETest, ATlsOrSaslMismatchIsLoggedWithItsReasonAndThePasswordNeverS
   EXPECT_EQ(printed.out.find(password), std::string::npos) << printed.out;
 }
 
+// A role without UPDATE on the outbox table: a configuration error, not an
+// outage — its own log line naming the table and the privilege, the reason on
+// /readyz, a metric, the usual backoff (no hot loop). Once an operator grants
+// the privilege the rows go, with no restart.
+TEST_F(RelayE2ETest, AMissingPrivilegeIsReportedAsSuchAndRetriedUntilGranted) {
+  EnqueueMany(1, 2, 5);  // 10 events
+  const std::string role = "r_" + schema_;
+  Exec(admin_.get(), "CREATE ROLE " + role + " LOGIN");
+  Exec(admin_.get(), "GRANT USAGE ON SCHEMA " + schema_ + " TO " + role);
+  Exec(admin_.get(), "GRANT SELECT ON ALL TABLES IN SCHEMA " + schema_ + " TO " + role);
+  const std::string admin_url = url_;
+  const auto at = url_.find("postgres@");
+  ASSERT_NE(at, std::string::npos) << url_;
+  url_ = url_.substr(0, at) + role + "@" + url_.substr(at + 9);  // the relay's role (trust auth)
+  Subprocess& relay = StartRelay({"relay.db_retry_max_ms=1000"});
+  url_ = admin_url;
+  const int port = HttpPort(relay);
+  EXPECT_TRUE(WaitForLog(relay, "database refused the relay's role", Scaled(10s))) << relay.Log();
+  EXPECT_NE(relay.Log().find("permission denied for table outbox"), std::string::npos) << relay.Log();
+  EXPECT_NE(relay.Log().find("`claim` needs SELECT and UPDATE on that table"), std::string::npos)
+      << relay.Log();
+  EXPECT_EQ(relay.Log().find("database unavailable"), std::string::npos) << "not an outage";
+  int status = 0;
+  std::string ready;
+  EXPECT_TRUE(WaitFor([&] {
+    ready = Get(port, "/readyz", &status);
+    return status == 503 && ready.find("permission denied for table outbox") != std::string::npos;
+  }, Scaled(10s))) << status << " " << ready;
+  EXPECT_NE(ready.find("refused the relay's role"), std::string::npos) << ready;
+  // Backoff, not a hot loop: over 3 s, at most a few tries per worker.
+  const double before = Metric(Get(port, "/metrics"), "outbox_relay_db_permission_denied_total");
+  EXPECT_GT(before, 0);
+  std::this_thread::sleep_for(3s);
+  const std::string metrics = Get(port, "/metrics");
+  EXPECT_LT(Metric(metrics, "outbox_relay_db_permission_denied_total") - before, 40) << metrics;
+  EXPECT_GE(Metric(metrics, "outbox_relay_db_errors_total"),
+            Metric(metrics, "outbox_relay_db_permission_denied_total"));
+  EXPECT_EQ(CountStatus("SENT"), 0);
+
+  // Half the fix: the next refusal (the claim's lease token) is logged anew.
+  Exec(admin_.get(), "GRANT UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema_ + " TO " + role);
+  EXPECT_TRUE(WaitForLog(relay, "permission denied for sequence lease_token_seq", Scaled(10s))) << relay.Log();
+  EXPECT_NE(relay.Log().find("`claim` needs USAGE on that sequence"), std::string::npos) << relay.Log();
+  Exec(admin_.get(), "GRANT USAGE ON ALL SEQUENCES IN SCHEMA " + schema_ + " TO " + role);
+  EXPECT_TRUE(WaitFor([&] { return CountStatus("SENT") == 10; }, Scaled(20s))) << relay.Log();
+  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, Scaled(10s)));
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+  relays_.clear();
+  Exec(admin_.get(), "DROP OWNED BY " + role);
+  Exec(admin_.get(), "DROP ROLE " + role);
+}
+
 TEST_F(RelayE2ETest, BrokerDownThenUpLosesNothingAndRetriesShowInMetrics) {
   constexpr int kProducers = 2, kAggs = 10, kPer = 10;  // 200 events
   ASSERT_EQ(kafka_->Control("broker-down -1"), "ok");

@@ -27,7 +27,7 @@ struct FakeTable {
 class FakeStore final : public Store {
  public:
   explicit FakeStore(FakeTable& t) : t_(t) {}
-  Status Migrate() override { return Status::Ok(); }
+  Result<std::vector<int>> Migrate() override { return std::vector<int>{}; }
   Result<ClaimResult> Claim(const ClaimOptions& o) override {
     std::lock_guard<std::mutex> l(t_.mu);
     ++t_.claims;

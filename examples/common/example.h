@@ -79,9 +79,9 @@ inline Conn Connect(const std::string& url) {
 }
 
 // Runs `sql` with text parameters. Returns the result when it succeeded, null
-// otherwise (the error text in *error when given).
+// otherwise (the error text in *error and its SQLSTATE in *sqlstate when given).
 inline Res Query(PGconn* c, const std::string& sql, const std::vector<std::string>& params = {},
-                 std::string* error = nullptr) {
+                 std::string* error = nullptr, std::string* sqlstate = nullptr) {
   std::vector<const char*> v;
   for (const auto& p : params) v.push_back(p.c_str());
   Res r(PQexecParams(c, sql.c_str(), static_cast<int>(v.size()), nullptr, v.data(), nullptr,
@@ -89,6 +89,10 @@ inline Res Query(PGconn* c, const std::string& sql, const std::vector<std::strin
   const ExecStatusType st = PQresultStatus(r.get());
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
   if (error) *error = PQresultErrorMessage(r.get());
+  if (sqlstate) {
+    const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+    *sqlstate = state ? state : "";
+  }
   return nullptr;
 }
 

@@ -28,6 +28,7 @@
 
 #include "common.h"
 #include "outbox/consumer.h"
+#include "outbox/event.h"
 #include "outbox/http.h"
 #include "outbox/inbox.h"
 #include "outbox/kafka.h"
@@ -107,6 +108,14 @@ outbox::Result<Completion> Decode(const outbox::InboundMessage& m) {
   }
 }
 
+// The event id as the exp_history row records it (for tracing only: the dedup
+// key comes from the payload). Header bytes are not always text; a value that
+// is not UTF-8 is left out rather than failing the effect.
+std::string EventIdText(const outbox::InboundMessage& m) {
+  const std::string* id = m.Header("outbox-event-id");
+  return id && outbox::IsValidText(*id) ? *id : "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,16 +158,21 @@ int main(int argc, char** argv) {
     auto c = Decode(m);
     if (!c.ok()) return outbox::HandlerResult::Permanent(c.status().message());
     const std::string user = std::to_string(c->user), lesson = std::to_string(c->lesson);
-    const std::string* id = m.Header("outbox-event-id");
-    std::string err;
+    const std::string id = EventIdText(m);
+    std::string err, state;
+    // A failed statement: bad data (SQLSTATE class 22, 23) is permanent, the
+    // rest is worth a retry.
+    const auto failed = [&](const char* what) {
+      return outbox::HandlerResult::FromSqlState(state, std::string(what) + ": " + err);
+    };
     const long point = kPoint;
     if (!lms::Query(txn,
                     "INSERT INTO activity.exp_history (user_id, event_kind, object_id, event_id, value, "
                     "added_point, occurred_at) VALUES ($1, 'LessonCompleted', $2, $3, $4, $5, $6)",
-                    {user, lesson, id ? *id : "", std::to_string(c->value),
+                    {user, lesson, id, std::to_string(c->value),
                      std::to_string(c->value * point), c->completed_at},
-                    &err)) {
-      return outbox::HandlerResult::Transient("exp_history: " + err);
+                    &err, &state)) {
+      return failed("exp_history");
     }
     // Daily quest: the row lock of the upsert orders concurrent completions of
     // one user, so exactly one transaction sees `done` reach N.
@@ -166,12 +180,12 @@ int main(int argc, char** argv) {
                             "INSERT INTO activity.daily_quest_progress VALUES ($1, ($2::timestamptz "
                             "AT TIME ZONE 'UTC')::date, $3, 1) ON CONFLICT (user_id, day, quest) DO UPDATE "
                             "SET done = daily_quest_progress.done + 1 RETURNING done, day",
-                            {user, c->completed_at, quest}, &err);
-    if (!q) return outbox::HandlerResult::Transient("quest progress: " + err);
+                            {user, c->completed_at, quest}, &err, &state);
+    if (!q) return failed("quest progress");
     if (std::string(PQgetvalue(q.get(), 0, 0)) == quest_lessons &&
         !lms::Query(txn, "INSERT INTO activity.quest_reward (user_id, day, quest, points) VALUES ($1, $2, $3, $4)",
-                    {user, PQgetvalue(q.get(), 0, 1), quest, reward_points}, &err)) {
-      return outbox::HandlerResult::Transient("quest reward: " + err);
+                    {user, PQgetvalue(q.get(), 0, 1), quest, reward_points}, &err, &state)) {
+      return failed("quest reward");
     }
     if (c->lesson == mission_lesson) {
       lms::Res g = lms::Query(txn,
@@ -180,13 +194,13 @@ int main(int argc, char** argv) {
                               "SET done = group_mission_progress.done + 1 RETURNING group_id, done, "
                               "(SELECT count(*) FROM activity.group_member m WHERE m.group_id = "
                               "group_mission_progress.group_id)",
-                              {user}, &err);
-      if (!g) return outbox::HandlerResult::Transient("group mission: " + err);
+                              {user}, &err, &state);
+      if (!g) return failed("group mission");
       if (PQntuples(g.get()) == 1 &&
           std::string(PQgetvalue(g.get(), 0, 1)) == PQgetvalue(g.get(), 0, 2) &&
           !lms::Query(txn, "INSERT INTO activity.group_mission_completion (group_id) VALUES ($1)",
-                      {PQgetvalue(g.get(), 0, 0)}, &err)) {
-        return outbox::HandlerResult::Transient("group mission completion: " + err);
+                      {PQgetvalue(g.get(), 0, 0)}, &err, &state)) {
+        return failed("group mission completion");
       }
     }
     return outbox::HandlerResult::Ok();
@@ -231,14 +245,14 @@ WHERE mp.done - m.k < s.size AND mp.done >= s.size
     for (const outbox::InboundMessage* m : msgs) {
       auto c = Decode(*m);
       if (!c.ok()) return outbox::HandlerResult::Permanent(c.status().message());  // per message decides
-      const std::string* id = m->Header("outbox-event-id");
-      rows.push_back({{"u", c->user}, {"l", c->lesson}, {"id", id ? *id : ""}, {"v", c->value},
+      rows.push_back({{"u", c->user}, {"l", c->lesson}, {"id", EventIdText(*m)}, {"v", c->value},
                       {"p", c->value * kPoint}, {"at", c->completed_at}});
     }
-    std::string err;
+    std::string err, state;
     if (!lms::Query(txn, batch_sql,
-                    {rows.dump(), quest, quest_lessons, reward_points, std::to_string(mission_lesson)}, &err)) {
-      return outbox::HandlerResult::Transient("batch effects: " + err);
+                    {rows.dump(), quest, quest_lessons, reward_points, std::to_string(mission_lesson)}, &err,
+                    &state)) {
+      return outbox::HandlerResult::FromSqlState(state, "batch effects: " + err);
     }
     return outbox::HandlerResult::Ok();
   };

@@ -14,6 +14,13 @@
 //   outbox-error-detail (the whole error text, at most 8000 bytes),
 //   outbox-attempt (1 for the first failure), outbox-first-failure-at (RFC 3339),
 //   outbox-retry-due-at (ms since the epoch; retry topics only).
+// A copy that would exceed forward_max_bytes (key + value + headers) cannot be
+// forwarded whole: it goes to the dead-letter topic as a bounded record — the
+// value cut to fit (then left out, with the event's own headers and the error
+// detail, if the rest alone is too large) — with
+//   outbox-original-size (the original value's bytes) and
+//   outbox-truncated (what was cut, and why).
+// Such a record cannot be replayed as it stands (outboxctl dlt replay says so).
 // A message from a retry topic that is not yet due pauses its partition until it
 // is (the consumer never sleeps holding a partition's progress).
 //
@@ -54,6 +61,8 @@ inline constexpr char kErrDetail[] = "outbox-error-detail";
 inline constexpr char kAttempt[] = "outbox-attempt";
 inline constexpr char kFirstFailure[] = "outbox-first-failure-at";
 inline constexpr char kDueAt[] = "outbox-retry-due-at";
+inline constexpr char kOrigSize[] = "outbox-original-size";
+inline constexpr char kTruncated[] = "outbox-truncated";
 }  // namespace inbox_headers
 
 struct TopicPartition {
@@ -69,6 +78,11 @@ struct OutboundMessage {
   std::string payload;
   bool payload_is_null = false;
   std::map<std::string, std::string> headers;
+
+  const std::string* Header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? nullptr : &it->second;
+  }
 };
 
 struct PartitionLag {
@@ -134,7 +148,16 @@ struct ConsumerOptions {
   // them forever. It must exceed the re-delivery horizon (docs/inbox.md).
   std::chrono::seconds stamp_retention{0};
   std::chrono::seconds purge_interval{300};
+  // The largest copy (key + value + header names and values) forwarded whole;
+  // a larger one is dead-lettered as a bounded record (top of this file).
+  // kMinForwardMaxBytes..kMaxForwardMaxBytes. The default leaves room under
+  // the Kafka source's forwarding producer (kForwardMessageMaxBytes) and a
+  // broker's default message.max.bytes; lower it to the dead-letter topics'
+  // max.message.bytes if those are smaller.
+  std::size_t forward_max_bytes = 1'000'000;
 };
+inline constexpr std::size_t kMinForwardMaxBytes = 16'384;     // the failure headers always fit
+inline constexpr std::size_t kMaxForwardMaxBytes = 1'008'192;  // = kafka.h kDefaultMessageMaxBytes
 
 // The topics a consumer with these options subscribes to: each main topic, then
 // its retry topics.

@@ -27,6 +27,8 @@ class MetricsServer {
     int port = 0;  // 0 picks a free port (see port())
     std::function<bool()> ready;  // unset: always ready
     std::string not_ready_text = "not ready\n";
+    // When set, /readyz's body while not ready (called on a server thread).
+    std::function<std::string()> not_ready_reason;
   };
 
   // Binds at once: a port in use or a bad host is Unavailable naming host:port.

@@ -21,6 +21,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "outbox/status.h"
@@ -61,6 +62,18 @@ struct HandlerResult {
   static HandlerResult Ok() { return {}; }
   static HandlerResult Permanent(std::string m) { return {ErrorClass::kPermanent, std::move(m)}; }
   static HandlerResult Transient(std::string m) { return {ErrorClass::kTransient, std::move(m)}; }
+  // The class a failed SQL statement gives its message by default, from its
+  // SQLSTATE: the data is wrong — class 22 (data exception: text that is not
+  // in the database's encoding, a number out of range) or 23 (integrity: a
+  // unique or check constraint) — is kPermanent, since no retry can fix it;
+  // anything else (a lost connection, a deadlock, a timeout, a missing table)
+  // is kTransient. The sink handlers' statements are classified so. Appends
+  // " [SQLSTATE xxxxx]" to the message.
+  static HandlerResult FromSqlState(std::string_view sqlstate, std::string m) {
+    const bool bad_data = sqlstate.size() == 5 && (sqlstate.starts_with("22") || sqlstate.starts_with("23"));
+    if (!sqlstate.empty()) m += " [SQLSTATE " + std::string(sqlstate) + "]";
+    return {bad_data ? ErrorClass::kPermanent : ErrorClass::kTransient, std::move(m)};
+  }
 };
 
 // The stamp's key for a message: the event id header, or a stable business

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "outbox/consumer.h"
 #include "outbox/log.h"
@@ -105,6 +106,11 @@ struct ReplayFilter {
 struct ReplayResult {
   std::uint64_t scanned = 0;
   std::uint64_t replayed = 0;
+  // Matching records that are cut copies (header outbox-truncated: the message
+  // was too large to forward whole): not replayed. Each says where it is and
+  // where its original was, e.g. "orders.dlt/2/5: a cut copy of orders/2/17
+  // (1040000 bytes); replay the original from that offset".
+  std::vector<std::string> not_replayable;
 };
 
 // `progress`, when set, is called on the calling thread after each scanned

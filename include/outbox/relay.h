@@ -154,6 +154,7 @@ struct RelayMetrics {
   Counter& not_sent;
   Counter& outage_batches;
   Counter& db_errors;
+  Counter& db_permission_denied;  // of db_errors: the role lacks a privilege (configuration)
   Counter& purged;
   Counter& mark_retries;
   Gauge& pending;
@@ -199,6 +200,10 @@ class Relay {
 
   void RequestStop();
   bool Ready() const;
+  // Why Ready() is false, for /readyz: the database's refusal when the role
+  // lacks a privilege, else "database or broker unreachable". Safe from any
+  // thread.
+  std::string NotReadyReason() const;
   // For a watchdog: true when every thread Run() started (workers, housekeeping,
   // listener, stream) has gone round its loop within `max_silence` — a hung
   // thread makes it false; a database or broker outage does not (the loops
@@ -276,6 +281,13 @@ class Relay {
   std::chrono::steady_clock::time_point outage_until_;  // GUARDED_BY(mu_)
   bool probe_in_flight_ = false;                         // GUARDED_BY(mu_)
   int idle_poller_ = -1;  // GUARDED_BY(mu_): the worker polling for the idle ones
+  // GUARDED_BY(mu_): the last PermissionDenied from the database, until a
+  // call succeeds again.
+  std::string refused_;
+  // A database call failed with `st`; a PermissionDenied is counted and kept
+  // for NotReadyReason(). Returns true for one (the caller logs it as such).
+  bool NoteDbError(const Status& st);
+  void NoteDbSuccess();
 };
 
 }  // namespace outbox

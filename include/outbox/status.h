@@ -26,6 +26,10 @@ enum class Code {
   kUnavailable,         // database or broker unreachable; retry with backoff
   kDeadlineExceeded,
   kInternal,            // a bug or an unexpected server answer
+  // The server refused this role or user: a missing privilege, a failed
+  // authentication. A configuration error, not an outage, but retryable: the
+  // same call succeeds once an operator grants the privilege.
+  kPermissionDenied,
 };
 
 std::string_view CodeName(Code code);
@@ -53,6 +57,9 @@ class [[nodiscard]] Status {
   }
   static Status DeadlineExceeded(std::string msg) {
     return Status(Code::kDeadlineExceeded, std::move(msg), true);
+  }
+  static Status PermissionDenied(std::string msg) {
+    return Status(Code::kPermissionDenied, std::move(msg), true);
   }
   static Status Internal(std::string msg, bool retryable = false) {
     return Status(Code::kInternal, std::move(msg), retryable);

@@ -230,8 +230,9 @@ class Store {
   virtual ~Store() = default;
 
   // Creates or upgrades the schema. Idempotent; safe to run from several
-  // processes at once (they serialise).
-  virtual Status Migrate() = 0;
+  // processes at once (they serialise). Returns the versions this call
+  // applied, in order: empty when the schema was up to date.
+  virtual Result<std::vector<int>> Migrate() = 0;
 
   // Atomically claims up to batch_size due rows (see ClaimOptions).
   virtual Result<ClaimResult> Claim(const ClaimOptions& options) = 0;

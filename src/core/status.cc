@@ -13,6 +13,7 @@ std::string_view CodeName(Code code) {
     case Code::kUnavailable: return "Unavailable";
     case Code::kDeadlineExceeded: return "DeadlineExceeded";
     case Code::kInternal: return "Internal";
+    case Code::kPermissionDenied: return "PermissionDenied";
   }
   return "Unknown";
 }

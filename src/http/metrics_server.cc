@@ -27,7 +27,10 @@ class HttplibServer final : public MetricsServer {
     server_.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
       const bool ready = !options_.ready || options_.ready();
       res.status = ready ? 200 : 503;
-      res.set_content(ready ? "ready\n" : options_.not_ready_text, "text/plain");
+      res.set_content(ready                       ? std::string("ready\n")
+                      : options_.not_ready_reason ? options_.not_ready_reason()
+                                                  : options_.not_ready_text,
+                      "text/plain");
     });
     port_ = options_.port;
     const bool bound = port_ == 0 ? (port_ = server_.bind_to_any_port(options_.host)) > 0

@@ -54,6 +54,9 @@ class Metrics {
     dead_transient_ = &r->AddCounter("outbox_inbox_dead_lettered_total",
                                      "Messages forwarded to the dead-letter topic",
                                      "class=\"transient\"");
+    truncated_ = &r->AddCounter("outbox_inbox_dead_letters_truncated_total",
+                                "Messages too large to forward whole, dead-lettered as a bounded "
+                                "record (value cut or left out; see outbox-truncated)");
     batch_seconds_ = &r->AddHistogram(
         "outbox_inbox_batch_seconds", "Time to apply, forward and commit one batch",
         {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
@@ -93,6 +96,9 @@ class Metrics {
     Counter* c = cls == Outcome::kPermanent ? dead_permanent_ : dead_transient_;
     if (c) c->Inc();
   }
+  void Truncated() {
+    if (truncated_) truncated_->Inc();
+  }
   void Parked(std::uint64_t n) {
     if (parked_) parked_->Inc(n);
   }
@@ -119,6 +125,7 @@ class Metrics {
   Counter* duplicates_ = nullptr;
   std::map<std::string, Counter*> retried_;
   Counter* dead_permanent_ = nullptr;
+  Counter* truncated_ = nullptr;
   Counter* dead_transient_ = nullptr;
   Histogram* batch_seconds_ = nullptr;
   Counter* batches_failed_ = nullptr;
@@ -296,6 +303,7 @@ class Engine final : public Consumer {
       if (o && o->outcome == Outcome::kApplied) ++applied;
       if (o && o->outcome == Outcome::kDuplicate) ++dups;
     }
+    for (const OutboundMessage& m : fw.messages) NoteCut(m);
     for (std::size_t i = 0; i < fw.messages.size(); ++i) {
       if (fw.kinds[i] == ForwardKind::kRetry) {
         ++retried_;
@@ -326,6 +334,21 @@ class Engine final : public Consumer {
               {"total_applied", std::to_string(applied_.load())},
               {"total_duplicates", std::to_string(duplicates_.load())}});
     return Status::Ok();
+  }
+
+  // A forwarded copy that had to be cut (BoundForward): one line and a count.
+  void NoteCut(const OutboundMessage& m) {
+    const std::string* cut = m.Header(kTruncated);
+    if (!cut) return;
+    metrics_.Truncated();
+    const auto header = [&](const char* name) {
+      const std::string* v = m.Header(name);
+      return v ? *v : std::string();
+    };
+    log_.Warn("message too large to forward whole: dead-lettered as a bounded record",
+              {{"topic", header(kOrigTopic)}, {"partition", header(kOrigPartition)},
+               {"offset", header(kOrigOffset)}, {"value_bytes", header(kOrigSize)},
+               {"dead_letter_topic", m.topic}, {"cut", *cut}});
   }
 
   // Ordered mode: applies the parked messages whose key's head is due, in
@@ -368,6 +391,7 @@ class Engine final : public Consumer {
       duplicates_ += plan.duplicates;
       metrics_.Applied(plan.applied);
       metrics_.Duplicates(plan.duplicates);
+      for (const OutboundMessage& m : plan.dead_letters) NoteCut(m);
       dead_lettered_ += plan.dead_letters.size();
       for (Outcome c : plan.dead_classes) metrics_.DeadLettered(c);
       retried_ += plan.retries.size();
@@ -408,6 +432,11 @@ Result<std::unique_ptr<Consumer>> Consumer::Create(ConsumerOptions options, Inbo
     return Status::InvalidArgument("consumer: batch_size must be >= 1");
   }
   if (!dedup) return Status::InvalidArgument("consumer: no dedup key function");
+  if (options.forward_max_bytes < kMinForwardMaxBytes || options.forward_max_bytes > kMaxForwardMaxBytes) {
+    return Status::InvalidArgument("consumer: forward_max_bytes must be " + std::to_string(kMinForwardMaxBytes) +
+                                   ".." + std::to_string(kMaxForwardMaxBytes) + ", got " +
+                                   std::to_string(options.forward_max_bytes));
+  }
   OUTBOX_RETURN_IF_ERROR(source.Subscribe(SubscribedTopics(options)));
   return std::unique_ptr<Consumer>(std::make_unique<Engine>(std::move(options), source, store,
                                                             std::move(dedup), logger, metrics));

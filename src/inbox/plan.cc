@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <set>
 
 #include "outbox/event.h"
@@ -116,6 +117,49 @@ OutboundMessage FailureCopy(const InboundMessage& m, const MessageOutcome& o, in
   return out;
 }
 
+std::size_t ForwardBytes(const OutboundMessage& m) {
+  constexpr std::size_t kHeaderFraming = 8;  // two varint lengths and slack
+  std::size_t n = m.key.size() + (m.payload_is_null ? 0 : m.payload.size());
+  for (const auto& [k, v] : m.headers) n += k.size() + v.size() + kHeaderFraming;
+  return n;
+}
+
+bool BoundForward(OutboundMessage& out, std::size_t max_bytes, const std::string& dlt_topic) {
+  const std::size_t whole = ForwardBytes(out);
+  if (whole <= max_bytes) return false;
+  const std::size_t value_bytes = out.payload_is_null ? 0 : out.payload.size();
+  out.topic = dlt_topic;
+  out.headers.erase(kDueAt);
+  out.headers[kOrigSize] = std::to_string(value_bytes);
+  const std::string why = " to fit forward_max_bytes=" + std::to_string(max_bytes) + " (the copy was " +
+                          std::to_string(whole) + " bytes)";
+  // A value of its own size, the longest the note can get (its digits).
+  out.headers[kTruncated] = "value cut to " + std::to_string(value_bytes) + " bytes" + why;
+  const std::string value = std::move(out.payload);
+  out.payload.clear();
+  const std::size_t rest = ForwardBytes(out);
+  if (rest <= max_bytes) {
+    const std::size_t keep = std::min(value.size(), max_bytes - rest);
+    out.payload = value.substr(0, keep);
+    out.headers[kTruncated] = "value cut to " + std::to_string(keep) + " bytes" + why;
+    return true;
+  }
+  // The rest alone is too large: the event's own headers or the key.
+  std::string parts = "value left out";
+  for (auto it = out.headers.begin(); it != out.headers.end();) {
+    const bool ours = it->first.rfind("outbox-", 0) == 0 && it->first != kErrDetail &&
+                      (it->first != "outbox-event-id" || it->second.size() <= 256);
+    it = ours ? std::next(it) : out.headers.erase(it);
+  }
+  parts += ", headers other than outbox-* left out";
+  if (out.key.size() > 256) {
+    out.key = CutUtf8(out.key, 256);
+    parts += ", key cut to 256 bytes";
+  }
+  out.headers[kTruncated] = parts + why;
+  return true;
+}
+
 Forwards PlanForwards(std::span<const InboundMessage> messages,
                       std::span<const std::optional<MessageOutcome>> outcomes,
                       const ConsumerOptions& options, std::int64_t now_ms,
@@ -139,6 +183,9 @@ Forwards PlanForwards(std::span<const InboundMessage> messages,
     } else {
       out.topic = base + options.dlt_suffix;
       kind = ForwardKind::kDeadLetter;
+    }
+    if (BoundForward(out, options.forward_max_bytes, base + options.dlt_suffix)) {
+      kind = ForwardKind::kDeadLetter;  // a cut copy is not retried
     }
     f.messages.push_back(std::move(out));
     f.kinds.push_back(kind);
@@ -198,6 +245,7 @@ ParkedPlan PlanParked(std::span<const ParkedMessage> due, std::span<const Messag
       case Outcome::kPermanent: {
         OutboundMessage out = FailureCopy(p.message, o, p.attempts + 1, now_rfc3339);
         out.topic = SplitRetry(p.message.topic).first + options.dlt_suffix;
+        (void)BoundForward(out, options.forward_max_bytes, out.topic);
         plan.dead_letters.push_back(std::move(out));
         plan.dead_ids.push_back(p.id);
         plan.dead_classes.push_back(o.outcome);

@@ -46,6 +46,17 @@ Intake PlanIntake(std::span<const InboundMessage> messages, std::int64_t now_ms,
 
 enum class ForwardKind { kRetry, kDeadLetter };
 
+// A forwarded copy's size against the limit: key, value, header names and
+// values, and a few bytes of framing per header.
+std::size_t ForwardBytes(const OutboundMessage& m);
+
+// Makes `out` fit `max_bytes` (REQUIRES: >= kMinForwardMaxBytes) when it does
+// not: sends it to `dlt_topic`, cuts the value to fit — or, when the rest alone
+// is too large, leaves out the value, the event's own headers (but a short
+// outbox-event-id) and the error detail, and cuts the key to 256 bytes — and
+// records outbox-original-size and outbox-truncated. Returns true when it cut.
+bool BoundForward(OutboundMessage& out, std::size_t max_bytes, const std::string& dlt_topic);
+
 struct Forwards {
   std::vector<OutboundMessage> messages;
   std::vector<ForwardKind> kinds;     // same index

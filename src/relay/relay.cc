@@ -87,6 +87,10 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema)
                                   "Batches that found no reachable broker: rescheduled without "
                                   "counting attempts; workers back off together.")),
       db_errors(r.AddCounter("outbox_relay_db_errors_total", "Failed database calls.")),
+      db_permission_denied(r.AddCounter(
+          "outbox_relay_db_permission_denied_total",
+          "Failed database calls the server refused for a missing privilege or a failed "
+          "authentication: a configuration error, not an outage (also in db_errors_total).")),
       purged(r.AddCounter("outbox_relay_rows_purged_total",
                           "SENT rows deleted after the retention period.")),
       mark_retries(r.AddCounter("outbox_relay_mark_retries_total",
@@ -285,6 +289,29 @@ void Relay::RequestStop() {
 
 bool Relay::Ready() const { return db_ok_housekeeping_ && db_ok_workers_ > 0 && transport_.Healthy(); }
 
+std::string Relay::NotReadyReason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!refused_.empty()) {
+    return "not ready: the database refused the relay's role (a configuration error, not an "
+           "outage; retrying): " + refused_ + "\n";
+  }
+  return "not ready: database or broker unreachable\n";
+}
+
+bool Relay::NoteDbError(const Status& st) {
+  metrics_.db_errors.Inc();
+  if (st.code() != Code::kPermissionDenied) return false;
+  metrics_.db_permission_denied.Inc();
+  std::lock_guard<std::mutex> lock(mu_);
+  refused_ = st.message();
+  return true;
+}
+
+void Relay::NoteDbSuccess() {
+  std::lock_guard<std::mutex> lock(mu_);
+  refused_.clear();
+}
+
 void Relay::Beat(int slot) {
   beats_[static_cast<std::size_t>(slot)].store(Clock::now().time_since_epoch().count(),
                                                std::memory_order_relaxed);
@@ -477,17 +504,26 @@ void Relay::WorkerLoop(int index) {
   std::unique_ptr<Store> store;
   bool db_ok = false;
   bool logged_down = false;
+  std::string logged_refusal;  // a refusal is logged again when it changes
   bool logged_outage = false;
   bool was_idle = false;
   milliseconds db_backoff{100};
   milliseconds idle = options_.poll_min;
   auto db_failed = [&](const Status& st) {
-    metrics_.db_errors.Inc();
+    const bool refused = NoteDbError(st);
     if (db_ok) --db_ok_workers_;
     db_ok = false;
-    if (!logged_down) {
-      logger_.Warn("database unavailable; retrying with backoff",
-                   {{"worker", who}, {"error", st.ToString()}});
+    if (!logged_down || (refused && st.message() != logged_refusal)) {
+      if (refused) {
+        logged_refusal = st.message();
+        logger_.Error("database refused the relay's role: a missing privilege or a failed "
+                      "authentication, a configuration error (not an outage); retrying with "
+                      "backoff until it is granted",
+                      {{"worker", who}, {"error", st.ToString()}});
+      } else {
+        logger_.Warn("database unavailable; retrying with backoff",
+                     {{"worker", who}, {"error", st.ToString()}});
+      }
       logged_down = true;
     }
     SleepFor(db_backoff);
@@ -495,11 +531,13 @@ void Relay::WorkerLoop(int index) {
   };
   auto db_succeeded = [&] {
     if (!db_ok) {
+      NoteDbSuccess();
       ++db_ok_workers_;
       if (logged_down) logger_.Info("database reachable again", {{"worker", who}});
     }
     db_ok = true;
     logged_down = false;
+    logged_refusal.clear();
     db_backoff = milliseconds(100);
   };
 
@@ -660,6 +698,7 @@ void Relay::HousekeepingLoop() {
     if (!store) {
       auto s = store_factory_();
       if (!s.ok()) {
+        (void)NoteDbError(s.status());
         db_ok_housekeeping_ = false;
         metrics_.ready.Set(0);
         SleepFor(options_.stats_interval);
@@ -678,7 +717,7 @@ void Relay::HousekeepingLoop() {
       metrics_.held_aggregates.Set(static_cast<double>(st->held_aggregates));
     } else {
       db_ok_housekeeping_ = false;
-      metrics_.db_errors.Inc();
+      (void)NoteDbError(st.status());
     }
     if (options_.source == RelaySource::kCdc) WatchSlot(*store, st.ok() ? &*st : nullptr);
     // Purge does not depend on Stats. Each round deletes batches for at most
@@ -693,7 +732,11 @@ void Relay::HousekeepingLoop() {
       while (!stopping_) {
         auto p = store->PurgeSent(options_.sent_retention, options_.purge_batch);
         if (!p.ok()) {
-          metrics_.db_errors.Inc();
+          if (NoteDbError(p.status())) {
+            logger_.Error("purge refused: the relay's role lacks DELETE on the outbox table; SENT "
+                          "rows are kept until it is granted",
+                          {{"error", p.status().ToString()}});
+          }
           break;
         }
         total += *p;

@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   http_options.host = listen.substr(0, colon);
   http_options.port = std::atoi(listen.substr(colon + 1).c_str());  // 0: a free port (tests)
   http_options.ready = [&] { return (*relay)->Ready(); };
-  http_options.not_ready_text = "not ready: database or broker unreachable\n";
+  http_options.not_ready_reason = [&] { return (*relay)->NotReadyReason(); };
   auto http = outbox::MetricsServer::Start(http_options, registry);
   if (!http.ok()) {
     logger.Error("cannot listen for HTTP", {{"http.listen", listen}});
@@ -162,14 +162,20 @@ int main(int argc, char** argv) {
     std::chrono::milliseconds backoff{200};
     for (;;) {
       auto store = factory();
-      outbox::Status st = store.ok() ? (*store)->Migrate() : store.status();
+      outbox::Status st = store.ok() ? (*store)->Migrate().status() : store.status();
       if (st.ok()) break;
       if (!st.retryable()) {
         logger.Error("migration failed", {{"error", st.ToString()}});
         http->reset();
         return kExitRuntime;
       }
-      logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
+      if (st.code() == outbox::Code::kPermissionDenied) {
+        logger.Error("migration: the database refused the relay's role (a configuration error, not "
+                     "an outage); retrying",
+                     {{"error", st.ToString()}});
+      } else {
+        logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
+      }
       const auto until = std::chrono::steady_clock::now() + backoff;
       while (!stop_requested && std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));

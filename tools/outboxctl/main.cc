@@ -168,11 +168,18 @@ std::optional<int> CheckInboxDb(const Options& o) {
 int Migrate(const Options& o) {
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
-  if (outbox::Status st = (*store)->Migrate(); !st.ok()) return Fail(st, o.json);
+  auto applied = (*store)->Migrate();
+  if (!applied.ok()) return Fail(applied.status(), o.json);
+  const std::string where = outbox::IsMariaDbUrl(o.db) ? "database" : "schema " + o.schema;
   if (o.json) {
-    std::cout << json{{"ok", true}, {"schema", o.schema}}.dump() << "\n";
+    std::cout << json{{"ok", true}, {"schema", o.schema}, {"applied", *applied}}.dump() << "\n";
+  } else if (applied->empty()) {
+    std::cout << where << " is up to date: no migration to apply\n";
   } else {
-    std::cout << "schema " << o.schema << " is up to date\n";
+    std::string versions;
+    for (int v : *applied) versions += (versions.empty() ? "" : ", ") + std::to_string(v);
+    std::cout << where << ": applied migration" << (applied->size() == 1 ? " " : "s ") << versions
+              << "; it is up to date\n";
   }
   return kExitOk;
 }
@@ -384,12 +391,14 @@ int DltReplay(const Options& o) {
                       {"topic", o.topic},
                       {"scanned", r->scanned},
                       {"replayed", r->replayed},
+                      {"not_replayable", r->not_replayable},
                       {"dry_run", o.dry_run}}
                      .dump()
               << "\n";
   } else {
     std::cout << (o.dry_run ? "would replay " : "replayed ") << r->replayed << " of " << r->scanned
               << " dead-lettered messages from " << o.topic << "\n";
+    for (const std::string& n : r->not_replayable) std::cout << "not replayed: " << n << "\n";
   }
   return kExitOk;
 }

@@ -362,7 +362,8 @@ int Serve(const ServeOptions& o) {
     auto r = ReplayDeadLetters(o.kafka, topic->get<std::string>(), f, dry_run);
     if (!r.ok()) return Error(res, 503, r.status().ToString());
     Reply(res, 200, json{{"ok", true}, {"topic", topic->get<std::string>()}, {"key", f.key},
-                         {"scanned", r->scanned}, {"replayed", r->replayed}, {"dry_run", dry_run}});
+                         {"scanned", r->scanned}, {"replayed", r->replayed},
+                         {"not_replayable", r->not_replayable}, {"dry_run", dry_run}});
   });
 
   int port = o.port;

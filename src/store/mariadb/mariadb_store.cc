@@ -93,7 +93,11 @@ class MariaDbStore final : public Store {
     return Status::Ok();
   }
 
-  Status Migrate() override { return MigrateMariaDb({options_.url, options_.connect_timeout}); }
+  Result<std::vector<int>> Migrate() override {
+    std::vector<int> applied;
+    OUTBOX_RETURN_IF_ERROR(MigrateMariaDb({options_.url, options_.connect_timeout}, &applied));
+    return applied;
+  }
 
   Result<ClaimResult> Claim(const ClaimOptions& o) override {
     if (o.batch_size <= 0) return Status::InvalidArgument("claim: batch_size must be > 0");

@@ -9,7 +9,7 @@
 namespace outbox::maria {
 
 Status RunMigrations(MYSQL* c, const std::string& table, const std::string& lock,
-                     const std::vector<sql::Migration>& migrations) {
+                     const std::vector<sql::Migration>& migrations, std::vector<int>* applied_now) {
   const std::string name = "concat(" + Quote(c, lock + ".") + ", DATABASE())";
   auto locked = Query(c, "migrate: lock", "SELECT GET_LOCK(" + name + ", 60)");
   if (!locked.ok()) return locked.status();
@@ -37,6 +37,7 @@ Status RunMigrations(MYSQL* c, const std::string& table, const std::string& lock
                         "INSERT INTO " + table + " VALUES (" + std::to_string(m.version) + ", " +
                             Quote(c, m.description) + ", UTC_TIMESTAMP(6))");
       if (!noted.ok()) return noted.status();
+      if (applied_now) applied_now->push_back(m.version);  // DDL commits on its own
     }
     return Status::Ok();
   };
@@ -49,13 +50,13 @@ Status RunMigrations(MYSQL* c, const std::string& table, const std::string& lock
 
 namespace outbox {
 
-Status MigrateMariaDb(const MariaDbOptions& options) {
+Status MigrateMariaDb(const MariaDbOptions& options, std::vector<int>* applied_now) {
   auto url = maria::ParseUrl(options.url);
   if (!url.ok()) return url.status();
   auto conn = maria::Connect(*url, options.connect_timeout);
   if (!conn.ok()) return conn.status();
   return maria::RunMigrations(conn->get(), "outbox_migrations", "outbox.migrate",
-                              maria::sql::Migrations());
+                              maria::sql::Migrations(), applied_now);
 }
 
 }  // namespace outbox

@@ -12,8 +12,10 @@ namespace outbox::maria {
 
 // Applies the missing versions of `migrations`, recorded in `table`, under the
 // named lock `lock` + the database's name (concurrent runs serialise).
+// `applied_now` (optional) receives the versions this call applied, in order.
 Status RunMigrations(MYSQL* conn, const std::string& table, const std::string& lock,
-                     const std::vector<sql::Migration>& migrations);
+                     const std::vector<sql::Migration>& migrations,
+                     std::vector<int>* applied_now = nullptr);
 
 }  // namespace outbox::maria
 

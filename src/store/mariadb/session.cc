@@ -133,6 +133,15 @@ Status LastError(MYSQL* conn, std::string_view what) {
       return Status::Internal(msg, /*retryable=*/true);
     case ER_STATEMENT_TIMEOUT:
       return Status::DeadlineExceeded(msg);
+    // The user lacks a privilege (MariaDB's message names it and the table)
+    // or may not log in: a configuration error, not an outage.
+    case ER_TABLEACCESS_DENIED_ERROR:
+    case ER_COLUMNACCESS_DENIED_ERROR:
+    case ER_PROCACCESS_DENIED_ERROR:
+    case ER_DBACCESS_DENIED_ERROR:
+    case ER_ACCESS_DENIED_ERROR:
+    case ER_SPECIFIC_ACCESS_DENIED_ERROR:
+      return Status::PermissionDenied(msg + " — a missing privilege, not an outage (docs/relay.md, \"Privileges\")");
     case ER_NO_SUCH_TABLE:
     case ER_SP_DOES_NOT_EXIST:
       return Status::FailedPrecondition(msg + "; run `outboxctl migrate` first");

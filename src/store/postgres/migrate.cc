@@ -5,7 +5,8 @@
 namespace outbox::pg {
 namespace {
 
-Status Apply(Session& s, const std::string& schema, const sql::MigrationSet& set) {
+Status Apply(Session& s, const std::string& schema, const sql::MigrationSet& set,
+             std::vector<int>* applied_now) {
   OUTBOX_RETURN_IF_ERROR(s.Exec("migrate: lock", sql::MigrateLock(schema, set)).status());
   OUTBOX_RETURN_IF_ERROR(
       s.ExecScript("migrate: bootstrap", sql::EnsureMigrationsTable(schema, set)));
@@ -23,21 +24,26 @@ Status Apply(Session& s, const std::string& schema, const sql::MigrationSet& set
                                   {Param::Text(std::to_string(m.version)),
                                    Param::Text(m.description)})
                                .status());
+    applied_now->push_back(m.version);
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status RunMigrations(Session& session, const std::string& schema, const sql::MigrationSet& set) {
+Status RunMigrations(Session& session, const std::string& schema, const sql::MigrationSet& set,
+                     std::vector<int>* applied_now) {
   OUTBOX_RETURN_IF_ERROR(session.EnsureConnected());
   OUTBOX_RETURN_IF_ERROR(session.ExecScript("migrate: begin", "BEGIN"));
-  Status st = Apply(session, schema, set);
+  std::vector<int> applied;
+  Status st = Apply(session, schema, set, &applied);
   if (!st.ok()) {
     (void)session.ExecScript("migrate: rollback", "ROLLBACK");
     return st;
   }
-  return session.ExecScript("migrate: commit", "COMMIT");
+  OUTBOX_RETURN_IF_ERROR(session.ExecScript("migrate: commit", "COMMIT"));
+  if (applied_now) *applied_now = std::move(applied);
+  return Status::Ok();
 }
 
 }  // namespace outbox::pg

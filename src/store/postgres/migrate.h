@@ -4,6 +4,7 @@
 #define OUTBOX_SRC_STORE_POSTGRES_MIGRATE_H_
 
 #include <string>
+#include <vector>
 
 #include "outbox/status.h"
 #include "session.h"
@@ -14,7 +15,9 @@ namespace outbox::pg {
 // In one transaction, under the set's advisory lock: creates the schema and the
 // set's migrations table if missing, then applies and records every migration
 // not yet recorded, in order. Idempotent; concurrent callers serialize.
-Status RunMigrations(Session& session, const std::string& schema, const sql::MigrationSet& set);
+// `applied_now` (optional) receives the versions this call applied, in order.
+Status RunMigrations(Session& session, const std::string& schema, const sql::MigrationSet& set,
+                     std::vector<int>* applied_now = nullptr);
 
 }  // namespace outbox::pg
 

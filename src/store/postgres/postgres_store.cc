@@ -53,8 +53,11 @@ class PostgresStore final : public Store {
         stream_states_(pg::sql::StreamStates(options_.schema)),
         count_sent_(pg::sql::CountSent(options_.schema)) {}
 
-  Status Migrate() override {
-    return pg::RunMigrations(*session_, options_.schema, pg::sql::OutboxMigrations(options_.schema));
+  Result<std::vector<int>> Migrate() override {
+    std::vector<int> applied;
+    OUTBOX_RETURN_IF_ERROR(pg::RunMigrations(*session_, options_.schema,
+                                             pg::sql::OutboxMigrations(options_.schema), &applied));
+    return applied;
   }
 
   Result<ClaimResult> Claim(const ClaimOptions& o) override {

@@ -21,6 +21,46 @@ std::string TrimMessage(const char* msg) {
   return s;
 }
 
+// What a refused call needs, said beside PostgreSQL's message (which names
+// the table, sequence or schema, not the privilege).
+std::string PrivilegeHint(std::string_view what, std::string_view message) {
+  const std::string hint = " — a missing privilege, not an outage";
+  const std::string doc = " (docs/relay.md, \"Privileges\")";
+  if (message.find("for sequence") != std::string_view::npos) {
+    return hint + ": `" + std::string(what) + "` needs USAGE on that sequence" + doc;
+  }
+  if (message.find("for schema") != std::string_view::npos) {
+    return hint + ": `" + std::string(what) + "` needs USAGE on that schema" + doc;
+  }
+  if (message.find("for function") != std::string_view::npos) {
+    return hint + ": `" + std::string(what) + "` needs EXECUTE on that function" + doc;
+  }
+  struct Need {
+    std::string_view op, privileges;
+  };
+  static constexpr Need kNeeds[] = {
+      {"claim", "SELECT and UPDATE"}, {"mark sent", "UPDATE"}, {"mark failed", "UPDATE"},
+      {"reschedule", "UPDATE"},       {"purge", "DELETE"},     {"stats", "SELECT"},
+  };
+  for (const Need& n : kNeeds) {
+    if (what == n.op && message.find("for table") != std::string_view::npos) {
+      return hint + ": `" + std::string(what) + "` needs " + std::string(n.privileges) + " on that table" + doc;
+    }
+  }
+  return hint + doc;
+}
+
+// libpq gives no SQLSTATE for a failed connection; these are its (and the
+// server's, in English) words for class 28 and a refused CONNECT.
+bool RefusedConnection(std::string_view msg) {
+  for (std::string_view words : {"password authentication failed", "no pg_hba.conf entry",
+                                 "permission denied for database", "authentication failed for user",
+                                 "is not permitted to log in"}) {
+    if (msg.find(words) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what) {
@@ -45,6 +85,7 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what
     return Status::Internal(msg, /*retryable=*/true);  // serialization, deadlock, lock
   }
   if (cls == "22" || cls == "23") return Status::InvalidArgument(msg);
+  if (state == "42501" || cls == "28") return Status::PermissionDenied(msg + PrivilegeHint(what, msg));
   if (state == "25P02") return Status::FailedPrecondition(msg);
   if (state == "42P01" || state == "42883" || state == "3F000") {
     return Status::FailedPrecondition(msg + " (has `outboxctl migrate` been run?)");
@@ -254,7 +295,12 @@ Result<ConnPtr> Session::Open(const Options& options) {
   ConnPtr conn(PQconnectdbParams(keys.data(), vals.data(), /*expand_dbname=*/1));
   if (!conn) return Status::Unavailable("connect: out of memory");
   if (PQstatus(conn.get()) != CONNECTION_OK) {
-    return Status::Unavailable("connect to PostgreSQL: " + TrimMessage(PQerrorMessage(conn.get())));
+    const std::string msg = "connect to PostgreSQL: " + TrimMessage(PQerrorMessage(conn.get()));
+    if (RefusedConnection(msg)) {
+      return Status::PermissionDenied(msg + " — the server refused this role: a configuration error, "
+                                            "not an outage");
+    }
+    return Status::Unavailable(msg);
   }
   // libpq would print server notices (e.g. "FATAL: terminating connection") to
   // stderr outside our log format; connection loss surfaces as a Status anyway.

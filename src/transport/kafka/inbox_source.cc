@@ -42,6 +42,12 @@ InboundMessage ToInbound(const rd_kafka_message_t* m) {
   return in;
 }
 
+// The consumer bounds every forwarded copy to ConsumerOptions::forward_max_bytes
+// (at most kMaxForwardMaxBytes) of key, value and headers: with the record's
+// framing it must fit this producer's message.max.bytes.
+static_assert(kMaxForwardMaxBytes + 16'384 <= static_cast<std::size_t>(kForwardMessageMaxBytes));
+static_assert(kMaxForwardMaxBytes == static_cast<std::size_t>(kDefaultMessageMaxBytes));
+
 // A synchronous producer for forwarding (retry, dead-letter, replay), with the
 // transport's producer defaults.
 class Forwarder {
@@ -417,7 +423,19 @@ Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>&
         const std::string* orig = in.Header(h::kOrigTopic);
         const bool match = orig && (filter.key.empty() || filter.key == in.key) &&
                            in.timestamp >= filter.since && in.timestamp <= filter.until;
-        if (match) {
+        const std::string* cut = in.Header(h::kTruncated);
+        if (match && cut) {
+          const auto header = [&](const char* name) {
+            const std::string* v = in.Header(name);
+            return v ? *v : std::string("?");
+          };
+          result.not_replayable.push_back(
+              dlt_topic + "/" + std::to_string(in.partition) + "/" + std::to_string(in.offset) +
+              ": a cut copy of " + *orig + "/" + header(h::kOrigPartition) + "/" +
+              header(h::kOrigOffset) + " (" + header(h::kOrigSize) +
+              " bytes): it cannot be replayed as it stands; replay the original from that offset "
+              "while its topic retains it");
+        } else if (match) {
           OutboundMessage it;
           it.topic = *orig;
           it.key = in.key;
