@@ -290,26 +290,33 @@ void Relay::RequestStop() {
 bool Relay::Ready() const { return db_ok_housekeeping_ && db_ok_workers_ > 0 && transport_.Healthy(); }
 
 std::string Relay::NotReadyReason() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!refused_.empty()) {
-    return "not ready: the database refused the relay's role (a configuration error, not an "
-           "outage; retrying): " + refused_ + "\n";
+  std::string why;
+  if (!db_ok_housekeeping_ || db_ok_workers_ == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string& refused = db_ok_workers_ == 0 && !refused_by_workers_.empty() ? refused_by_workers_
+                                                                                     : refused_by_housekeeping_;
+    why = refused.empty() ? "database unreachable"
+                          : "the database refused the relay's role (a configuration error, not an "
+                            "outage; retrying): " + refused;
   }
-  return "not ready: database or broker unreachable\n";
+  if (!transport_.Healthy()) why += (why.empty() ? "" : "; ") + std::string("broker unreachable");
+  return "not ready: " + (why.empty() ? std::string("starting") : why) + "\n";
 }
 
-bool Relay::NoteDbError(const Status& st) {
+bool Relay::NoteDbError(const Status& st, std::string* refusal) {
   metrics_.db_errors.Inc();
   if (st.code() != Code::kPermissionDenied) return false;
   metrics_.db_permission_denied.Inc();
-  std::lock_guard<std::mutex> lock(mu_);
-  refused_ = st.message();
+  if (refusal) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *refusal = st.message();
+  }
   return true;
 }
 
-void Relay::NoteDbSuccess() {
+void Relay::ClearRefusal(std::string* refusal) {
   std::lock_guard<std::mutex> lock(mu_);
-  refused_.clear();
+  refusal->clear();
 }
 
 void Relay::Beat(int slot) {
@@ -510,7 +517,7 @@ void Relay::WorkerLoop(int index) {
   milliseconds db_backoff{100};
   milliseconds idle = options_.poll_min;
   auto db_failed = [&](const Status& st) {
-    const bool refused = NoteDbError(st);
+    const bool refused = NoteDbError(st, &refused_by_workers_);
     if (db_ok) --db_ok_workers_;
     db_ok = false;
     if (!logged_down || (refused && st.message() != logged_refusal)) {
@@ -531,7 +538,7 @@ void Relay::WorkerLoop(int index) {
   };
   auto db_succeeded = [&] {
     if (!db_ok) {
-      NoteDbSuccess();
+      ClearRefusal(&refused_by_workers_);
       ++db_ok_workers_;
       if (logged_down) logger_.Info("database reachable again", {{"worker", who}});
     }
@@ -656,7 +663,7 @@ bool Relay::ApplyTransition(const std::string& who, const char* what,
       }
       return true;
     }
-    metrics_.db_errors.Inc();
+    (void)NoteDbError(r.status());  // a refused mark is counted; its line follows
     if (!r.status().retryable() || Clock::now() + backoff >= deadline) {
       logger_.Error("could not record transition; leaving rows to lease expiry",
                     {{"worker", who}, {"op", what}, {"rows", std::to_string(n)},
@@ -698,7 +705,7 @@ void Relay::HousekeepingLoop() {
     if (!store) {
       auto s = store_factory_();
       if (!s.ok()) {
-        (void)NoteDbError(s.status());
+        (void)NoteDbError(s.status(), &refused_by_housekeeping_);
         db_ok_housekeeping_ = false;
         metrics_.ready.Set(0);
         SleepFor(options_.stats_interval);
@@ -708,6 +715,7 @@ void Relay::HousekeepingLoop() {
     }
     auto st = store->Stats();
     if (st.ok()) {
+      if (!db_ok_housekeeping_) ClearRefusal(&refused_by_housekeeping_);
       db_ok_housekeeping_ = true;
       metrics_.pending.Set(static_cast<double>(st->pending));
       metrics_.processing.Set(static_cast<double>(st->processing));
@@ -717,7 +725,7 @@ void Relay::HousekeepingLoop() {
       metrics_.held_aggregates.Set(static_cast<double>(st->held_aggregates));
     } else {
       db_ok_housekeeping_ = false;
-      (void)NoteDbError(st.status());
+      (void)NoteDbError(st.status(), &refused_by_housekeeping_);
     }
     if (options_.source == RelaySource::kCdc) WatchSlot(*store, st.ok() ? &*st : nullptr);
     // Purge does not depend on Stats. Each round deletes batches for at most
