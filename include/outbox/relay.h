@@ -152,6 +152,7 @@ struct RelayMetrics {
   Counter& fenced;          // transitions refused: another claim holds the row
   Counter& claims;
   Counter& not_sent;
+  Counter& acked_out_of_order;  // acked behind an unacked earlier event of its aggregate
   Counter& outage_batches;
   Counter& db_errors;
   Counter& db_permission_denied;  // of db_errors: the role lacks a privilege (configuration)

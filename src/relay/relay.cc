@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -83,6 +84,10 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema)
       not_sent(r.AddCounter("outbox_relay_events_not_sent_total",
                             "Events kept from the broker because an earlier event of their "
                             "aggregate failed first in the same batch (attempt not counted).")),
+      acked_out_of_order(r.AddCounter(
+          "outbox_relay_events_acked_out_of_order_total",
+          "Events the broker acked while an earlier event of their aggregate in the same batch "
+          "was not acked: the topic holds them before that event (published again after it).")),
       outage_batches(r.AddCounter("outbox_relay_broker_outage_batches_total",
                                   "Batches that found no reachable broker: rescheduled without "
                                   "counting attempts; workers back off together.")),
@@ -188,6 +193,27 @@ void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who
                   {"fatal", std::to_string(plan.fatal)},
                   {"not_sent", std::to_string(plan.not_sent)},
                   {"first_error", first ? first->error : ""}});
+  }
+  if (plan.held_back > 0) {
+    // The broker wrote an event before an earlier one of its aggregate (e.g.
+    // librdkafka timed the earlier one out in its queue while the broker was
+    // away, then sent the later one: INTRODUCTION.md, "Message timeout
+    // considerations"). The relay publishes it again after the earlier one,
+    // but the topic, and a consumer, may see it first.
+    metrics.acked_out_of_order.Inc(plan.held_back);
+    std::set<std::pair<std::string, std::string>> unacked;
+    std::string example;
+    for (std::size_t i = 0; i < events.size() && example.empty(); ++i) {
+      const auto key = std::make_pair(events[i].event.aggregate_type, events[i].event.aggregate_id);
+      if (results[i].outcome != PublishOutcome::kAcked) {
+        unacked.insert(key);
+      } else if (unacked.count(key)) {
+        example = key.first + "/" + key.second + " seq " + std::to_string(events[i].ticket.seq);
+      }
+    }
+    logger.Error("events acked before an earlier event of their aggregate: the topic holds them out "
+                 "of order (they are published again after it)",
+                 {{"worker", who}, {"events", std::to_string(plan.held_back)}, {"first", example}});
   }
   if (!plan.outage && plan.sent.size() + plan.held_back > 0 && *logged_outage) {
     logger.Info("broker reachable again", {{"worker", who}});
