@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <map>
 #include <memory>
 #include <random>
@@ -476,14 +477,37 @@ int main(int argc, char** argv) {
   });
   std::map<std::string, long> next_on_topic;  // aggregate -> next event number expected
   long topic_overtakes = 0;
+  // The first overtakes, said in full: the next failure names its events.
+  std::vector<std::string> overtakes;
+  std::set<std::string> overtaken;  // their aggregates
   for (const Message& m : msgs) {
     const auto hash = m.value.find('#');
     if (hash == std::string::npos) continue;
     const long n = std::atol(m.value.c_str() + hash + 1);
-    long& want = next_on_topic[m.value.substr(0, hash)];
-    if (n > want) ++topic_overtakes;
+    const std::string agg = m.value.substr(0, hash);
+    long& want = next_on_topic[agg];
+    if (n > want) {
+      ++topic_overtakes;
+      if (overtakes.size() < 10) {
+        overtakes.push_back(agg + " #" + std::to_string(n) + " at partition " + std::to_string(m.partition) +
+                            " offset " + std::to_string(m.offset) + ", before #" + std::to_string(want));
+        overtaken.insert(agg);
+      }
+    }
     if (n >= want) want = n + 1;
   }
+  for (const std::string& o : overtakes) std::printf("overtake: %s\n", o.c_str());
+  for (const std::string& agg : overtaken) {  // the rows, as the table has them
+    const std::string where = " FROM " + outbox_table + " WHERE aggregate_id = '" + agg + "'";
+    std::printf("rows of %s (seq status attempts%s last_error):\n%s\n", agg.c_str(),
+                a.mariadb ? "" : " streamed",
+                oq(a.mariadb ? "SELECT GROUP_CONCAT(CONCAT_WS(' ', seq, status, attempts, "
+                               "LEFT(COALESCE(last_error, ''), 100)) ORDER BY seq SEPARATOR '\\n')" + where
+                             : "SELECT string_agg(concat_ws(' ', seq, status, attempts, lease_token IS NULL, "
+                               "left(coalesce(last_error, ''), 100)), E'\\n' ORDER BY seq)" + where)
+                    .c_str());
+  }
+  if (!overtakes.empty()) std::printf("the relays' and consumers' logs: %s\n", dir.c_str());
   std::printf("\n== chaos report (seed %llu)\n", static_cast<unsigned long long>(a.seed));
   std::printf("outbox store                     %s\n", a.mariadb ? "MariaDB" : "PostgreSQL");
   std::printf("inbox store                      %s\n", a.inbox_mariadb ? "MariaDB" : "PostgreSQL");

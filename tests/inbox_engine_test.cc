@@ -130,9 +130,10 @@ TEST(InboxPlanTest, ForwardsKeepANullValueAndPutOneLineInTheErrorMessage) {
   EXPECT_EQ(f.classes[1], Outcome::kTransient);
 }
 
-// A copy of exactly forward_max_bytes goes whole (to its retry topic); one
-// byte more and it is dead-lettered as a bounded record: the value cut to fit
-// exactly, its original size and the cut said. A copy whose headers alone are
+// A copy of exactly forward_max_bytes goes whole (to its retry topic); over it
+// by no more than its error detail, it goes without the detail; one byte more
+// and it is dead-lettered as a bounded record: the value cut to fit exactly,
+// its original size and the cut said. A copy whose headers alone are
 // too large loses the value, the event's own headers (but its id) and the
 // error detail; a huge key is cut.
 TEST(InboxPlanTest, ACopyOneByteOverForwardMaxBytesIsDeadLetteredCutToFit) {
@@ -142,15 +143,26 @@ TEST(InboxPlanTest, ACopyOneByteOverForwardMaxBytesIsDeadLetteredCutToFit) {
   const std::vector<std::optional<MessageOutcome>> transient = {MessageOutcome{Outcome::kTransient, "down"}};
   std::vector<InboundMessage> msgs = {Msg("t", 2, 17, "a")};
   const OutboundMessage probe = PlanForwards(msgs, transient, o, 1000, "now").messages.at(0);
-  const std::size_t fits = o.forward_max_bytes - ForwardBytes(probe) + msgs[0].payload.size();
-  msgs[0].payload = std::string(fits, 'x');
+  const std::size_t detail = std::string(kErrDetail).size() + std::string("down").size() + 8;
+  // The largest value whose copy, without the detail, is exactly the limit.
+  const std::size_t fits = o.forward_max_bytes - ForwardBytes(probe) + detail + msgs[0].payload.size();
+  msgs[0].payload = std::string(fits - detail, 'x');
   Forwards whole = PlanForwards(msgs, transient, o, 1000, "now");
   ASSERT_EQ(whole.messages.size(), 1u);
   EXPECT_EQ(ForwardBytes(whole.messages[0]), o.forward_max_bytes);
   EXPECT_EQ(whole.messages[0].topic, "t.retry.1");
   EXPECT_EQ(whole.kinds[0], ForwardKind::kRetry);
   EXPECT_EQ(whole.messages[0].payload, msgs[0].payload);
+  EXPECT_EQ(whole.messages[0].headers.at(kErrDetail), "down");
   EXPECT_EQ(whole.messages[0].Header(kTruncated), nullptr);
+
+  msgs[0].payload = std::string(fits, 'x');  // over by the detail: it goes without
+  Forwards lean = PlanForwards(msgs, transient, o, 1000, "now");
+  EXPECT_EQ(ForwardBytes(lean.messages.at(0)), o.forward_max_bytes);
+  EXPECT_EQ(lean.messages[0].topic, "t.retry.1");
+  EXPECT_EQ(lean.messages[0].payload, msgs[0].payload);
+  EXPECT_EQ(lean.messages[0].headers.count(kErrDetail), 0u);
+  EXPECT_EQ(lean.messages[0].Header(kTruncated), nullptr);
 
   msgs[0].payload += 'y';  // one byte over
   Forwards cut = PlanForwards(msgs, transient, o, 1000, "now");
@@ -172,9 +184,12 @@ TEST(InboxPlanTest, ACopyOneByteOverForwardMaxBytesIsDeadLetteredCutToFit) {
   EXPECT_EQ(c.headers.at(kErrMessage), "down");
   EXPECT_EQ(c.headers.at("outbox-event-id"), "a");
 
-  // Headers alone over the limit: the value, foreign headers and the detail go.
+  // Headers alone over the limit: the value, foreign headers (an upstream
+  // `outbox-*` one too) and the detail go; what is kept fits.
   msgs[0].payload = "small";
   msgs[0].headers["big"] = std::string(o.forward_max_bytes, 'h');
+  msgs[0].headers["outbox-upstream"] = std::string(o.forward_max_bytes, 'u');
+  msgs[0].headers[kOrigTopic] = std::string(5000, 't');  // as an upstream copy could carry
   msgs[0].key = std::string(5000, 'k');
   const std::vector<std::optional<MessageOutcome>> permanent = {
       MessageOutcome{Outcome::kPermanent, std::string(5000, 'e')}};
@@ -184,12 +199,25 @@ TEST(InboxPlanTest, ACopyOneByteOverForwardMaxBytesIsDeadLetteredCutToFit) {
   EXPECT_LE(ForwardBytes(b), o.forward_max_bytes);
   EXPECT_TRUE(b.payload.empty());
   EXPECT_EQ(b.headers.count("big"), 0u);
+  EXPECT_EQ(b.headers.count("outbox-upstream"), 0u);
+  EXPECT_EQ(b.headers.at(kOrigTopic).size(), 1000u);
   EXPECT_EQ(b.headers.count(kErrDetail), 0u);
   EXPECT_EQ(b.headers.at("outbox-event-id"), "a");
   EXPECT_EQ(b.key, std::string(256, 'k'));
   EXPECT_EQ(b.headers.at(kOrigSize), "5");
-  EXPECT_NE(b.headers.at(kTruncated).find("value left out, headers other than outbox-* left out, key cut"),
+  EXPECT_NE(b.headers.at(kTruncated).find("value left out, headers other than the event id and the "
+                                         "consumer's left out, key cut to 256 bytes"),
             std::string::npos) << b.headers.at(kTruncated);
+
+  // A NULL value stays NULL.
+  msgs[0].payload.clear();
+  msgs[0].payload_is_null = true;
+  const Forwards nulls = PlanForwards(msgs, permanent, o, 1000, "now");
+  const OutboundMessage& n = nulls.messages.at(0);
+  EXPECT_TRUE(n.payload_is_null);
+  EXPECT_TRUE(n.payload.empty());
+  EXPECT_EQ(n.headers.at(kOrigSize), "0");
+  EXPECT_LE(ForwardBytes(n), o.forward_max_bytes);
 }
 
 TEST(InboxPlanTest, LongErrorsAreCutOnACharacterBoundary) {

@@ -58,8 +58,9 @@ class MariaDbTest : public ::testing::Test {
     ASSERT_NE(admin_->c, nullptr);
     Run(*admin_, "CREATE DATABASE " + db_);
     url_ = base_.substr(0, base_.rfind('/') + 1) + db_;
-    Status st = MigrateMariaDb({url_});
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    auto applied = MigrateMariaDb({url_});
+    ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+    fresh_versions_ = *applied;
     conn_ = Open(db_);
     Run(*conn_, "CREATE TABLE business (id INT PRIMARY KEY)");
   }
@@ -116,16 +117,25 @@ class MariaDbTest : public ::testing::Test {
   }
 
   std::string base_, url_, db_;
+  std::vector<int> fresh_versions_;  // what the first migration of db_ applied
   Target target_;
   std::unique_ptr<MyConn> admin_, conn_;
 };
 
 TEST_F(MariaDbTest, MigrateIsIdempotentAndSafeConcurrently) {
-  std::vector<std::future<Status>> runs;
-  for (int i = 0; i < 4; ++i) runs.push_back(std::async(std::launch::async, [&] { return MigrateMariaDb({url_}); }));
+  // The fresh database got every version, in order; later runs apply none.
+  ASSERT_FALSE(fresh_versions_.empty());
+  for (std::size_t i = 0; i < fresh_versions_.size(); ++i) {
+    EXPECT_EQ(fresh_versions_[i], static_cast<int>(i) + 1);
+  }
+  std::vector<std::future<Result<std::vector<int>>>> runs;
+  for (int i = 0; i < 4; ++i) {
+    runs.push_back(std::async(std::launch::async, [&] { return MigrateMariaDb({url_}); }));
+  }
   for (auto& r : runs) {
-    Status st = r.get();
-    EXPECT_TRUE(st.ok()) << st.ToString();
+    auto applied = r.get();
+    ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+    EXPECT_TRUE(applied->empty()) << "already up to date";
   }
   EXPECT_EQ(Count("outbox_migrations"), "1");
   EXPECT_EQ(Count("outbox"), "0");
@@ -133,14 +143,14 @@ TEST_F(MariaDbTest, MigrateIsIdempotentAndSafeConcurrently) {
 }
 
 TEST_F(MariaDbTest, BadUrlIsRejectedNamingThePartAndADeadServerIsUnavailable) {
-  Status st = MigrateMariaDb({"postgresql://x@h/db"});
+  Status st = MigrateMariaDb({"postgresql://x@h/db"}).status();
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("mysql://"), std::string::npos) << st.ToString();
-  st = MigrateMariaDb({"mysql://root@127.0.0.1:notaport/db"});
+  st = MigrateMariaDb({"mysql://root@127.0.0.1:notaport/db"}).status();
   EXPECT_NE(st.message().find("port"), std::string::npos) << st.ToString();
-  st = MigrateMariaDb({"mysql://root@127.0.0.1:1/db"});
+  st = MigrateMariaDb({"mysql://root@127.0.0.1:1/db"}).status();
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
-  st = MigrateMariaDb({"mysql://root:s3cret@127.0.0.1:1/db"});
+  st = MigrateMariaDb({"mysql://root:s3cret@127.0.0.1:1/db"}).status();
   EXPECT_EQ(st.message().find("s3cret"), std::string::npos) << "never print the password";
 }
 
@@ -579,7 +589,7 @@ class MariaDbHarness : public StoreHarness {
       return false;
     }
     url_ = base.substr(0, base.rfind('/') + 1) + db_;
-    Status st = MigrateMariaDb({url_});
+    Status st = MigrateMariaDb({url_}).status();
     if (!st.ok()) {
       ADD_FAILURE() << "migrate: " << st.ToString();
       return false;

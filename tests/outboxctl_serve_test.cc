@@ -362,8 +362,12 @@ TEST_F(ServeTest, BadFlagsAndTokensExitTwoBeforeServing) {
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(name), std::string::npos) << args << ": " << r.out;
   }
-  CommandRun p = RunCommand(base_ + " serve --public-url https://user:s3cret@dash.example.com 2>&1");
-  EXPECT_EQ(p.out.find("s3cret"), std::string::npos) << "a password in --public-url is never printed";
+  for (const char* url : {"https://user:s3cret@dash.example.com", "ftp://user:s3cret@dash.example.com",
+                          "https:/user:s3cret@dash.example.com"}) {
+    CommandRun p = RunCommand(base_ + " serve --public-url " + url + " 2>&1");
+    EXPECT_EQ(p.code, 2) << url << ": " << p.out;
+    EXPECT_EQ(p.out.find("s3cret"), std::string::npos) << "a password in --public-url is printed: " << p.out;
+  }
   CommandRun r = RunCommand("OUTBOX_DASHBOARD_TOKEN=short " + base_ + " serve 2>&1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("OUTBOX_DASHBOARD_TOKEN"), std::string::npos) << r.out;

@@ -186,8 +186,10 @@ TEST_F(RelayE2ETest, BrokerDownThenUpLosesNothingAndRetriesShowInMetrics) {
     return Metric(Get(port, "/metrics"), "outbox_relay_rows_rescheduled_total") > 0;
   }, 30s)) << relay.Log();
   int status = 0;
-  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 503; }, 15s))
+  std::string why;
+  EXPECT_TRUE(WaitFor([&] { why = Get(port, "/readyz", &status); return status == 503; }, 15s))
       << "readyz should report the broker outage";
+  EXPECT_EQ(why, "not ready: broker unreachable\n") << "the part that is down, nothing stale";
   EXPECT_EQ(CountStatus("SENT"), 0);
   EXPECT_EQ(CountStatus("FAILED"), 0) << "an outage must not fail rows";
   ASSERT_EQ(kafka_->Control("broker-up -1"), "ok");

@@ -38,7 +38,7 @@ class RelayMariaDbTest : public ::testing::Test {
     Query(admin_, "CREATE DATABASE " + db_);
     ASSERT_EQ(mysql_select_db(admin_, db_.c_str()), 0);
     url_ = MariaDbUrlFor(base_, db_);
-    Status st = MigrateMariaDb({url_});
+    Status st = MigrateMariaDb({url_}).status();
     ASSERT_TRUE(st.ok()) << st.ToString();
     kafka_ = std::make_unique<MockKafka>(
         3, std::vector<std::string>{std::string(kTopic) + ":" + std::to_string(kPartitions)});

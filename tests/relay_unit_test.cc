@@ -47,6 +47,43 @@ std::vector<std::int64_t> Seqs(const std::vector<T>& items) {
   return v;
 }
 
+// An event acked while an earlier one of its aggregate was not (librdkafka
+// timed that one out in its queue, then sent the later one) is on the topic
+// out of order: counted, and said in one error line naming the first.
+TEST(RecordPublish, AnEventAckedBehindAnUnackedEarlierOneIsCountedAndNamed) {
+  struct Lines final : Logger {
+    std::vector<std::string> text;
+    void Log(LogLevel, std::string_view m, std::initializer_list<LogField> f) override {
+      std::string line(m);
+      for (const auto& x : f) line += " " + std::string(x.first) + "=" + x.second;
+      text.push_back(line);
+    }
+  } log;
+  MetricsRegistry registry;
+  RelayMetrics metrics(registry);
+  RelayOptions o;
+  std::mt19937_64 rng(1);
+  std::vector<ClaimedEvent> ev = {Ce(1, "a"), Ce(2, "b"), Ce(3, "a"), Ce(4, "a")};
+  std::vector<PublishResult> r = {Down(), Acked(), Acked(), Acked()};
+  const relay_internal::Plan p = PlanTransitions(ev, r, o, kOutage, rng);
+  bool logged_outage = false;
+  relay_internal::RecordPublish(metrics, log, "w", ev, r, p, milliseconds(1), &logged_outage);
+  EXPECT_EQ(p.held_back, 2u);
+  EXPECT_NE(registry.RenderPrometheus().find("outbox_relay_events_acked_out_of_order_total 2\n"),
+            std::string::npos) << registry.RenderPrometheus();
+  const auto line = std::find_if(log.text.begin(), log.text.end(), [](const std::string& l) {
+    return l.find("out of order") != std::string::npos;
+  });
+  ASSERT_NE(line, log.text.end());
+  EXPECT_NE(line->find("events=2 first=order/a seq 3"), std::string::npos) << *line;
+  // None held back: no such line.
+  log.text.clear();
+  std::vector<PublishResult> fine = {Acked(), Acked(), Acked(), Acked()};
+  relay_internal::RecordPublish(metrics, log, "w", ev, fine, PlanTransitions(ev, fine, o, kOutage, rng),
+                milliseconds(1), &logged_outage);
+  for (const auto& l : log.text) EXPECT_EQ(l.find("out of order"), std::string::npos) << l;
+}
+
 TEST(PlanTransitions, AckedGoSentRetryableRescheduledFatalFailed) {
   RelayOptions o;
   std::mt19937_64 rng(1);

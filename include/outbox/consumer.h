@@ -14,10 +14,12 @@
 //   outbox-error-detail (the whole error text, at most 8000 bytes),
 //   outbox-attempt (1 for the first failure), outbox-first-failure-at (RFC 3339),
 //   outbox-retry-due-at (ms since the epoch; retry topics only).
-// A copy that would exceed forward_max_bytes (key + value + headers) cannot be
-// forwarded whole: it goes to the dead-letter topic as a bounded record — the
-// value cut to fit (then left out, with the event's own headers and the error
-// detail, if the rest alone is too large) — with
+// A copy that would exceed forward_max_bytes (key + value + headers) loses its
+// outbox-error-detail first (and keeps its route when it then fits); if it is
+// still too large it cannot be forwarded whole: it goes to the dead-letter
+// topic as a bounded record — the value cut to fit (then left out, with every
+// header but the event id and the consumer's own, if the rest alone is too
+// large) — with
 //   outbox-original-size (the original value's bytes) and
 //   outbox-truncated (what was cut, and why).
 // Such a record cannot be replayed as it stands (outboxctl dlt replay says so).
@@ -128,6 +130,11 @@ class InboxSource {
   virtual std::vector<PartitionLag> Lag() = 0;
 };
 
+// ConsumerOptions::forward_max_bytes's range.
+inline constexpr std::size_t kMinForwardMaxBytes = 16'384;  // the failure headers always fit
+// kafka.h's kForwardMessageMaxBytes less 4 KiB for the record's framing.
+inline constexpr std::size_t kMaxForwardMaxBytes = 1'020'480;
+
 struct ConsumerOptions {
   std::vector<std::string> topics;  // the main topics (retry topics are derived)
   std::vector<std::chrono::milliseconds> retry_delays = {std::chrono::seconds(1),
@@ -150,14 +157,14 @@ struct ConsumerOptions {
   std::chrono::seconds purge_interval{300};
   // The largest copy (key + value + header names and values) forwarded whole;
   // a larger one is dead-lettered as a bounded record (top of this file).
-  // kMinForwardMaxBytes..kMaxForwardMaxBytes. The default leaves room under
-  // the Kafka source's forwarding producer (kForwardMessageMaxBytes) and a
-  // broker's default message.max.bytes; lower it to the dead-letter topics'
-  // max.message.bytes if those are smaller.
-  std::size_t forward_max_bytes = 1'000'000;
+  // kMinForwardMaxBytes..kMaxForwardMaxBytes. The default takes the largest
+  // event enqueue admits (1,000,000 bytes with its headers, plus the relay's)
+  // with its failure headers, and stays under the Kafka source's forwarding
+  // producer (kForwardMessageMaxBytes) and a broker's default
+  // message.max.bytes; lower it to the dead-letter topics' max.message.bytes
+  // if those are smaller.
+  std::size_t forward_max_bytes = kMaxForwardMaxBytes;
 };
-inline constexpr std::size_t kMinForwardMaxBytes = 16'384;     // the failure headers always fit
-inline constexpr std::size_t kMaxForwardMaxBytes = 1'008'192;  // = kafka.h kDefaultMessageMaxBytes
 
 // The topics a consumer with these options subscribes to: each main topic, then
 // its retry topics.

@@ -65,10 +65,12 @@ struct HandlerResult {
   // The class a failed SQL statement gives its message by default, from its
   // SQLSTATE: the data is wrong — class 22 (data exception: text that is not
   // in the database's encoding, a number out of range) or 23 (integrity: a
-  // unique or check constraint) — is kPermanent, since no retry can fix it;
-  // anything else (a lost connection, a deadlock, a timeout, a missing table)
-  // is kTransient. The sink handlers' statements are classified so. Appends
-  // " [SQLSTATE xxxxx]" to the message.
+  // unique, check or foreign-key constraint) — is kPermanent: the same data
+  // fails the same way again; anything else (a lost connection, a deadlock, a
+  // timeout, a missing table) is kTransient. The sink handlers' statements are
+  // classified so. A handler that expects a constraint to pass later (a child
+  // whose parent arrives in a later message) returns Transient for it itself.
+  // Appends " [SQLSTATE xxxxx]" to the message.
   static HandlerResult FromSqlState(std::string_view sqlstate, std::string m) {
     const bool bad_data = sqlstate.size() == 5 && (sqlstate.starts_with("22") || sqlstate.starts_with("23"));
     if (!sqlstate.empty()) m += " [SQLSTATE " + std::string(sqlstate) + "]";

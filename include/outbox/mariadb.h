@@ -46,9 +46,9 @@ struct MariaDbOptions {
 // Creates or upgrades the outbox tables and the enqueue procedure in the URL's
 // database. Idempotent; concurrent runs serialise on a named lock; a run cut
 // short is finished by the next one. A bad URL is InvalidArgument naming the
-// part; an unreachable server is Unavailable. `applied_now` (optional)
-// receives the versions this call applied, in order.
-Status MigrateMariaDb(const MariaDbOptions& options, std::vector<int>* applied_now = nullptr);
+// part; an unreachable server is Unavailable. Returns the versions this call
+// applied, in order (empty: up to date).
+Result<std::vector<int>> MigrateMariaDb(const MariaDbOptions& options);
 
 struct MariaDbStoreOptions {
   std::string url;  // mysql://user[:password]@host[:port]/database

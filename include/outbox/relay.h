@@ -152,6 +152,7 @@ struct RelayMetrics {
   Counter& fenced;          // transitions refused: another claim holds the row
   Counter& claims;
   Counter& not_sent;
+  Counter& acked_out_of_order;  // acked behind an unacked earlier event of its aggregate
   Counter& outage_batches;
   Counter& db_errors;
   Counter& db_permission_denied;  // of db_errors: the role lacks a privilege (configuration)
@@ -217,6 +218,12 @@ class Relay {
   Relay(RelayOptions o, StoreFactory f, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
         Logger& l);
   void WorkerLoop(int index);
+  // A database call failed with `st`: counted (db_errors, and
+  // db_permission_denied for a PermissionDenied). Returns true for a
+  // PermissionDenied; `*refusal`, when given, then keeps its message for
+  // NotReadyReason().
+  bool NoteDbError(const Status& st, std::string* refusal = nullptr);
+  void ClearRefusal(std::string* refusal);
   void StreamLoop();  // stream.cc
   // cdc: the slot's gauges, and the WAL cap (sets / clears wal_capped_).
   void WatchSlot(Store& store, const StoreStats* stats);
@@ -281,13 +288,9 @@ class Relay {
   std::chrono::steady_clock::time_point outage_until_;  // GUARDED_BY(mu_)
   bool probe_in_flight_ = false;                         // GUARDED_BY(mu_)
   int idle_poller_ = -1;  // GUARDED_BY(mu_): the worker polling for the idle ones
-  // GUARDED_BY(mu_): the last PermissionDenied from the database, until a
-  // call succeeds again.
-  std::string refused_;
-  // A database call failed with `st`; a PermissionDenied is counted and kept
-  // for NotReadyReason(). Returns true for one (the caller logs it as such).
-  bool NoteDbError(const Status& st);
-  void NoteDbSuccess();
+  // GUARDED_BY(mu_): the last PermissionDenied of the workers' claims and of
+  // housekeeping's stats, each until that side succeeds again.
+  std::string refused_by_workers_, refused_by_housekeeping_;
 };
 
 }  // namespace outbox

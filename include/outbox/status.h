@@ -27,8 +27,9 @@ enum class Code {
   kDeadlineExceeded,
   kInternal,            // a bug or an unexpected server answer
   // The server refused this role or user: a missing privilege, a failed
-  // authentication. A configuration error, not an outage, but retryable: the
-  // same call succeeds once an operator grants the privilege.
+  // authentication. A configuration error, not an outage; not retryable (the
+  // caller cannot fix it), though a daemon such as the relay keeps trying with
+  // backoff until an operator grants the privilege.
   kPermissionDenied,
 };
 
@@ -59,7 +60,7 @@ class [[nodiscard]] Status {
     return Status(Code::kDeadlineExceeded, std::move(msg), true);
   }
   static Status PermissionDenied(std::string msg) {
-    return Status(Code::kPermissionDenied, std::move(msg), true);
+    return Status(Code::kPermissionDenied, std::move(msg), false);
   }
   static Status Internal(std::string msg, bool retryable = false) {
     return Status(Code::kInternal, std::move(msg), retryable);

@@ -127,13 +127,16 @@ std::size_t ForwardBytes(const OutboundMessage& m) {
 bool BoundForward(OutboundMessage& out, std::size_t max_bytes, const std::string& dlt_topic) {
   const std::size_t whole = ForwardBytes(out);
   if (whole <= max_bytes) return false;
+  // The diagnostic detail goes first: without it the copy may go whole.
+  out.headers.erase(kErrDetail);
+  if (ForwardBytes(out) <= max_bytes) return false;
   const std::size_t value_bytes = out.payload_is_null ? 0 : out.payload.size();
   out.topic = dlt_topic;
   out.headers.erase(kDueAt);
   out.headers[kOrigSize] = std::to_string(value_bytes);
   const std::string why = " to fit forward_max_bytes=" + std::to_string(max_bytes) + " (the copy was " +
                           std::to_string(whole) + " bytes)";
-  // A value of its own size, the longest the note can get (its digits).
+  // The note as long as it can get (the kept size has at most as many digits).
   out.headers[kTruncated] = "value cut to " + std::to_string(value_bytes) + " bytes" + why;
   const std::string value = std::move(out.payload);
   out.payload.clear();
@@ -144,14 +147,17 @@ bool BoundForward(OutboundMessage& out, std::size_t max_bytes, const std::string
     out.headers[kTruncated] = "value cut to " + std::to_string(keep) + " bytes" + why;
     return true;
   }
-  // The rest alone is too large: the event's own headers or the key.
-  std::string parts = "value left out";
+  // The rest alone is too large (the event's headers, or the key): keep only
+  // the consumer's own headers and a short event id, each at most 1,000 bytes
+  // (an upstream copy may have carried long ones), and a key of 256 bytes.
+  static const std::set<std::string> kKept = {kOrigTopic, kOrigPartition, kOrigOffset, kErrClass,
+                                              kErrMessage, kAttempt,      kFirstFailure, kOrigSize};
   for (auto it = out.headers.begin(); it != out.headers.end();) {
-    const bool ours = it->first.rfind("outbox-", 0) == 0 && it->first != kErrDetail &&
-                      (it->first != "outbox-event-id" || it->second.size() <= 256);
-    it = ours ? std::next(it) : out.headers.erase(it);
+    const bool keep = kKept.count(it->first) > 0 || (it->first == "outbox-event-id" && it->second.size() <= 256);
+    if (keep) it->second = CutUtf8(it->second, 1000);
+    it = keep ? std::next(it) : out.headers.erase(it);
   }
-  parts += ", headers other than outbox-* left out";
+  std::string parts = "value left out, headers other than the event id and the consumer's left out";
   if (out.key.size() > 256) {
     out.key = CutUtf8(out.key, 256);
     parts += ", key cut to 256 bytes";

@@ -51,10 +51,12 @@ enum class ForwardKind { kRetry, kDeadLetter };
 std::size_t ForwardBytes(const OutboundMessage& m);
 
 // Makes `out` fit `max_bytes` (REQUIRES: >= kMinForwardMaxBytes) when it does
-// not: sends it to `dlt_topic`, cuts the value to fit — or, when the rest alone
-// is too large, leaves out the value, the event's own headers (but a short
-// outbox-event-id) and the error detail, and cuts the key to 256 bytes — and
-// records outbox-original-size and outbox-truncated. Returns true when it cut.
+// not: first drops outbox-error-detail (returns false if that is enough: the
+// copy keeps its route); else sends it to `dlt_topic`, cuts the value to fit —
+// or, when the rest alone is too large, leaves out the value and every header
+// but the consumer's own and a short outbox-event-id (each cut to 1,000 bytes)
+// and cuts the key to 256 bytes — and records outbox-original-size and
+// outbox-truncated. Returns true when it cut. The result fits `max_bytes`.
 bool BoundForward(OutboundMessage& out, std::size_t max_bytes, const std::string& dlt_topic);
 
 struct Forwards {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -83,6 +84,10 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema)
       not_sent(r.AddCounter("outbox_relay_events_not_sent_total",
                             "Events kept from the broker because an earlier event of their "
                             "aggregate failed first in the same batch (attempt not counted).")),
+      acked_out_of_order(r.AddCounter(
+          "outbox_relay_events_acked_out_of_order_total",
+          "Events the broker acked while an earlier event of their aggregate in the same batch "
+          "was not acked: the topic holds them before that event (published again after it).")),
       outage_batches(r.AddCounter("outbox_relay_broker_outage_batches_total",
                                   "Batches that found no reachable broker: rescheduled without "
                                   "counting attempts; workers back off together.")),
@@ -189,6 +194,27 @@ void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who
                   {"not_sent", std::to_string(plan.not_sent)},
                   {"first_error", first ? first->error : ""}});
   }
+  if (plan.held_back > 0) {
+    // The broker wrote an event before an earlier one of its aggregate (e.g.
+    // librdkafka timed the earlier one out in its queue while the broker was
+    // away, then sent the later one: INTRODUCTION.md, "Message timeout
+    // considerations"). The relay publishes it again after the earlier one,
+    // but the topic, and a consumer, may see it first.
+    metrics.acked_out_of_order.Inc(plan.held_back);
+    std::set<std::pair<std::string, std::string>> unacked;
+    std::string example;
+    for (std::size_t i = 0; i < events.size() && example.empty(); ++i) {
+      const auto key = std::make_pair(events[i].event.aggregate_type, events[i].event.aggregate_id);
+      if (results[i].outcome != PublishOutcome::kAcked) {
+        unacked.insert(key);
+      } else if (unacked.count(key)) {
+        example = key.first + "/" + key.second + " seq " + std::to_string(events[i].ticket.seq);
+      }
+    }
+    logger.Error("events acked before an earlier event of their aggregate: the topic holds them out "
+                 "of order (they are published again after it)",
+                 {{"worker", who}, {"events", std::to_string(plan.held_back)}, {"first", example}});
+  }
   if (!plan.outage && plan.sent.size() + plan.held_back > 0 && *logged_outage) {
     logger.Info("broker reachable again", {{"worker", who}});
     *logged_outage = false;
@@ -290,26 +316,33 @@ void Relay::RequestStop() {
 bool Relay::Ready() const { return db_ok_housekeeping_ && db_ok_workers_ > 0 && transport_.Healthy(); }
 
 std::string Relay::NotReadyReason() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!refused_.empty()) {
-    return "not ready: the database refused the relay's role (a configuration error, not an "
-           "outage; retrying): " + refused_ + "\n";
+  std::string why;
+  if (!db_ok_housekeeping_ || db_ok_workers_ == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string& refused = db_ok_workers_ == 0 && !refused_by_workers_.empty() ? refused_by_workers_
+                                                                                     : refused_by_housekeeping_;
+    why = refused.empty() ? "database unreachable"
+                          : "the database refused the relay's role (a configuration error, not an "
+                            "outage; retrying): " + refused;
   }
-  return "not ready: database or broker unreachable\n";
+  if (!transport_.Healthy()) why += (why.empty() ? "" : "; ") + std::string("broker unreachable");
+  return "not ready: " + (why.empty() ? std::string("starting") : why) + "\n";
 }
 
-bool Relay::NoteDbError(const Status& st) {
+bool Relay::NoteDbError(const Status& st, std::string* refusal) {
   metrics_.db_errors.Inc();
   if (st.code() != Code::kPermissionDenied) return false;
   metrics_.db_permission_denied.Inc();
-  std::lock_guard<std::mutex> lock(mu_);
-  refused_ = st.message();
+  if (refusal) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *refusal = st.message();
+  }
   return true;
 }
 
-void Relay::NoteDbSuccess() {
+void Relay::ClearRefusal(std::string* refusal) {
   std::lock_guard<std::mutex> lock(mu_);
-  refused_.clear();
+  refusal->clear();
 }
 
 void Relay::Beat(int slot) {
@@ -510,7 +543,7 @@ void Relay::WorkerLoop(int index) {
   milliseconds db_backoff{100};
   milliseconds idle = options_.poll_min;
   auto db_failed = [&](const Status& st) {
-    const bool refused = NoteDbError(st);
+    const bool refused = NoteDbError(st, &refused_by_workers_);
     if (db_ok) --db_ok_workers_;
     db_ok = false;
     if (!logged_down || (refused && st.message() != logged_refusal)) {
@@ -531,7 +564,7 @@ void Relay::WorkerLoop(int index) {
   };
   auto db_succeeded = [&] {
     if (!db_ok) {
-      NoteDbSuccess();
+      ClearRefusal(&refused_by_workers_);
       ++db_ok_workers_;
       if (logged_down) logger_.Info("database reachable again", {{"worker", who}});
     }
@@ -656,7 +689,7 @@ bool Relay::ApplyTransition(const std::string& who, const char* what,
       }
       return true;
     }
-    metrics_.db_errors.Inc();
+    (void)NoteDbError(r.status());  // a refused mark is counted; its line follows
     if (!r.status().retryable() || Clock::now() + backoff >= deadline) {
       logger_.Error("could not record transition; leaving rows to lease expiry",
                     {{"worker", who}, {"op", what}, {"rows", std::to_string(n)},
@@ -698,7 +731,7 @@ void Relay::HousekeepingLoop() {
     if (!store) {
       auto s = store_factory_();
       if (!s.ok()) {
-        (void)NoteDbError(s.status());
+        (void)NoteDbError(s.status(), &refused_by_housekeeping_);
         db_ok_housekeeping_ = false;
         metrics_.ready.Set(0);
         SleepFor(options_.stats_interval);
@@ -708,6 +741,7 @@ void Relay::HousekeepingLoop() {
     }
     auto st = store->Stats();
     if (st.ok()) {
+      if (!db_ok_housekeeping_) ClearRefusal(&refused_by_housekeeping_);
       db_ok_housekeeping_ = true;
       metrics_.pending.Set(static_cast<double>(st->pending));
       metrics_.processing.Set(static_cast<double>(st->processing));
@@ -717,7 +751,7 @@ void Relay::HousekeepingLoop() {
       metrics_.held_aggregates.Set(static_cast<double>(st->held_aggregates));
     } else {
       db_ok_housekeeping_ = false;
-      (void)NoteDbError(st.status());
+      (void)NoteDbError(st.status(), &refused_by_housekeeping_);
     }
     if (options_.source == RelaySource::kCdc) WatchSlot(*store, st.ok() ? &*st : nullptr);
     // Purge does not depend on Stats. Each round deletes batches for at most

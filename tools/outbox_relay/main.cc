@@ -164,18 +164,12 @@ int main(int argc, char** argv) {
       auto store = factory();
       outbox::Status st = store.ok() ? (*store)->Migrate().status() : store.status();
       if (st.ok()) break;
-      if (!st.retryable()) {
+      if (!st.retryable()) {  // a refused privilege too: run --migrate as the schema's owner
         logger.Error("migration failed", {{"error", st.ToString()}});
         http->reset();
         return kExitRuntime;
       }
-      if (st.code() == outbox::Code::kPermissionDenied) {
-        logger.Error("migration: the database refused the relay's role (a configuration error, not "
-                     "an outage); retrying",
-                     {{"error", st.ToString()}});
-      } else {
-        logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
-      }
+      logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
       const auto until = std::chrono::steady_clock::now() + backoff;
       while (!stop_requested && std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));

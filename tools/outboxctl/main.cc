@@ -533,8 +533,10 @@ outbox::Result<std::string> HostNameOnly(const std::string& what, const std::str
 // it (scheme://host[:port], the scheme's own port left out); its host is
 // answered too.
 outbox::Result<std::string> PublicOrigin(const std::string& url, std::vector<std::string>* hosts) {
+  // Never echoed when it may hold a user name or password.
+  const std::string shown = url.find('@') == std::string::npos ? "\"" + url + "\"" : "a URL with '@' (not shown)";
   const auto bad = [&](const std::string& why) {
-    return outbox::Status::InvalidArgument("--public-url: " + why + ", got \"" + url + "\"");
+    return outbox::Status::InvalidArgument("--public-url: " + why + ", got " + shown);
   };
   const std::string lower = LowerCase(url);
   std::string scheme;

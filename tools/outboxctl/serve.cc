@@ -82,7 +82,16 @@ bool ValidTopicName(const std::string& t) {
 bool IsLoopbackListener(const std::string& host) {
   in_addr a4{};
   if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-  return host == "localhost" || host == "::1";
+  in6_addr a6{};
+  if (inet_pton(AF_INET6, host.c_str(), &a6) == 1) {  // ::1 in any spelling, ::ffff:127.x.y.z
+    const unsigned char* b = a6.s6_addr;
+    const bool zeros10 = std::all_of(b, b + 10, [](unsigned char c) { return c == 0; });
+    if (zeros10 && b[10] == 0 && b[11] == 0 && b[12] == 0 && b[13] == 0 && b[14] == 0 && b[15] == 1) {
+      return true;
+    }
+    return zeros10 && b[10] == 0xff && b[11] == 0xff && b[12] == 127;
+  }
+  return host == "localhost";
 }
 
 std::string Lower(std::string s) {
@@ -149,6 +158,10 @@ int Serve(const ServeOptions& o) {
   Db db(o);
   httplib::Server srv;
   const bool loopback = IsLoopbackListener(o.host);
+  if (!loopback && !o.allowed_hosts.empty()) {
+    std::fprintf(stderr, "outboxctl serve: note: --allowed-host (and --public-url's host) has no effect "
+                         "on a listener that is not loopback (%s): every Host is answered there\n", o.host.c_str());
+  }
 
   // Every answer: no framing, no sniffing, scripts and styles only from here
   // (the page has no inline script: a payload that smuggles one in is inert).

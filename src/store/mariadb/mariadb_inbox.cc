@@ -18,9 +18,11 @@ std::int64_t Int(const std::optional<std::string>& v) { return v ? std::stoll(*v
 std::string Str(const std::optional<std::string>& v) { return v ? *v : std::string(); }
 
 // A database error inside one message's savepoint: its own outcome, unless the
-// session itself is gone (then the whole call fails and nothing counts).
+// session itself is gone or the user lacks a privilege (then the whole call
+// fails and nothing counts).
 bool Isolable(const Status& st) {
-  return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded;
+  return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded &&
+         st.code() != Code::kPermissionDenied;
 }
 
 MessageOutcome FromStatus(const Status& st) {

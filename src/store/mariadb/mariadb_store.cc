@@ -94,9 +94,7 @@ class MariaDbStore final : public Store {
   }
 
   Result<std::vector<int>> Migrate() override {
-    std::vector<int> applied;
-    OUTBOX_RETURN_IF_ERROR(MigrateMariaDb({options_.url, options_.connect_timeout}, &applied));
-    return applied;
+    return MigrateMariaDb({options_.url, options_.connect_timeout});
   }
 
   Result<ClaimResult> Claim(const ClaimOptions& o) override {

@@ -50,13 +50,15 @@ Status RunMigrations(MYSQL* c, const std::string& table, const std::string& lock
 
 namespace outbox {
 
-Status MigrateMariaDb(const MariaDbOptions& options, std::vector<int>* applied_now) {
+Result<std::vector<int>> MigrateMariaDb(const MariaDbOptions& options) {
   auto url = maria::ParseUrl(options.url);
   if (!url.ok()) return url.status();
   auto conn = maria::Connect(*url, options.connect_timeout);
   if (!conn.ok()) return conn.status();
-  return maria::RunMigrations(conn->get(), "outbox_migrations", "outbox.migrate",
-                              maria::sql::Migrations(), applied_now);
+  std::vector<int> applied;
+  OUTBOX_RETURN_IF_ERROR(maria::RunMigrations(conn->get(), "outbox_migrations", "outbox.migrate",
+                                              maria::sql::Migrations(), &applied));
+  return applied;
 }
 
 }  // namespace outbox

@@ -27,9 +27,11 @@ using pg::Param;
 enum class Pass { kCommitted, kHandlerFailed, kCommitFailed };
 
 // A COMMIT (or statement) error that a per-message redo can isolate: anything
-// but a lost connection or a timeout, which say nothing about one message.
+// but a lost connection, a timeout or a refused privilege, which say nothing
+// about one message (the batch is consumed again after a backoff).
 bool Isolable(const Status& st) {
-  return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded;
+  return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded &&
+         st.code() != Code::kPermissionDenied;
 }
 
 std::string GetBytes(const PGresult* r, int row, int col) {

@@ -45,8 +45,7 @@ InboundMessage ToInbound(const rd_kafka_message_t* m) {
 // The consumer bounds every forwarded copy to ConsumerOptions::forward_max_bytes
 // (at most kMaxForwardMaxBytes) of key, value and headers: with the record's
 // framing it must fit this producer's message.max.bytes.
-static_assert(kMaxForwardMaxBytes + 16'384 <= static_cast<std::size_t>(kForwardMessageMaxBytes));
-static_assert(kMaxForwardMaxBytes == static_cast<std::size_t>(kDefaultMessageMaxBytes));
+static_assert(kMaxForwardMaxBytes + 4'096 == static_cast<std::size_t>(kForwardMessageMaxBytes));
 
 // A synchronous producer for forwarding (retry, dead-letter, replay), with the
 // transport's producer defaults.
