@@ -228,7 +228,7 @@ TEST_F(InboxTest, AFailedStatementIsPermanentOnlyWhenItsSqlStateSaysTheDataIsWro
   ASSERT_TRUE(inbox.ok()) << inbox.status().ToString();
   std::vector<InboundMessage> batch = {Msg("a", "v1"), Msg("b", "v2"), Msg("c", "v1"), Msg("d", "no-table")};
   for (auto& m : batch) m.headers["trace"] = "ok";
-  batch[1].headers["trace"] = std::string("\xff\xfe not UTF-8", 15);
+  batch[1].headers["trace"] = std::string("\xff\xfe") + " not UTF-8";
   auto r = Process(batch, DedupByEventId(), inbox->get());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
