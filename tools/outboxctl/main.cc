@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -502,73 +501,6 @@ std::optional<int> LoadToken(const Options& o, std::string* token) {
   return std::nullopt;
 }
 
-std::string LowerCase(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// A host name (letters, digits, '.', '-') or a bracketed IPv6 literal, with no
-// port and no path; lower-cased.
-outbox::Result<std::string> HostNameOnly(const std::string& what, const std::string& v) {
-  const auto bad = [&] {
-    return outbox::Status::InvalidArgument(what + ": expected a host name without port or path "
-                                           "(dash.example.com, [::1]), got \"" + v + "\"");
-  };
-  if (v.empty() || v.size() > 253) return bad();
-  if (v.front() == '[') {
-    if (v.size() < 3 || v.back() != ']') return bad();
-    for (std::size_t i = 1; i + 1 < v.size(); ++i) {
-      if (!std::isxdigit(static_cast<unsigned char>(v[i])) && v[i] != ':' && v[i] != '.') return bad();
-    }
-    return LowerCase(v);
-  }
-  for (char c : v) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') return bad();
-  }
-  if (v.front() == '.' || v.front() == '-') return bad();
-  return LowerCase(v);
-}
-
-// --public-url http[s]://HOST[:PORT][/PATH] → the origin a browser sends from
-// it (scheme://host[:port], the scheme's own port left out); its host is
-// answered too.
-outbox::Result<std::string> PublicOrigin(const std::string& url, std::vector<std::string>* hosts) {
-  // Never echoed when it may hold a user name or password.
-  const std::string shown = url.find('@') == std::string::npos ? "\"" + url + "\"" : "a URL with '@' (not shown)";
-  const auto bad = [&](const std::string& why) {
-    return outbox::Status::InvalidArgument("--public-url: " + why + ", got " + shown);
-  };
-  const std::string lower = LowerCase(url);
-  std::string scheme;
-  if (lower.rfind("https://", 0) == 0) {
-    scheme = "https";
-  } else if (lower.rfind("http://", 0) == 0) {
-    scheme = "http";
-  } else {
-    return bad("expected an http:// or https:// URL (https://dash.example.com)");
-  }
-  std::string authority = lower.substr(scheme.size() + 3);
-  authority = authority.substr(0, authority.find_first_of("/?#"));
-  if (authority.find('@') != std::string::npos) {  // not echoed: it may hold a password
-    return outbox::Status::InvalidArgument("--public-url: no user name or password in the URL");
-  }
-  std::string host = authority, port;
-  const auto close = authority.rfind(']');
-  const auto colon = authority.rfind(':');
-  if (colon != std::string::npos && (close == std::string::npos || colon > close)) {
-    host = authority.substr(0, colon);
-    auto p = outbox::ParseInteger("--public-url port", authority.substr(colon + 1), 1, 65535);
-    if (!p.ok()) return bad("the port must be a number from 1 to 65535");
-    port = std::to_string(*p);
-  }
-  auto name = HostNameOnly("--public-url", host);
-  if (!name.ok()) return name.status();
-  hosts->push_back(*name);
-  const bool default_port = port.empty() || (scheme == "https" && port == "443") ||
-                            (scheme == "http" && port == "80");
-  return scheme + "://" + *name + (default_port ? "" : ":" + port);
-}
-
 int Serve(const Options& o) {
   outbox::ctl::ServeOptions so;
   so.db = o.db;
@@ -606,12 +538,12 @@ int Serve(const Options& o) {
     }
   }
   for (const std::string& h : o.allowed_hosts) {
-    auto name = HostNameOnly("--allowed-host", h);
+    auto name = outbox::ctl::HostNameOnly("--allowed-host", h);
     if (!name.ok()) return Usage(name.status().message());
     so.allowed_hosts.push_back(*name);
   }
   if (!o.public_url.empty()) {
-    auto origin = PublicOrigin(o.public_url, &so.allowed_hosts);
+    auto origin = outbox::ctl::PublicOrigin(o.public_url, &so.allowed_hosts);
     if (!origin.ok()) return Usage(origin.status().message());
     so.public_origin = *origin;
   }

@@ -154,6 +154,68 @@ void Answer(httplib::Response& res, const Result<json>& r) {
 
 }  // namespace
 
+// A host name (letters, digits, '.', '-') or a bracketed IPv6 literal, with no
+// port and no path; lower-cased.
+Result<std::string> HostNameOnly(const std::string& what, const std::string& v) {
+  const auto bad = [&] {
+    return Status::InvalidArgument(what + ": expected a host name without port or path "
+                                           "(dash.example.com, [::1]), got \"" + v + "\"");
+  };
+  if (v.empty() || v.size() > 253) return bad();
+  if (v.front() == '[') {
+    if (v.size() < 3 || v.back() != ']') return bad();
+    for (std::size_t i = 1; i + 1 < v.size(); ++i) {
+      if (!std::isxdigit(static_cast<unsigned char>(v[i])) && v[i] != ':' && v[i] != '.') return bad();
+    }
+    return Lower(v);
+  }
+  for (char c : v) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') return bad();
+  }
+  if (v.front() == '.' || v.front() == '-') return bad();
+  return Lower(v);
+}
+
+// --public-url http[s]://HOST[:PORT][/PATH] → the origin a browser sends from
+// it (scheme://host[:port], the scheme's own port left out); its host is
+// answered too.
+Result<std::string> PublicOrigin(const std::string& url, std::vector<std::string>* hosts) {
+  // Never echoed when it may hold a user name or password.
+  const std::string shown = url.find('@') == std::string::npos ? "\"" + url + "\"" : "a URL with '@' (not shown)";
+  const auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("--public-url: " + why + ", got " + shown);
+  };
+  const std::string lower = Lower(url);
+  std::string scheme;
+  if (lower.rfind("https://", 0) == 0) {
+    scheme = "https";
+  } else if (lower.rfind("http://", 0) == 0) {
+    scheme = "http";
+  } else {
+    return bad("expected an http:// or https:// URL (https://dash.example.com)");
+  }
+  std::string authority = lower.substr(scheme.size() + 3);
+  authority = authority.substr(0, authority.find_first_of("/?#"));
+  if (authority.find('@') != std::string::npos) {  // not echoed: it may hold a password
+    return Status::InvalidArgument("--public-url: no user name or password in the URL");
+  }
+  std::string host = authority, port;
+  const auto close = authority.rfind(']');
+  const auto colon = authority.rfind(':');
+  if (colon != std::string::npos && (close == std::string::npos || colon > close)) {
+    host = authority.substr(0, colon);
+    auto p = ParseInteger("--public-url port", authority.substr(colon + 1), 1, 65535);
+    if (!p.ok()) return bad("the port must be a number from 1 to 65535");
+    port = std::to_string(*p);
+  }
+  auto name = HostNameOnly("--public-url", host);
+  if (!name.ok()) return name.status();
+  hosts->push_back(*name);
+  const bool default_port = port.empty() || (scheme == "https" && port == "443") ||
+                            (scheme == "http" && port == "80");
+  return scheme + "://" + *name + (default_port ? "" : ":" + port);
+}
+
 int Serve(const ServeOptions& o) {
   Db db(o);
   httplib::Server srv;

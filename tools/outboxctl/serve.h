@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "outbox/status.h"
+
 namespace outbox::ctl {
 
 struct ServeOptions {
@@ -33,6 +35,15 @@ struct ServeOptions {
   // main topics (their retry and dead-letter topics are found by name).
   std::map<std::string, std::vector<std::string>> consumers;
 };
+
+// --allowed-host NAME (and --public-url's host): a host name (letters, digits,
+// '.', '-') or a bracketed IPv6 literal, no port, no path; lower-cased. The
+// error names `what`.
+Result<std::string> HostNameOnly(const std::string& what, const std::string& v);
+// --public-url http[s]://HOST[:PORT][/PATH] → the origin a browser sends from
+// it (scheme://host[:port], the scheme's own port left out); appends its host
+// to `hosts`. A URL with '@' is never echoed.
+Result<std::string> PublicOrigin(const std::string& url, std::vector<std::string>* hosts);
 
 // Serves until SIGINT/SIGTERM; the process's exit code (0 after a signal, 1
 // when the address cannot be bound).
