@@ -2,7 +2,10 @@
 // of its errors into PublishOutcome, live in this file.
 #include <librdkafka/rdkafka.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <condition_variable>
 #include <ctime>
@@ -143,10 +146,9 @@ class KafkaTransport final : public Transport {
   }
 
   std::chrono::milliseconds MaxPublishTime() const override {
-    // librdkafka reports every queued message within message.timeout.ms of its
-    // produce() call. Before producing, Publish may wait for topic metadata (at
-    // most kMetadataBudget per call); the rest of the margin covers queueing and
-    // the delivery-report callback.
+    // Publish produces within kMetadataBudget (topic metadata, a full local
+    // queue), purges what is unreported message.timeout.ms after its last
+    // produce() call, and waits kReportMargin more for the purge's reports.
     return message_timeout_ + kMetadataBudget + kReportMargin;
   }
 
@@ -166,12 +168,17 @@ class KafkaTransport final : public Transport {
     batch->remaining = events.size();
     const auto start = Clock::now();
     const auto deadline = start + MaxPublishTime();
+    std::uint64_t generation = 0;
+    {
+      std::lock_guard<std::mutex> l(produce_mu_);
+      generation = purges_;
+    }
     {
       std::shared_lock<std::shared_mutex> l(rk_mu_);
       // Waits before a message is handed over (topic metadata, a full local
-      // queue) end by produce_by, so that every produced message's own
-      // message.timeout.ms still ends inside MaxPublishTime(): none can
-      // outlive the call (and the lease) in librdkafka's queue.
+      // queue) end by produce_by; the batch's messages then have
+      // message.timeout.ms before the purge below ends them, all inside
+      // MaxPublishTime(): none can outlive the call (and the lease).
       const auto produce_by = start + kMetadataBudget;
       LearnTopics(events, produce_by);
       // Aggregates with an event that failed before reaching the broker: their
@@ -186,11 +193,23 @@ class KafkaTransport final : public Transport {
                               "not sent: an earlier event of this aggregate failed first"});
           continue;
         }
-        if (!Produce(events[i], batch, i, produce_by)) stopped.insert(key);
+        if (!Produce(events[i], batch, i, produce_by, generation)) stopped.insert(key);
       }
     }
+    // librdkafka times nothing out by itself (message.timeout.ms is 0 in the
+    // producer, see CreateProducer): a message that timed out alone in the
+    // queue leaves a gap the idempotent producer does not close, and the next
+    // event of its aggregate, produced a moment later, would reach the topic
+    // first. Instead the batch's unreported messages end together, by a purge
+    // of every queue, which keeps only a prefix of each partition's messages.
+    const auto purge_at = std::min(Clock::now() + message_timeout_, deadline - kReportMargin);
     std::unique_lock<std::mutex> l(batch->mu);
-    batch->cv.wait_until(l, deadline, [&] { return batch->remaining == 0; });
+    if (!batch->cv.wait_until(l, purge_at, [&] { return batch->remaining == 0; })) {
+      l.unlock();
+      PurgeQueues();
+      l.lock();
+      batch->cv.wait_until(l, deadline, [&] { return batch->remaining == 0; });
+    }
     for (std::size_t i = 0; i < events.size(); ++i) {
       if (!batch->done[i]) {
         batch->done[i] = true;
@@ -230,8 +249,20 @@ class KafkaTransport final : public Transport {
           timeout_source_ = std::string("kafka.properties.") + alias;
         }
       }
+      // librdkafka checks this itself, but only for a timeout it enforces.
+      if (std::atof(ConfValue(conf, "linger.ms").c_str()) >= static_cast<double>(timeout)) {
+        rd_kafka_conf_destroy(conf);
+        return Status::InvalidArgument(
+            "kafka property linger.ms must be less than message.timeout.ms (or "
+            "delivery.timeout.ms)");
+      }
       max_message_bytes_ = std::atol(ConfValue(conf, "message.max.bytes").c_str());
       configured_ = true;
+    }
+    // Publish enforces message.timeout.ms for the whole batch (see Publish).
+    if (rd_kafka_conf_set(conf, "message.timeout.ms", "0", err, sizeof err) != RD_KAFKA_CONF_OK) {
+      rd_kafka_conf_destroy(conf);
+      return Status::Internal(std::string("kafka property message.timeout.ms: ") + err);
     }
     rd_kafka_conf_set_opaque(conf, this);
     rd_kafka_conf_set_dr_msg_cb(conf, &KafkaTransport::OnDelivery);
@@ -259,6 +290,19 @@ class KafkaTransport final : public Transport {
     if (!fatal_) return;
     DestroyProducer();
     (void)CreateProducer();  // properties were valid once; they still are
+  }
+
+  // Ends every message still queued or in flight, in every partition, with a
+  // _PURGE_QUEUE or _PURGE_INFLIGHT delivery report (both kRetryable). A
+  // partition keeps a prefix of its messages: librdkafka empties the queues
+  // from the newest stage (the application's queue) to the oldest (requests in
+  // flight), and a request whose predecessor was not written is refused by the
+  // broker (idempotence); batches still producing stop (see Produce).
+  void PurgeQueues() {
+    std::shared_lock<std::shared_mutex> rk(rk_mu_);
+    std::lock_guard<std::mutex> l(produce_mu_);
+    if (rk_) rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    ++purges_;
   }
 
   void PollLoop() {
@@ -304,7 +348,7 @@ class KafkaTransport final : public Transport {
   // Hands one event to librdkafka. False if it was refused before reaching the
   // broker (its outcome is then already recorded in `batch`).
   bool Produce(const ClaimedEvent& ce, const std::shared_ptr<BatchState>& batch, std::size_t i,
-               Clock::time_point produce_by) {
+               Clock::time_point produce_by, std::uint64_t generation) {
     if (!rk_) {
       batch->Complete(i, Unavailable("kafka producer unavailable"));
       return false;
@@ -328,15 +372,28 @@ class KafkaTransport final : public Transport {
 
     auto* slot = new Slot{batch, i};
     for (;;) {
+      rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+      {
+        std::lock_guard<std::mutex> l(produce_mu_);
+        if (purges_ != generation) {
+          // A purge (another batch's deadline) may have removed this batch's
+          // earlier messages: producing the rest could let them pass those.
+          rd_kafka_headers_destroy(hdrs);
+          delete slot;
+          batch->Complete(i, Unavailable("not produced: the producer's queues were purged at a "
+                                         "publish deadline during this batch"));
+          return false;
+        }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wold-style-cast"
-      rd_kafka_resp_err_t err = rd_kafka_producev(
-          rk_, RD_KAFKA_V_TOPIC(topic.c_str()),
-          RD_KAFKA_V_KEY(e.aggregate_id.data(), e.aggregate_id.size()),
-          RD_KAFKA_V_VALUE(const_cast<char*>(e.payload.data()), e.payload.size()),
-          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hdrs),
-          RD_KAFKA_V_OPAQUE(slot), RD_KAFKA_V_END);
+        err = rd_kafka_producev(
+            rk_, RD_KAFKA_V_TOPIC(topic.c_str()),
+            RD_KAFKA_V_KEY(e.aggregate_id.data(), e.aggregate_id.size()),
+            RD_KAFKA_V_VALUE(const_cast<char*>(e.payload.data()), e.payload.size()),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hdrs),
+            RD_KAFKA_V_OPAQUE(slot), RD_KAFKA_V_END);
 #pragma GCC diagnostic pop
+      }
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return true;  // headers now owned by librdkafka
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && Clock::now() < produce_by) {
         // The bounded local queue is full: wait for delivery reports to drain it.
@@ -409,6 +466,10 @@ class KafkaTransport final : public Transport {
   std::atomic<bool> fatal_{false};
   std::mutex topics_mu_;
   std::set<std::string> known_topics_;  // GUARDED_BY(topics_mu_)
+  // Orders every produce call against PurgeQueues(): a batch that began
+  // before a purge produces nothing after it.
+  std::mutex produce_mu_;
+  std::uint64_t purges_ = 0;  // GUARDED_BY(produce_mu_)
 };
 
 }  // namespace
