@@ -52,7 +52,11 @@ class Transport {
   // (refused locally: over the size limit, local queue full past the deadline,
   // producer unavailable), no later event of the same aggregate (aggregate_type,
   // aggregate_id) in this call is handed to the broker; those come back
-  // kNotSent. Events of other aggregates are unaffected.
+  // kNotSent. Events of other aggregates are unaffected. And within one
+  // aggregate, the acked events are a prefix of the call's events: an event
+  // that reached the broker never comes back kAcked after an earlier event of
+  // its aggregate failed (a later one would then be on the topic first).
+  // Nothing of the call is written after it returns.
   virtual std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) = 0;
 
   // Upper bound of one Publish call; the relay's lease must be longer.
