@@ -17,6 +17,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -429,6 +430,52 @@ TEST(MockKafka, AMemberJoiningAgainWhileItsFirstJoinIsHeldNeverAbortsTheBroker) 
     ASSERT_TRUE(after_outage.has_value()) << "round " << i << "; the mock exited: " << mk.Exited().value_or(0);
     EXPECT_EQ(after_outage->error, 0);
   }
+  EXPECT_FALSE(mk.Exited().has_value()) << mk.Log();
+  EXPECT_EQ(mk.Terminate(), 0);
+}
+
+// The mock names a new member (a JoinGroup with an empty member id) after its
+// struct's address ("%p"): after a member's session expired and its struct was
+// freed, the next new member could get the same id while the expired member's
+// client still used it, and that client's JoinGroup aborted the broker
+// (rdkafka_mock_cgrp.c:567). The hooks give every new member an id of their
+// own, never given twice.
+TEST(MockKafka, NewMembersGetIdsNeverGivenBeforeEvenAfterAnotherExpired) {
+  MockKafka mk(1, {});
+  ASSERT_FALSE(mk.bootstrap().empty());
+  const std::string group = "new-ids-" + RandomSuffix();
+  const std::string coordinator = FindCoordinator(mk.bootstrap(), group);
+  ASSERT_FALSE(coordinator.empty());
+  // Three new members at once: the empty group holds their joins 3 s.
+  std::vector<std::unique_ptr<WireConnection>> conns;
+  for (int i = 0; i < 3; ++i) {
+    conns.push_back(std::make_unique<WireConnection>(coordinator));
+    ASSERT_TRUE(conns.back()->Send(kJoinGroup, 1, JoinGroupBody(group, 4000, "")));
+  }
+  std::set<std::string> ids;
+  for (auto& c : conns) {
+    auto reply = ReceiveJoin(*c, Scaled(15s));
+    ASSERT_TRUE(reply.has_value()) << mk.Log();
+    EXPECT_EQ(reply->error, 0);
+    EXPECT_EQ(reply->member_id.rfind("outbox-mock-member-", 0), 0u) << reply->member_id;
+    ids.insert(reply->member_id);
+  }
+  EXPECT_EQ(ids.size(), 3u);
+  // No heartbeats: the three sessions (4 s from the joins) end.
+  conns.clear();
+  std::this_thread::sleep_for(3s);
+  // A new member, then a member rejoining with an expired id.
+  WireConnection fresh(coordinator);
+  ASSERT_TRUE(fresh.Send(kJoinGroup, 2, JoinGroupBody(group, 6000, "")));
+  std::this_thread::sleep_for(50ms);
+  WireConnection stale(coordinator);
+  ASSERT_TRUE(stale.Send(kJoinGroup, 3, JoinGroupBody(group, 6000, *ids.begin())));
+  auto fresh_reply = ReceiveJoin(fresh, Scaled(15s));
+  auto stale_reply = ReceiveJoin(stale, Scaled(15s));
+  ASSERT_TRUE(fresh_reply.has_value() && stale_reply.has_value())
+      << "the mock exited: " << mk.Exited().value_or(0) << "\n" << mk.Log();
+  EXPECT_EQ(ids.count(fresh_reply->member_id), 0u) << fresh_reply->member_id;
+  EXPECT_EQ(stale_reply->member_id, *ids.begin());
   EXPECT_FALSE(mk.Exited().has_value()) << mk.Log();
   EXPECT_EQ(mk.Terminate(), 0);
 }

@@ -28,6 +28,17 @@
 //    without POLLIN) until that one is answered or closed, as a real broker
 //    serves one join per member at a time. Each time, a line in the log.
 //
+// 3. A new member's JoinGroup (empty member id) is handed to the mock with an
+//    id of ours, "outbox-mock-member-N", never given twice (recvmsg). The mock
+//    names a new member after its struct's address ("%p"): once a member's
+//    session expired and the struct was freed, the next new member could get
+//    the same id while the expired member's client still used it, and that
+//    client's JoinGroup found the new member's held response (the abort
+//    above, with no join of that id held as far as the hooks could tell). A
+//    real broker assigns unique ids too; the client learns its id from the
+//    response, as always. The rewritten request is served to the mock's reads
+//    from memory (poll reports its connection readable meanwhile).
+//
 // Thread-safety: accept and close may run on any thread (the table of accepted
 // connections is atomic); poll and recvmsg on an accepted connection run only
 // on the mock cluster's thread, which owns the rest of the state.
@@ -39,6 +50,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -46,6 +58,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 namespace {
@@ -80,7 +93,11 @@ struct Connection {
   std::uint32_t left = 0;     // bytes of the current request still to be read
   std::array<unsigned char, 4> size{};  // its size field, as far as read
   int size_len = 0;
+  std::string inject;         // a rewritten request, read before the socket
+  std::size_t inject_at = 0;  // how much of it the mock has read
+  bool Injecting() const { return inject_at < inject.size(); }
 };
+std::uint64_t g_member_seq = 0;  // ids given to new members so far
 Connection* g_conns[kMaxTracked];  // allocated on first use, reset on accept
 
 // Whether connection x holds `member`'s JoinGroup, or may.
@@ -147,37 +164,77 @@ struct Reader {
   }
 };
 
-// The member id of the JoinGroup at the start of `fd`'s stream: "" for
-// another request or a new member; nullopt-like `complete = false` when the
-// bytes that name it have not all arrived yet.
-std::string PeekJoinMember(int fd, bool* complete) {
+// What starts `fd`'s stream: a JoinGroup (its member id, and where the id's
+// length field is), or something else. `complete` is false when the bytes that
+// tell have not all arrived yet.
+struct PeekedJoin {
+  bool complete = true;
+  bool join = false;
+  std::string member;          // "" for a new member
+  std::size_t member_at = 0;   // offset of the member id's int16 length
+  std::size_t total = 0;       // the whole request, with its size field
+};
+PeekedJoin PeekJoin(int fd) {
+  PeekedJoin out;
   unsigned char buf[1024];
   // Every request of every client passes here: look at its size and API key
   // first, and copy more only for a JoinGroup.
   ssize_t n = ::recv(fd, buf, 6, MSG_PEEK | MSG_DONTWAIT);
-  *complete = true;
   if (n < 6) {
-    *complete = n <= 0;  // nothing yet: let the mock's read see that itself
-    return "";
+    out.complete = n <= 0;  // nothing yet: let the mock's read see that itself
+    return out;
   }
-  if (((buf[4] << 8) | buf[5]) != kJoinGroup) return "";
+  if (((buf[4] << 8) | buf[5]) != kJoinGroup) return out;
   n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-  if (n < 6) return "";
+  if (n < 6) return out;
   Reader r{buf, static_cast<std::size_t>(n)};
   int16_t api = 0, version = 0;
-  std::string member;
-  const std::size_t total = ((std::size_t{buf[0]} << 24) | (std::size_t{buf[1]} << 16) |
-                             (std::size_t{buf[2]} << 8) | std::size_t{buf[3]}) + 4;
-  if (!r.Skip(4) || !r.I16(api)) return "";
-  if (api != kJoinGroup) return "";
+  out.total = ((std::size_t{buf[0]} << 24) | (std::size_t{buf[1]} << 16) |
+               (std::size_t{buf[2]} << 8) | std::size_t{buf[3]}) + 4;
+  if (!r.Skip(4) || !r.I16(api)) return out;
+  if (api != kJoinGroup) return out;
   // Header v1 (JoinGroup v0..v5): version, correlation id, client id; then
   // group id, session timeout, rebalance timeout (v1+), member id.
-  const bool ok = r.I16(version) && r.Skip(4) && r.Str(nullptr) && r.Str(nullptr) && r.Skip(4) &&
-                  (version < 1 || r.Skip(4)) && r.Str(&member);
+  bool ok = r.I16(version) && r.Skip(4) && r.Str(nullptr) && r.Str(nullptr) && r.Skip(4) &&
+            (version < 1 || r.Skip(4));
+  out.member_at = r.at;
+  ok = ok && r.Str(&out.member);
   // Not parsed: wait for more bytes, unless the whole request (or all we look
   // at) is here -- then it is malformed, and the mock's parser says so.
-  if (!ok) *complete = static_cast<std::size_t>(n) >= total || static_cast<std::size_t>(n) == sizeof buf;
-  return member;
+  if (!ok) {
+    out.complete = static_cast<std::size_t>(n) >= out.total || static_cast<std::size_t>(n) == sizeof buf;
+    return out;
+  }
+  out.join = true;
+  return out;
+}
+
+// Takes a new member's whole JoinGroup off the socket and keeps it in `c`,
+// with a member id of ours in place of the empty one. False (nothing taken)
+// while the request has not all arrived.
+bool RewriteNewMemberJoin(int fd, Connection& c, const PeekedJoin& j, std::string* member) {
+  constexpr std::size_t kMaxJoin = 1 << 20;
+  if (j.total > kMaxJoin || j.member_at + 2 > j.total) return true;  // left as it is
+  std::string req(j.total, '\0');
+  if (::recv(fd, req.data(), req.size(), MSG_PEEK | MSG_DONTWAIT) !=
+      static_cast<ssize_t>(req.size())) {
+    return false;
+  }
+  (void)::recv(fd, req.data(), req.size(), MSG_DONTWAIT);  // the same bytes, now taken
+  const std::string id = "outbox-mock-member-" + std::to_string(++g_member_seq);
+  const std::size_t size = j.total - 4 + id.size();
+  std::string out;
+  out.reserve(size + 4);
+  for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((size >> shift) & 0xff);
+  out.append(req, 4, j.member_at - 4);
+  out += static_cast<char>((id.size() >> 8) & 0xff);
+  out += static_cast<char>(id.size() & 0xff);
+  out += id;
+  out.append(req, j.member_at + 2, std::string::npos);
+  c.inject = std::move(out);
+  c.inject_at = 0;
+  *member = id;
+  return true;
 }
 
 // Advances `c`'s request boundary over the `n` bytes just read into `msg`.
@@ -233,11 +290,15 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   static const auto real = Real<RecvmsgFn>("recvmsg");
   if (!Tracked(fd)) return real(fd, msg, flags);
   Connection& c = Conn(fd);
-  if (c.left == 0 && c.size_len == 0) {  // a request starts here
-    bool complete = false;
-    const std::string member = PeekJoinMember(fd, &complete);
-    if (!complete) {
+  if (c.left == 0 && c.size_len == 0 && !c.Injecting()) {  // a request starts here
+    const PeekedJoin j = PeekJoin(fd);
+    if (!j.complete) {
       errno = EAGAIN;  // the rest of its start is on its way
+      return -1;
+    }
+    std::string member = j.member;
+    if (j.join && member.empty() && !RewriteNewMemberJoin(fd, c, j, &member)) {
+      errno = EAGAIN;  // the rest of the request is on its way
       return -1;
     }
     if (!member.empty()) {
@@ -257,7 +318,21 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
       c.join = Connection::Join::kReading;
     }
   }
-  const ssize_t n = real(fd, msg, flags);
+  ssize_t n = 0;
+  if (c.Injecting()) {
+    for (std::size_t i = 0; i < msg->msg_iovlen && c.Injecting(); ++i) {
+      const std::size_t take = std::min(msg->msg_iov[i].iov_len, c.inject.size() - c.inject_at);
+      std::memcpy(msg->msg_iov[i].iov_base, c.inject.data() + c.inject_at, take);
+      c.inject_at += take;
+      n += static_cast<ssize_t>(take);
+    }
+    if (!c.Injecting()) {
+      c.inject.clear();
+      c.inject_at = 0;
+    }
+  } else {
+    n = real(fd, msg, flags);
+  }
   if (n > 0) Consume(c, msg, static_cast<std::size_t>(n));
   return n;
 }
@@ -294,7 +369,20 @@ extern "C" int poll(pollfd* fds, nfds_t n, int timeout_ms) {
     }
     fds[i].events |= POLLRDHUP;
   }
-  const int r = real(fds, n, timeout_ms);
+  // A rewritten request in memory is ready to read now.
+  bool injected_any = false;
+  for (nfds_t i = 0; i < n; ++i) {
+    injected_any = injected_any || (Tracked(fds[i].fd) && (fds[i].events & POLLIN) != 0 &&
+                                    Conn(fds[i].fd).Injecting());
+  }
+  int r = real(fds, n, injected_any ? 0 : timeout_ms);
+  if (injected_any && r >= 0) {
+    for (nfds_t i = 0; i < n; ++i) {
+      if (!Tracked(fds[i].fd) || (fds[i].events & POLLIN) == 0 || !Conn(fds[i].fd).Injecting()) continue;
+      if (fds[i].revents == 0) ++r;
+      fds[i].revents |= POLLIN;
+    }
+  }
 
   bool closed_while_muted = false;
   for (nfds_t i = 0; i < n; ++i) {
