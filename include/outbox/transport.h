@@ -52,11 +52,14 @@ class Transport {
   // (refused locally: over the size limit, local queue full past the deadline,
   // producer unavailable), no later event of the same aggregate (aggregate_type,
   // aggregate_id) in this call is handed to the broker; those come back
-  // kNotSent. Events of other aggregates are unaffected. And within one
-  // aggregate, the acked events are a prefix of the call's events: an event
-  // that reached the broker never comes back kAcked after an earlier event of
-  // its aggregate failed (a later one would then be on the topic first).
-  // Nothing of the call is written after it returns.
+  // kNotSent. And an event that is not reported in time does not let a later
+  // event of its aggregate (same partition) through: no later one comes back
+  // kAcked after an earlier one timed out or was purged (the Kafka transport
+  // purges its queues at the deadline; events of other aggregates may then
+  // fail with it, retryable). Nothing of the call stays queued after it
+  // returns; a request already sent may still be written (possibly persisted).
+  // Not covered: an event the broker refuses for good (kFatal); the events
+  // after it may be acked (docs/relay.md).
   virtual std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) = 0;
 
   // Upper bound of one Publish call; the relay's lease must be longer.

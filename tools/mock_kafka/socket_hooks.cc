@@ -36,8 +36,9 @@
 //    client's JoinGroup found the new member's held response (the abort
 //    above, with no join of that id held as far as the hooks could tell). A
 //    real broker assigns unique ids too; the client learns its id from the
-//    response, as always. The rewritten request is served to the mock's reads
-//    from memory (poll reports its connection readable meanwhile).
+//    response, as always. The request's start, through the empty id, is
+//    served to the mock's reads from memory, rewritten, before the rest of
+//    the socket (poll reports its connection readable meanwhile).
 //
 // Thread-safety: accept and close may run on any thread (the table of accepted
 // connections is atomic); poll and recvmsg on an accepted connection run only
@@ -195,8 +196,8 @@ PeekedJoin PeekJoin(int fd) {
   if (api != kJoinGroup) return out;
   // Header v1 (JoinGroup v0..v5): version, correlation id, client id; then
   // group id, session timeout, rebalance timeout (v1+), member id.
-  bool ok = r.I16(version) && r.Skip(4) && r.Str(nullptr) && r.Str(nullptr) && r.Skip(4) &&
-            (version < 1 || r.Skip(4));
+  bool ok = r.I16(version) && version <= 5 && r.Skip(4) && r.Str(nullptr) && r.Str(nullptr) &&
+            r.Skip(4) && (version < 1 || r.Skip(4));
   out.member_at = r.at;
   ok = ok && r.Str(&out.member);
   // Not parsed: wait for more bytes, unless the whole request (or all we look
@@ -209,32 +210,31 @@ PeekedJoin PeekJoin(int fd) {
   return out;
 }
 
-// Takes a new member's whole JoinGroup off the socket and keeps it in `c`,
-// with a member id of ours in place of the empty one. False (nothing taken)
-// while the request has not all arrived.
-bool RewriteNewMemberJoin(int fd, Connection& c, const PeekedJoin& j, std::string* member) {
-  constexpr std::size_t kMaxJoin = 1 << 20;
-  if (j.total > kMaxJoin || j.member_at + 2 > j.total) return true;  // left as it is
-  std::string req(j.total, '\0');
-  if (::recv(fd, req.data(), req.size(), MSG_PEEK | MSG_DONTWAIT) !=
-      static_cast<ssize_t>(req.size())) {
-    return false;
+// Takes the start of a new member's JoinGroup, up to its empty member id, off
+// the socket and keeps it in `c` with a member id of ours in its place (and
+// the size field grown to match); the rest of the request is read from the
+// socket after it. PeekJoin has seen those bytes, so they are all there.
+void RewriteNewMemberJoin(int fd, Connection& c, const PeekedJoin& j, std::string* member) {
+  const std::size_t head = j.member_at + 2;  // through the empty id's length
+  std::string req(head, '\0');
+  const ssize_t got = ::recv(fd, req.data(), head, MSG_DONTWAIT);
+  if (got != static_cast<ssize_t>(head)) {  // cannot happen (peeked); lose nothing if it does
+    req.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+    c.inject = std::move(req);
+    c.inject_at = 0;
+    return;
   }
-  (void)::recv(fd, req.data(), req.size(), MSG_DONTWAIT);  // the same bytes, now taken
   const std::string id = "outbox-mock-member-" + std::to_string(++g_member_seq);
   const std::size_t size = j.total - 4 + id.size();
   std::string out;
-  out.reserve(size + 4);
   for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((size >> shift) & 0xff);
   out.append(req, 4, j.member_at - 4);
   out += static_cast<char>((id.size() >> 8) & 0xff);
   out += static_cast<char>(id.size() & 0xff);
   out += id;
-  out.append(req, j.member_at + 2, std::string::npos);
   c.inject = std::move(out);
   c.inject_at = 0;
   *member = id;
-  return true;
 }
 
 // Advances `c`'s request boundary over the `n` bytes just read into `msg`.
@@ -297,10 +297,7 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
       return -1;
     }
     std::string member = j.member;
-    if (j.join && member.empty() && !RewriteNewMemberJoin(fd, c, j, &member)) {
-      errno = EAGAIN;  // the rest of the request is on its way
-      return -1;
-    }
+    if (j.join && member.empty()) RewriteNewMemberJoin(fd, c, j, &member);
     if (!member.empty()) {
       for (int x = 0; x < kMaxTracked && c.waits_for < 0; ++x) {
         if (x != fd && HoldsJoinOf(x, member)) {

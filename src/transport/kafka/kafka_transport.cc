@@ -168,11 +168,6 @@ class KafkaTransport final : public Transport {
     batch->remaining = events.size();
     const auto start = Clock::now();
     const auto deadline = start + MaxPublishTime();
-    std::uint64_t generation = 0;
-    {
-      std::lock_guard<std::mutex> l(produce_mu_);
-      generation = purges_;
-    }
     {
       std::shared_lock<std::shared_mutex> l(rk_mu_);
       // Waits before a message is handed over (topic metadata, a full local
@@ -181,6 +176,11 @@ class KafkaTransport final : public Transport {
       // MaxPublishTime(): none can outlive the call (and the lease).
       const auto produce_by = start + kMetadataBudget;
       LearnTopics(events, produce_by);
+      std::uint64_t generation = 0;
+      {
+        std::lock_guard<std::mutex> g(produce_mu_);
+        generation = purges_;
+      }
       // Aggregates with an event that failed before reaching the broker: their
       // later events in this batch must not overtake it (Transport::Publish).
       std::set<std::pair<std::string_view, std::string_view>> stopped;
@@ -196,12 +196,14 @@ class KafkaTransport final : public Transport {
         if (!Produce(events[i], batch, i, produce_by, generation)) stopped.insert(key);
       }
     }
-    // librdkafka times nothing out by itself (message.timeout.ms is 0 in the
-    // producer, see CreateProducer): a message that timed out alone in the
-    // queue leaves a gap the idempotent producer does not close, and the next
-    // event of its aggregate, produced a moment later, would reach the topic
-    // first. Instead the batch's unreported messages end together, by a purge
-    // of every queue, which keeps only a prefix of each partition's messages.
+    // librdkafka times nothing out by itself before this point (its own
+    // message.timeout.ms is MaxPublishTime(), see CreateProducer): a message
+    // that timed out alone in the queue leaves a gap the idempotent producer
+    // does not close, and the next event of its aggregate, produced a moment
+    // later, would reach the topic first. Instead the batch's unreported
+    // messages end together, by a purge of every queue, which keeps only a
+    // prefix of each partition's messages. The purge ends the messages of
+    // every batch in flight, not only this one's (they come back retryable).
     const auto purge_at = std::min(Clock::now() + message_timeout_, deadline - kReportMargin);
     std::unique_lock<std::mutex> l(batch->mu);
     if (!batch->cv.wait_until(l, purge_at, [&] { return batch->remaining == 0; })) {
@@ -260,7 +262,11 @@ class KafkaTransport final : public Transport {
       configured_ = true;
     }
     // Publish enforces message.timeout.ms for the whole batch (see Publish).
-    if (rd_kafka_conf_set(conf, "message.timeout.ms", "0", err, sizeof err) != RD_KAFKA_CONF_OK) {
+    // librdkafka's own timeout stays only as a backstop that cannot fire before
+    // Publish's purge: MaxPublishTime() from each message's produce call.
+    const std::string backstop = std::to_string(MaxPublishTime().count());
+    if (rd_kafka_conf_set(conf, "message.timeout.ms", backstop.c_str(), err, sizeof err) !=
+        RD_KAFKA_CONF_OK) {
       rd_kafka_conf_destroy(conf);
       return Status::Internal(std::string("kafka property message.timeout.ms: ") + err);
     }
