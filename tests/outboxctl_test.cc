@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "outbox/postgres_inbox.h"
+#include "kafka_helpers.h"
 #include "outbox/postgres.h"
 #include "test_env.h"
 
@@ -296,9 +297,16 @@ TEST_F(OutboxctlTest, BadNumbersExitTwoNamingTheFlagAndChangeNothing) {
 }
 
 // The stamp horizon rule: stamps go once older than the longer of the broker
-// retention and the age of the oldest event the outbox may still publish
-// (plus an hour); a bad or missing flag exits 2 and deletes nothing.
+// retention -- the longest retention.ms of the consumer's topics, read from the
+// broker -- and the age of the oldest event the outbox may still publish (plus
+// an hour). A shorter figure of one's own, or a topic that keeps its messages
+// forever, is refused unless --force; bad input exits 2 and deletes nothing.
 TEST_F(OutboxctlTest, InboxPurgeKeepsStampsAnUnsentEventMayStillNeed) {
+  MockKafka kafka(1, {"quest-events:1", "quest-events.retry.1:1", "quest-events.dlt:1"});
+  ASSERT_FALSE(kafka.bootstrap().empty());
+  ASSERT_EQ(kafka.Control("topic-config quest-events retention.ms 259200000"), "ok");        // 3 d
+  ASSERT_EQ(kafka.Control("topic-config quest-events.retry.1 retention.ms 86400000"), "ok");  // 1 d
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms 172800000"), "ok");     // 2 d
   PostgresInboxOptions io;
   io.conninfo = url_;
   io.schema = schema_ + "_inbox";
@@ -312,35 +320,77 @@ TEST_F(OutboxctlTest, InboxPurgeKeepsStampsAnUnsentEventMayStillNeed) {
   const std::string stamps = schema_ + "_inbox.inbox_stamps";
   Exec(conn_.get(), "UPDATE " + stamps + " SET applied_at = now() - interval '10 days' WHERE dedup_key = 'old'");
   Exec(conn_.get(), "UPDATE " + stamps + " SET applied_at = now() - interval '2 days' WHERE dedup_key = 'recent'");
-  const std::string args = base_ + " inbox purge --inbox-db '" + url_ + "' --inbox-schema " + schema_ +
-                           "_inbox --consumer quest";
+  const std::string purge = base_ + " --bootstrap " + kafka.bootstrap() + " inbox purge --inbox-db '" + url_ +
+                            "' --inbox-schema " + schema_ + "_inbox --consumer quest";
+  const std::string args = purge + " --topic quest-events";
   auto count = [&] { return Exec(conn_.get(), "SELECT count(*) FROM " + stamps); };
 
   CtlRun status = Ctl("inbox status --inbox-db '" + url_ + "' --inbox-schema " + schema_ + "_inbox");
   EXPECT_EQ(status.code, 0) << status.out;
   EXPECT_NE(status.out.find("quest"), std::string::npos) << status.out;
-  for (const std::string bad : {"", " --broker-retention 3x", " --broker-retention -1"}) {
+  for (const std::string bad : {" --broker-retention 3x", " --broker-retention -1"}) {
     CtlRun r = Ctl(args + bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
     EXPECT_NE(r.out.find("--broker-retention"), std::string::npos) << r.out;
   }
+  // Without --topic the broker is not asked: a figure of one's own needs --force.
+  for (const std::string bad : {"", " --broker-retention 3d"}) {
+    CtlRun r = Ctl(purge + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("--topic"), std::string::npos) << r.out;
+  }
+  // A topic the broker does not have.
+  CtlRun unknown = Ctl(purge + " --topic no-such-topic");
+  EXPECT_EQ(unknown.code, 1) << unknown.out;
+  EXPECT_NE(unknown.out.find("no topic no-such-topic"), std::string::npos) << unknown.out;
   EXPECT_EQ(count(), "2") << "bad input changes nothing";
 
   // An event enqueued 20 days ago is still PENDING: it may yet be published
   // (again), so stamps younger than 20 days stay.
   EnqueueOne("u9/l9", "LessonCompleted:u9:l9");
   Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET created_at = now() - interval '20 days'");
-  CtlRun held = Ctl(args + " --broker-retention 3d");
+  CtlRun held = Ctl(args);
   EXPECT_EQ(held.code, 0) << held.out;
   EXPECT_NE(held.out.find("purged 0"), std::string::npos) << held.out;
   EXPECT_EQ(count(), "2");
 
-  // Once nothing is unsent, the broker retention (3 days + 1 h) decides.
+  // Once nothing is unsent, the broker's longest retention (3 days, of the
+  // main topic; its retry and dead-letter topics keep 1 and 2) + 1 h decides.
   Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT', sent_at = now()");
-  CtlRun dry = Ctl(args + " --broker-retention 3d --dry-run");
+  CtlRun dry = Ctl(args + " --dry-run");
   EXPECT_NE(dry.out.find("would purge 1"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("retention.ms of quest-events (3 d)"), std::string::npos) << dry.out;
   EXPECT_EQ(count(), "2");
-  CtlRun go = Ctl(args + " --broker-retention 3d");
+
+  // A figure shorter than the broker's is refused, naming the topic, down to
+  // one second short; an equal one is accepted; a shorter one with --force.
+  CtlRun shorter = Ctl(args + " --broker-retention 1d");
+  EXPECT_EQ(shorter.code, 2) << shorter.out;
+  EXPECT_NE(shorter.out.find("shorter than the retention.ms of quest-events (3 d)"), std::string::npos)
+      << shorter.out;
+  CtlRun just_below = Ctl(args + " --broker-retention 259199s --dry-run");
+  EXPECT_EQ(just_below.code, 2) << just_below.out;
+  CtlRun equal = Ctl(args + " --broker-retention 3d --dry-run");
+  EXPECT_EQ(equal.code, 0) << equal.out;
+  CtlRun forced = Ctl(args + " --broker-retention 1d --force --dry-run --json");
+  EXPECT_EQ(forced.code, 0) << forced.out;
+  EXPECT_NE(forced.out.find("\"older\":2"), std::string::npos) << forced.out;
+  EXPECT_EQ(count(), "2");
+
+  // A dead-letter topic that keeps its messages forever: any stamp may be needed.
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms -1"), "ok");
+  CtlRun forever = Ctl(args);
+  EXPECT_EQ(forever.code, 2) << forever.out;
+  EXPECT_NE(forever.out.find("quest-events.dlt has retention.ms = -1"), std::string::npos) << forever.out;
+  // A value that is not a number is reported, not guessed.
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms 2d"), "ok");
+  CtlRun nan = Ctl(args);
+  EXPECT_EQ(nan.code, 1) << nan.out;
+  EXPECT_NE(nan.out.find("not a number"), std::string::npos) << nan.out;
+  EXPECT_EQ(count(), "2");
+
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms 172800000"), "ok");
+  CtlRun go = Ctl(args);
   EXPECT_EQ(go.code, 0) << go.out;
   EXPECT_NE(go.out.find("purged 1"), std::string::npos) << go.out;
   EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(dedup_key, ',') FROM " + stamps), "recent");

@@ -25,6 +25,7 @@
 #define OUTBOX_KAFKA_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -140,6 +141,23 @@ Result<std::vector<TopicBacklog>> ConsumerBacklog(const std::map<std::string, st
                                                   const std::string& dlt_suffix = ".dlt",
                                                   std::chrono::milliseconds timeout =
                                                       std::chrono::seconds(10));
+
+// The retention of a consumer's topics (outboxctl inbox purge): per topic —
+// each main topic, its retry topics and its dead-letter topic, those that
+// exist — retention.ms as the broker reports it (DescribeConfigs; -1: kept
+// forever). A main topic the broker does not have is NotFound; a broker that
+// does not answer within `timeout`, cannot describe configurations or
+// reports no number is Unavailable.
+struct TopicRetention {
+  std::string topic;
+  std::string role;               // "main", "retry", "dead-letter"
+  std::int64_t retention_ms = 0;  // -1: forever
+};
+Result<std::vector<TopicRetention>> ReadTopicRetention(const std::map<std::string, std::string>& properties,
+                                                       const std::vector<std::string>& topics,
+                                                       const std::string& dlt_suffix = ".dlt",
+                                                       std::chrono::milliseconds timeout =
+                                                           std::chrono::seconds(10));
 
 }  // namespace outbox
 

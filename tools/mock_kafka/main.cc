@@ -30,6 +30,7 @@
 
 #include "cli.h"
 #include "outbox/version.h"
+#include "topic_configs.h"
 
 // socket_hooks.cc replaces accept, close, poll and recvmsg for librdkafka:
 // every connection a broker accepts gets TCP_NODELAY, and a member's second
@@ -145,10 +146,14 @@ class MockBroker {
       rd_kafka_mock_topic_set_error(mc_, w[1].c_str(), err);
       return "ok";
     }
+    if (cmd == "topic-config" && w.size() == 4) {
+      outbox::mock_kafka::SetTopicConfig(w[1], w[2], w[3]);
+      return "ok";
+    }
     return "error unknown or malformed command: " + line +
            " (commands: ping, bootstrap, broker-down ID, broker-up ID, rtt ID MS, "
            "request-errors API ERR COUNT, clear-errors API, topic-create NAME PARTS, "
-           "topic-error NAME ERR; ID -1 = all brokers)";
+           "topic-error NAME ERR, topic-config NAME KEY VALUE; ID -1 = all brokers)";
   }
 
  private:

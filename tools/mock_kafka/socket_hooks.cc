@@ -40,6 +40,11 @@
 //    served to the mock's reads from memory, rewritten, before the rest of
 //    the socket (poll reports its connection readable meanwhile).
 //
+// 4. DescribeConfigs, which the mock lacks (topic_configs.h): its ApiVersions
+//    responses list DescribeConfigs v0 (sendmsg rewrites them), and recvmsg
+//    takes a DescribeConfigs request off the socket and answers it itself,
+//    after the response the mock is writing, if any.
+//
 // Thread-safety: accept and close may run on any thread (the table of accepted
 // connections is atomic); poll and recvmsg on an accepted connection run only
 // on the mock cluster's thread, which owns the rest of the state.
@@ -60,7 +65,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
+
+#include "topic_configs.h"
 
 namespace {
 
@@ -79,6 +87,39 @@ constexpr int16_t kJoinGroup = 11;
 // it is read (the mock answers a held join within the session timeout).
 constexpr auto kMaxWait = std::chrono::seconds(15);
 
+// Where a byte stream of size-prefixed frames (Kafka requests or responses)
+// is: inside a frame (`left` bytes to go) or inside a size field.
+struct FrameCursor {
+  std::uint32_t left = 0;
+  std::array<unsigned char, 4> size{};
+  int size_len = 0;
+  bool AtBoundary() const { return left == 0 && size_len == 0; }
+  // Moves over `n` bytes at `p`; calls on_end() at each frame's end.
+  template <typename OnEnd>
+  void Advance(const unsigned char* p, std::size_t n, OnEnd on_end) {
+    while (n > 0) {
+      if (left == 0 && size_len < 4) {
+        size[static_cast<std::size_t>(size_len++)] = *p++;
+        --n;
+        if (size_len == 4) {
+          left = (std::uint32_t{size[0]} << 24) | (std::uint32_t{size[1]} << 16) |
+                 (std::uint32_t{size[2]} << 8) | std::uint32_t{size[3]};
+          if (left == 0) size_len = 0;
+        }
+        continue;
+      }
+      const std::size_t take = n < left ? n : left;
+      p += take;
+      n -= take;
+      left -= static_cast<std::uint32_t>(take);
+      if (left == 0) {
+        size_len = 0;
+        on_end();
+      }
+    }
+  }
+};
+
 // What the hooks know of one accepted connection (mock thread only).
 struct Connection {
   bool muted = false;         // as of the last poll: the mock did not ask for POLLIN
@@ -91,9 +132,10 @@ struct Connection {
   int waits_for = -1;         // a JoinGroup here waits for this connection's
   std::string waits_member;   // (its member)
   std::chrono::steady_clock::time_point waiting_since;
-  std::uint32_t left = 0;     // bytes of the current request still to be read
-  std::array<unsigned char, 4> size{};  // its size field, as far as read
-  int size_len = 0;
+  FrameCursor in;             // where the mock's reads are in the request stream
+  FrameCursor out;            // where its writes are in the response stream
+  std::map<std::int32_t, std::int16_t> api_versions;  // ApiVersions requests: id -> version
+  std::string pending_out;    // our responses, written between the mock's
   std::string inject;         // a rewritten request, read before the socket
   std::size_t inject_at = 0;  // how much of it the mock has read
   bool Injecting() const { return inject_at < inject.size(); }
@@ -119,6 +161,7 @@ Fn Real(const char* name) {
 }
 using PollFn = int (*)(pollfd*, nfds_t, int);
 using RecvmsgFn = ssize_t (*)(int, msghdr*, int);
+using SendmsgFn = ssize_t (*)(int, const msghdr*, int);
 
 // One line each on stderr (the mock's log); tests count them.
 void Write(const char* line, int n) {
@@ -170,6 +213,8 @@ struct Reader {
 // tell have not all arrived yet.
 struct PeekedJoin {
   bool complete = true;
+  std::int16_t api = -1, version = -1;  // of any request
+  std::int32_t correlation = 0;
   bool join = false;
   std::string member;          // "" for a new member
   std::size_t member_at = 0;   // offset of the member id's int16 length
@@ -180,18 +225,22 @@ PeekedJoin PeekJoin(int fd) {
   unsigned char buf[1024];
   // Every request of every client passes here: look at its size and API key
   // first, and copy more only for a JoinGroup.
-  ssize_t n = ::recv(fd, buf, 6, MSG_PEEK | MSG_DONTWAIT);
-  if (n < 6) {
+  ssize_t n = ::recv(fd, buf, 12, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 12) {
     out.complete = n <= 0;  // nothing yet: let the mock's read see that itself
     return out;
   }
-  if (((buf[4] << 8) | buf[5]) != kJoinGroup) return out;
+  out.api = static_cast<std::int16_t>((buf[4] << 8) | buf[5]);
+  out.version = static_cast<std::int16_t>((buf[6] << 8) | buf[7]);
+  out.correlation = static_cast<std::int32_t>((std::uint32_t{buf[8]} << 24) | (std::uint32_t{buf[9]} << 16) |
+                                              (std::uint32_t{buf[10]} << 8) | std::uint32_t{buf[11]});
+  out.total = ((std::size_t{buf[0]} << 24) | (std::size_t{buf[1]} << 16) |
+               (std::size_t{buf[2]} << 8) | std::size_t{buf[3]}) + 4;
+  if (out.api != kJoinGroup) return out;
   n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
   if (n < 6) return out;
   Reader r{buf, static_cast<std::size_t>(n)};
   int16_t api = 0, version = 0;
-  out.total = ((std::size_t{buf[0]} << 24) | (std::size_t{buf[1]} << 16) |
-               (std::size_t{buf[2]} << 8) | std::size_t{buf[3]}) + 4;
   if (!r.Skip(4) || !r.I16(api)) return out;
   if (api != kJoinGroup) return out;
   // Header v1 (JoinGroup v0..v5): version, correlation id, client id; then
@@ -237,33 +286,46 @@ void RewriteNewMemberJoin(int fd, Connection& c, const PeekedJoin& j, std::strin
   *member = id;
 }
 
-// Advances `c`'s request boundary over the `n` bytes just read into `msg`.
+// Advances `c`'s request cursor over the `n` bytes just read into `msg`.
 void Consume(Connection& c, const msghdr* msg, std::size_t n) {
   for (std::size_t i = 0; i < msg->msg_iovlen && n > 0; ++i) {
-    const auto* p = static_cast<const unsigned char*>(msg->msg_iov[i].iov_base);
-    std::size_t len = msg->msg_iov[i].iov_len < n ? msg->msg_iov[i].iov_len : n;
+    const std::size_t len = std::min(msg->msg_iov[i].iov_len, n);
     n -= len;
-    while (len > 0) {
-      if (c.left == 0 && c.size_len < 4) {
-        c.size[static_cast<std::size_t>(c.size_len++)] = *p++;
-        --len;
-        if (c.size_len == 4) {
-          c.left = (std::uint32_t{c.size[0]} << 24) | (std::uint32_t{c.size[1]} << 16) |
-                   (std::uint32_t{c.size[2]} << 8) | std::uint32_t{c.size[3]};
-          if (c.left == 0) c.size_len = 0;
-        }
-        continue;
-      }
-      const std::size_t take = len < c.left ? len : c.left;
-      p += take;
-      len -= take;
-      c.left -= static_cast<std::uint32_t>(take);
-      if (c.left == 0) {
-        c.size_len = 0;
-        if (c.join == Connection::Join::kReading) c.join = Connection::Join::kRead;
-      }
-    }
+    c.in.Advance(static_cast<const unsigned char*>(msg->msg_iov[i].iov_base), len, [&c] {
+      if (c.join == Connection::Join::kReading) c.join = Connection::Join::kRead;
+    });
   }
+}
+
+// Writes what we answered ourselves, as far as the socket takes it now.
+// True when nothing of it is left.
+bool FlushPending(int fd, Connection& c) {
+  while (!c.pending_out.empty()) {
+    const ssize_t r = ::send(fd, c.pending_out.data(), c.pending_out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r <= 0) return false;
+    c.pending_out.erase(0, static_cast<std::size_t>(r));
+  }
+  return true;
+}
+
+// A DescribeConfigs request at the start of `fd`'s stream, answered by us:
+// taken off the socket, its response queued and written when the mock is
+// between responses. kWait while it has not all arrived; kNotOurs (nothing
+// taken) when it is not one we answer: the mock then sees it.
+enum class Answered { kYes, kWait, kNotOurs };
+Answered AnswerDescribeConfigs(int fd, Connection& c, std::size_t total) {
+  constexpr std::size_t kMax = 1 << 20;
+  if (total > kMax) return Answered::kNotOurs;
+  std::string req(total, '\0');
+  if (::recv(fd, req.data(), total, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(total)) {
+    return Answered::kWait;
+  }
+  auto resp = outbox::mock_kafka::AnswerDescribeConfigs(req);
+  if (!resp) return Answered::kNotOurs;
+  (void)::recv(fd, req.data(), total, MSG_DONTWAIT);  // the same bytes, now taken
+  c.pending_out += *resp;
+  if (c.out.AtBoundary()) FlushPending(fd, c);
+  return Answered::kYes;
 }
 
 }  // namespace
@@ -290,10 +352,16 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   static const auto real = Real<RecvmsgFn>("recvmsg");
   if (!Tracked(fd)) return real(fd, msg, flags);
   Connection& c = Conn(fd);
-  if (c.left == 0 && c.size_len == 0 && !c.Injecting()) {  // a request starts here
+  if (c.in.AtBoundary() && !c.Injecting()) {  // a request starts here
     const PeekedJoin j = PeekJoin(fd);
     if (!j.complete) {
       errno = EAGAIN;  // the rest of its start is on its way
+      return -1;
+    }
+    if (j.api == outbox::mock_kafka::kApiVersions) c.api_versions[j.correlation] = j.version;
+    if (j.api == outbox::mock_kafka::kDescribeConfigs &&
+        AnswerDescribeConfigs(fd, c, j.total) != Answered::kNotOurs) {
+      errno = EAGAIN;  // answered (the next request on the next poll), or more to come
       return -1;
     }
     std::string member = j.member;
@@ -332,6 +400,72 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   }
   if (n > 0) Consume(c, msg, static_cast<std::size_t>(n));
   return n;
+}
+
+// The mock's writes: our own responses go between two of its responses, and
+// an ApiVersions response gets DescribeConfigs added.
+extern "C" ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  static const auto real = Real<SendmsgFn>("sendmsg");
+  if (!Tracked(fd)) return real(fd, msg, flags);
+  Connection& c = Conn(fd);
+  if (c.out.AtBoundary() && !FlushPending(fd, c)) {
+    errno = EAGAIN;
+    return -1;
+  }
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < msg->msg_iovlen; ++i) total += msg->msg_iov[i].iov_len;
+  auto advance = [&c](const msghdr* m, std::size_t n) {
+    for (std::size_t i = 0; i < m->msg_iovlen && n > 0; ++i) {
+      const std::size_t len = std::min(m->msg_iov[i].iov_len, n);
+      n -= len;
+      c.out.Advance(static_cast<const unsigned char*>(m->msg_iov[i].iov_base), len, [] {});
+    }
+  };
+  if (c.out.AtBoundary() && !c.api_versions.empty() && total >= 8) {
+    std::string bytes;
+    for (std::size_t i = 0; i < msg->msg_iovlen; ++i) {
+      bytes.append(static_cast<const char*>(msg->msg_iov[i].iov_base), msg->msg_iov[i].iov_len);
+    }
+    const auto u = [&bytes](std::size_t i) { return std::uint32_t{static_cast<unsigned char>(bytes[i])}; };
+    const std::size_t frame = ((u(0) << 24) | (u(1) << 16) | (u(2) << 8) | u(3)) + 4;
+    const auto correlation = static_cast<std::int32_t>((u(4) << 24) | (u(5) << 16) | (u(6) << 8) | u(7));
+    const auto it = c.api_versions.find(correlation);
+    if (it != c.api_versions.end() && frame <= bytes.size()) {
+      const std::int16_t version = it->second;
+      c.api_versions.erase(it);
+      if (auto rewritten = outbox::mock_kafka::WithDescribeConfigs(bytes.substr(0, frame), version)) {
+        // Ours in place of the mock's frame; the mock sees that frame written.
+        c.pending_out += *rewritten;
+        FlushPending(fd, c);
+        iovec whole{bytes.data(), frame};
+        msghdr m{};
+        m.msg_iov = &whole;
+        m.msg_iovlen = 1;
+        advance(&m, frame);
+        return static_cast<ssize_t>(frame);
+      }
+    }
+  }
+  msghdr limited = *msg;
+  std::array<iovec, 64> iov{};
+  if (!c.pending_out.empty() && c.out.left > 0 && msg->msg_iovlen <= iov.size()) {
+    // Only up to the end of the response under way: ours come next.
+    std::size_t room = c.out.left;
+    std::size_t k = 0;
+    for (; k < msg->msg_iovlen && room > 0; ++k) {
+      iov[k] = msg->msg_iov[k];
+      iov[k].iov_len = std::min(iov[k].iov_len, room);
+      room -= iov[k].iov_len;
+    }
+    limited.msg_iov = iov.data();
+    limited.msg_iovlen = k;
+  }
+  const ssize_t r = real(fd, &limited, flags);
+  if (r > 0) {
+    advance(msg, static_cast<std::size_t>(r));
+    if (c.out.AtBoundary()) FlushPending(fd, c);
+  }
+  return r;
 }
 
 extern "C" int poll(pollfd* fds, nfds_t n, int timeout_ms) {
@@ -379,6 +513,12 @@ extern "C" int poll(pollfd* fds, nfds_t n, int timeout_ms) {
       if (fds[i].revents == 0) ++r;
       fds[i].revents |= POLLIN;
     }
+  }
+
+  for (nfds_t i = 0; i < n; ++i) {
+    if (!Tracked(fds[i].fd)) continue;
+    Connection& c = Conn(fds[i].fd);
+    if (!c.pending_out.empty() && c.out.AtBoundary()) FlushPending(fds[i].fd, c);
   }
 
   bool closed_while_muted = false;

@@ -33,6 +33,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "cli.h"
@@ -87,6 +88,8 @@ struct Options {
   long long since_ms = -1, until_ms = -1;
   // inbox purge
   std::string consumer, broker_retention;
+  std::vector<std::string> purge_topics;
+  bool force = false;
   // serve
   std::string listen = "127.0.0.1:8089", token_file;
   std::vector<std::string> consumers;  // GROUP=TOPIC[,TOPIC...]
@@ -423,14 +426,71 @@ int InboxStatus(const Options& o) {
   return kExitOk;
 }
 
+// Formats a retention for people: "7 d", "36 h", "15 m", "90 s".
+std::string Span(std::chrono::seconds s) {
+  const long long v = s.count();
+  if (v % 86400 == 0) return std::to_string(v / 86400) + " d";
+  if (v % 3600 == 0) return std::to_string(v / 3600) + " h";
+  if (v % 60 == 0) return std::to_string(v / 60) + " m";
+  return std::to_string(v) + " s";
+}
+
+// The broker retention the stamp horizon starts from: the longest retention.ms
+// of the consumer's topics as the broker reports them (--topic), or
+// --broker-retention. A figure shorter than the broker's, or any figure for a
+// topic that keeps its messages forever, needs --force. Exit code when refused.
+std::variant<int, std::pair<std::chrono::seconds, std::string>> BrokerRetention(const Options& o) {
+  std::optional<std::chrono::seconds> given;
+  if (!o.broker_retention.empty()) {
+    given = outbox::ParseSeconds("--broker-retention", o.broker_retention, kMaxDurationS).value();
+  }
+  if (o.purge_topics.empty()) {
+    if (given && o.force) return std::make_pair(*given, std::string("--broker-retention (--force)"));
+    return Usage("inbox purge: pass --topic NAME (repeatable: the consumer's topics; their retry and "
+                 "dead-letter topics are read too) so that the broker's retention.ms decides, or "
+                 "--broker-retention with --force to trust your own figure");
+  }
+  if (!o.kafka.count("bootstrap.servers")) {
+    return Usage("inbox purge --topic: needs the broker: pass --bootstrap, set OUTBOX_KAFKA_BOOTSTRAP, or "
+                 "--config");
+  }
+  auto topics = outbox::ReadTopicRetention(o.kafka, o.purge_topics);
+  if (!topics.ok()) return Fail(topics.status(), o.json);
+  const outbox::TopicRetention* longest = nullptr;
+  for (const auto& t : *topics) {
+    if (!longest || t.retention_ms == -1 ||
+        (longest->retention_ms != -1 && t.retention_ms > longest->retention_ms)) {
+      longest = &t;
+    }
+  }
+  if (longest->retention_ms == -1) {
+    if (given && o.force) return std::make_pair(*given, std::string("--broker-retention (--force)"));
+    return Usage("inbox purge: topic " + longest->topic +
+                 " has retention.ms = -1 (messages kept forever): any stamp may still be needed; "
+                 "nothing purged (--broker-retention D --force purges past D anyway)");
+  }
+  const std::chrono::seconds broker{(longest->retention_ms + 999) / 1000};
+  const std::string source = "retention.ms of " + longest->topic + " (" + Span(broker) + ")";
+  if (given && *given < broker) {
+    if (o.force) return std::make_pair(*given, std::string("--broker-retention (--force)"));
+    return Usage("inbox purge: --broker-retention " + o.broker_retention + " is shorter than the " +
+                 source + ": a stamp younger than that may still be needed; nothing purged (--force "
+                 "purges anyway)");
+  }
+  if (given && *given > broker) return std::make_pair(*given, std::string("--broker-retention"));
+  return std::make_pair(broker, source);
+}
+
 int InboxPurge(const Options& o) {
   if (auto bad = CheckInboxDb(o)) return *bad;
-  const auto br = outbox::ParseSeconds("--broker-retention", o.broker_retention, kMaxDurationS).value();
   if (o.db.empty()) {
     return Usage("inbox purge: pass --db URL (the outbox that feeds this consumer; or set "
                  "OUTBOX_DATABASE_URL): stamps of events it may still publish are kept");
   }
   if (auto bad = CheckDb(o, "inbox purge")) return *bad;
+  const auto retention = BrokerRetention(o);
+  if (const int* code = std::get_if<int>(&retention)) return *code;
+  const auto& [br, source] = std::get<1>(retention);
   // The oldest event the outbox may still publish bounds the horizon too.
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
@@ -462,15 +522,21 @@ int InboxPurge(const Options& o) {
     }
   }
   if (o.json) {
-    std::cout << json{{"ok", true},    {"consumer", o.consumer}, {"horizon_seconds", horizon.count()},
-                      {"older", older}, {"purged", purged},       {"dry_run", o.dry_run}}
+    std::cout << json{{"ok", true},
+                      {"consumer", o.consumer},
+                      {"horizon_seconds", horizon.count()},
+                      {"retention_seconds", br.count()},
+                      {"retention_from", source},
+                      {"older", older},
+                      {"purged", purged},
+                      {"dry_run", o.dry_run}}
                      .dump()
               << "\n";
   } else {
     std::cout << (o.dry_run ? "would purge " + std::to_string(older) : "purged " + std::to_string(purged))
               << " stamp(s) of consumer " << o.consumer << " older than " << horizon.count()
-              << " s (the horizon: the longer of --broker-retention and the oldest unsent "
-                 "event's age, plus 1 h)\n";
+              << " s (the horizon: the longer of the broker retention, " << source
+              << ", and the oldest unsent event's age, plus 1 h)\n";
   }
   return kExitOk;
 }
@@ -651,12 +717,17 @@ int main(int argc, char** argv) {
         ->check(SchemaName());
   }
   inbox_purge->add_option("--consumer", o.consumer, "the consumer whose stamps to delete")->required();
+  inbox_purge->add_option("--topic", o.purge_topics,
+                          "NAME (repeatable): a topic the consumer reads; its and its retry and "
+                          "dead-letter topics' retention.ms are read from the broker (--bootstrap)");
   inbox_purge
       ->add_option("--broker-retention", o.broker_retention,
-                   "the longest retention.ms of the consumer's topics, retry and dead-letter "
-                   "topics included (90s, 15m, 12h, 7d)")
-      ->required()
+                   "a retention to use instead of the broker's when longer (90s, 15m, 12h, 7d); "
+                   "without --topic, or shorter than the broker's, only with --force")
       ->check(outbox::tools::Duration("--broker-retention", kMaxDurationS));
+  inbox_purge->add_flag("--force", o.force,
+                        "use --broker-retention even when it is shorter than the broker's, or "
+                        "without asking the broker");
   inbox_purge->add_option("--batch", o.batch, "stamps per statement (default 1000)")
       ->check(CLI::Range(1LL, 1000000LL));
   inbox_purge->add_flag("--dry-run", o.dry_run, "count, delete nothing");

@@ -12,12 +12,6 @@
 namespace outbox {
 namespace {
 
-struct RkDeleter {
-  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
-};
-struct MetadataDeleter {
-  void operator()(const rd_kafka_metadata_t* md) const { rd_kafka_metadata_destroy(md); }
-};
 struct ListDeleter {
   void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); }
 };
@@ -34,47 +28,19 @@ Result<std::vector<TopicBacklog>> ConsumerBacklog(const std::map<std::string, st
   }
   if (group.empty()) return Status::InvalidArgument("backlog: a consumer group is required");
   const int ms = static_cast<int>(timeout.count());
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
   const kafka_internal::Props defaults = {{"enable.auto.commit", "false"}, {"log_level", "3"}};
   const kafka_internal::Props ours = {{"group.id", group}};
-  if (Status st = kafka_internal::SetProperties(conf, {&defaults, &properties, &ours}); !st.ok()) {
-    rd_kafka_conf_destroy(conf);
-    return st;
-  }
-  char err[512];
-  std::unique_ptr<rd_kafka_t, RkDeleter> rk(rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err));
-  if (!rk) return Status::InvalidArgument(std::string("backlog: ") + err);
-
-  const rd_kafka_metadata_t* raw = nullptr;
-  if (rd_kafka_resp_err_t e = rd_kafka_metadata(rk.get(), /*all_topics=*/1, nullptr, &raw, ms);
-      e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    return Status::Unavailable(std::string("backlog: broker metadata: ") + rd_kafka_err2str(e));
-  }
-  std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter> md(raw);
-  std::map<std::string, int> partitions;  // existing topics
-  for (int t = 0; t < md->topic_cnt; ++t) {
-    if (md->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      partitions[md->topics[t].topic] = md->topics[t].partition_cnt;
-    }
-  }
-
-  // The topics to report, in order: each main topic, its retry topics, its DLT.
-  std::vector<TopicBacklog> out;
-  for (const std::string& t : topics) {
-    out.push_back({t, "main"});
-    for (int n = 1; partitions.count(t + ".retry." + std::to_string(n)); ++n) {
-      out.push_back({t + ".retry." + std::to_string(n), "retry"});
-    }
-    out.push_back({t + dlt_suffix, "dead-letter"});
-  }
+  kafka_internal::RkPtr rk;
+  kafka_internal::MetadataPtr md;
+  OUTBOX_RETURN_IF_ERROR(kafka_internal::OpenWithMetadata(RD_KAFKA_CONSUMER, {&defaults, &properties, &ours}, ms,
+                                                          "backlog", &rk, &md));
   std::vector<TopicBacklog> present;
   std::unique_ptr<rd_kafka_topic_partition_list_t, ListDeleter> list(
       rd_kafka_topic_partition_list_new(16));
-  for (const TopicBacklog& b : out) {
-    const auto it = partitions.find(b.topic);
-    if (it == partitions.end()) continue;  // never created (no retries, no dead letters yet)
-    present.push_back(b);
-    for (int p = 0; p < it->second; ++p) rd_kafka_topic_partition_list_add(list.get(), b.topic.c_str(), p);
+  for (const auto& f : kafka_internal::TopicFamily(*md, topics, dlt_suffix)) {
+    if (f.partitions == 0) continue;  // never created (no retries, no dead letters yet)
+    present.push_back({f.topic, f.role});
+    for (int p = 0; p < f.partitions; ++p) rd_kafka_topic_partition_list_add(list.get(), f.topic.c_str(), p);
   }
   if (list->cnt > 0) {
     if (rd_kafka_resp_err_t e = rd_kafka_committed(rk.get(), list.get(), ms); e != RD_KAFKA_RESP_ERR_NO_ERROR) {

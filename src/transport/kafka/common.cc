@@ -77,4 +77,47 @@ void LogKafkaError(Logger& logger, rd_kafka_t* rk, int err, const char* reason) 
                                            {"reason", text}});
 }
 
+std::vector<FamilyTopic> TopicFamily(const rd_kafka_metadata_t& md, const std::vector<std::string>& topics,
+                                     const std::string& dlt_suffix) {
+  std::map<std::string, int> partitions;  // existing topics
+  for (int t = 0; t < md.topic_cnt; ++t) {
+    if (md.topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      partitions[md.topics[t].topic] = md.topics[t].partition_cnt;
+    }
+  }
+  auto has = [&](const std::string& t) {
+    const auto it = partitions.find(t);
+    return it == partitions.end() ? 0 : it->second;
+  };
+  std::vector<FamilyTopic> out;
+  for (const std::string& t : topics) {
+    out.push_back({t, "main", has(t)});
+    for (int n = 1; has(t + ".retry." + std::to_string(n)) > 0; ++n) {
+      const std::string retry = t + ".retry." + std::to_string(n);
+      out.push_back({retry, "retry", has(retry)});
+    }
+    out.push_back({t + dlt_suffix, "dead-letter", has(t + dlt_suffix)});
+  }
+  return out;
+}
+
+Status OpenWithMetadata(rd_kafka_type_t type, std::initializer_list<const Props*> layers, int timeout_ms,
+                        const std::string& what, RkPtr* rk, MetadataPtr* md) {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  if (Status st = SetProperties(conf, layers); !st.ok()) {
+    rd_kafka_conf_destroy(conf);
+    return st;
+  }
+  char err[512];
+  rk->reset(rd_kafka_new(type, conf, err, sizeof err));
+  if (!*rk) return Status::InvalidArgument(what + ": " + err);
+  const rd_kafka_metadata_t* raw = nullptr;
+  if (rd_kafka_resp_err_t e = rd_kafka_metadata(rk->get(), /*all_topics=*/1, nullptr, &raw, timeout_ms);
+      e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return Status::Unavailable(what + ": broker metadata: " + rd_kafka_err2str(e));
+  }
+  md->reset(raw);
+  return Status::Ok();
+}
+
 }  // namespace outbox::kafka_internal
