@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "outbox/postgres_inbox.h"
-#include "kafka_helpers.h"
 #include "outbox/postgres.h"
+#include "kafka_helpers.h"
 #include "test_env.h"
 
 namespace outbox::testing {
@@ -304,9 +304,14 @@ TEST_F(OutboxctlTest, BadNumbersExitTwoNamingTheFlagAndChangeNothing) {
 TEST_F(OutboxctlTest, InboxPurgeKeepsStampsAnUnsentEventMayStillNeed) {
   MockKafka kafka(1, {"quest-events:1", "quest-events.retry.1:1", "quest-events.dlt:1"});
   ASSERT_FALSE(kafka.bootstrap().empty());
-  ASSERT_EQ(kafka.Control("topic-config quest-events retention.ms 259200000"), "ok");        // 3 d
-  ASSERT_EQ(kafka.Control("topic-config quest-events.retry.1 retention.ms 86400000"), "ok");  // 1 d
-  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms 172800000"), "ok");     // 2 d
+  // Messages stay readable up to retention.ms + segment.ms: 3 d + 1 h for the
+  // main topic, 1 d + 1 h and 2 d + 1 h for its retry and dead-letter topics.
+  ASSERT_EQ(kafka.Control("topic-config quest-events retention.ms 259200000"), "ok");
+  ASSERT_EQ(kafka.Control("topic-config quest-events.retry.1 retention.ms 86400000"), "ok");
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms 172800000"), "ok");
+  for (const char* t : {"quest-events", "quest-events.retry.1", "quest-events.dlt"}) {
+    ASSERT_EQ(kafka.Control(std::string("topic-config ") + t + " segment.ms 3600000"), "ok");
+  }
   PostgresInboxOptions io;
   io.conninfo = url_;
   io.schema = schema_ + "_inbox";
@@ -354,34 +359,50 @@ TEST_F(OutboxctlTest, InboxPurgeKeepsStampsAnUnsentEventMayStillNeed) {
   EXPECT_NE(held.out.find("purged 0"), std::string::npos) << held.out;
   EXPECT_EQ(count(), "2");
 
-  // Once nothing is unsent, the broker's longest retention (3 days, of the
-  // main topic; its retry and dead-letter topics keep 1 and 2) + 1 h decides.
+  // Once nothing is unsent, the broker's longest retention (3 d + 1 h, of the
+  // main topic) + 1 h decides.
   Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT', sent_at = now()");
-  CtlRun dry = Ctl(args + " --dry-run");
+  CtlRun dry = Ctl(args + " --dry-run --topic quest-events");  // repeated: read once
+  EXPECT_EQ(dry.code, 0) << dry.out;
   EXPECT_NE(dry.out.find("would purge 1"), std::string::npos) << dry.out;
-  EXPECT_NE(dry.out.find("retention.ms of quest-events (3 d)"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("retention.ms + segment.ms of quest-events (73 h)"), std::string::npos) << dry.out;
   EXPECT_EQ(count(), "2");
 
   // A figure shorter than the broker's is refused, naming the topic, down to
   // one second short; an equal one is accepted; a shorter one with --force.
   CtlRun shorter = Ctl(args + " --broker-retention 1d");
   EXPECT_EQ(shorter.code, 2) << shorter.out;
-  EXPECT_NE(shorter.out.find("shorter than the retention.ms of quest-events (3 d)"), std::string::npos)
+  EXPECT_NE(shorter.out.find("shorter than the retention.ms + segment.ms of quest-events (73 h)"),
+            std::string::npos)
       << shorter.out;
-  CtlRun just_below = Ctl(args + " --broker-retention 259199s --dry-run");
+  CtlRun just_below = Ctl(args + " --broker-retention 262799s --dry-run");
   EXPECT_EQ(just_below.code, 2) << just_below.out;
-  CtlRun equal = Ctl(args + " --broker-retention 3d --dry-run");
+  CtlRun equal = Ctl(args + " --broker-retention 73h --dry-run");
   EXPECT_EQ(equal.code, 0) << equal.out;
   CtlRun forced = Ctl(args + " --broker-retention 1d --force --dry-run --json");
   EXPECT_EQ(forced.code, 0) << forced.out;
   EXPECT_NE(forced.out.find("\"older\":2"), std::string::npos) << forced.out;
   EXPECT_EQ(count(), "2");
 
-  // A dead-letter topic that keeps its messages forever: any stamp may be needed.
+  // A dead-letter topic that keeps its messages forever: any stamp may be
+  // needed. So does a compacted one, and one whose retention overflows.
   ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms -1"), "ok");
   CtlRun forever = Ctl(args);
   EXPECT_EQ(forever.code, 2) << forever.out;
-  EXPECT_NE(forever.out.find("quest-events.dlt has retention.ms = -1"), std::string::npos) << forever.out;
+  EXPECT_NE(forever.out.find("topic quest-events.dlt keeps messages forever"), std::string::npos) << forever.out;
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms 9223372036854775807"), "ok");
+  CtlRun huge = Ctl(args);
+  EXPECT_EQ(huge.code, 2) << huge.out;
+  EXPECT_NE(huge.out.find("topic quest-events.dlt keeps messages forever"), std::string::npos) << huge.out;
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms 172800000"), "ok");
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt cleanup.policy compact"), "ok");
+  CtlRun compacted = Ctl(args);
+  EXPECT_EQ(compacted.code, 2) << compacted.out;
+  EXPECT_NE(compacted.out.find("cleanup.policy compact"), std::string::npos) << compacted.out;
+  // Under another dead-letter suffix that topic is not this consumer's.
+  CtlRun other_suffix = Ctl(args + " --dlt-suffix .dead --dry-run");
+  EXPECT_EQ(other_suffix.code, 0) << other_suffix.out;
+  ASSERT_EQ(kafka.Control("topic-config quest-events.dlt cleanup.policy delete"), "ok");
   // A value that is not a number is reported, not guessed.
   ASSERT_EQ(kafka.Control("topic-config quest-events.dlt retention.ms 2d"), "ok");
   CtlRun nan = Ctl(args);

@@ -144,14 +144,22 @@ Result<std::vector<TopicBacklog>> ConsumerBacklog(const std::map<std::string, st
 
 // The retention of a consumer's topics (outboxctl inbox purge): per topic —
 // each main topic, its retry topics and its dead-letter topic, those that
-// exist — retention.ms as the broker reports it (DescribeConfigs; -1: kept
-// forever). A main topic the broker does not have is NotFound; a broker that
-// does not answer within `timeout`, cannot describe configurations or
-// reports no number is Unavailable.
+// exist — what the broker reports (DescribeConfigs) and how long a message may
+// stay readable: Kafka deletes whole segments, so up to retention.ms after its
+// segment rolled (segment.ms); a topic compacted but not deleted keeps a key's
+// last message forever. A main topic the broker does not have is NotFound; a
+// broker that does not answer within `timeout` (the metadata, then the
+// configurations: twice), cannot describe configurations or reports a value
+// that is not a number is Unavailable.
 struct TopicRetention {
   std::string topic;
   std::string role;               // "main", "retry", "dead-letter"
   std::int64_t retention_ms = 0;  // -1: forever
+  std::int64_t segment_ms = 0;
+  std::string cleanup_policy;     // "delete", "compact", "compact,delete"
+  // retention.ms + segment.ms; -1 when messages may stay forever (retention.ms
+  // -1, a policy without "delete", or a sum past what int64 holds).
+  std::int64_t keep_ms = 0;
 };
 Result<std::vector<TopicRetention>> ReadTopicRetention(const std::map<std::string, std::string>& properties,
                                                        const std::vector<std::string>& topics,

@@ -32,9 +32,11 @@
 #include "outbox/version.h"
 #include "topic_configs.h"
 
-// socket_hooks.cc replaces accept, close, poll and recvmsg for librdkafka:
-// every connection a broker accepts gets TCP_NODELAY, and a member's second
-// JoinGroup waits while its first is held (the mock aborted on it).
+// socket_hooks.cc replaces accept, close, poll, recvmsg and sendmsg for
+// librdkafka: every connection a broker accepts gets TCP_NODELAY, a member's
+// second JoinGroup waits while its first is held (the mock aborted on it), new
+// members get ids never given before, and DescribeConfigs is answered
+// (topic_configs.h).
 
 namespace {
 

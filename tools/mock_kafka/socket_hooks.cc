@@ -43,11 +43,14 @@
 // 4. DescribeConfigs, which the mock lacks (topic_configs.h): its ApiVersions
 //    responses list DescribeConfigs v0 (sendmsg rewrites them), and recvmsg
 //    takes a DescribeConfigs request off the socket and answers it itself,
-//    after the response the mock is writing, if any.
+//    after the response the mock is writing, if any -- so possibly before
+//    responses the mock still owes for earlier requests (a held join, an
+//    `rtt` delay; clients match responses by correlation id), and without the
+//    mock's `rtt` or `request-errors`.
 //
 // Thread-safety: accept and close may run on any thread (the table of accepted
-// connections is atomic); poll and recvmsg on an accepted connection run only
-// on the mock cluster's thread, which owns the rest of the state.
+// connections is atomic); poll, recvmsg and sendmsg on an accepted connection
+// run only on the mock cluster's thread, which owns the rest of the state.
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -298,11 +301,15 @@ void Consume(Connection& c, const msghdr* msg, std::size_t n) {
 }
 
 // Writes what we answered ourselves, as far as the socket takes it now.
-// True when nothing of it is left.
+// True when nothing of it is left; errno says why otherwise (EAGAIN: later).
 bool FlushPending(int fd, Connection& c) {
   while (!c.pending_out.empty()) {
     const ssize_t r = ::send(fd, c.pending_out.data(), c.pending_out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (r <= 0) return false;
+    if (r < 0) return false;
+    if (r == 0) {
+      errno = EAGAIN;
+      return false;
+    }
     c.pending_out.erase(0, static_cast<std::size_t>(r));
   }
   return true;
@@ -322,7 +329,9 @@ Answered AnswerDescribeConfigs(int fd, Connection& c, std::size_t total) {
   }
   auto resp = outbox::mock_kafka::AnswerDescribeConfigs(req);
   if (!resp) return Answered::kNotOurs;
-  (void)::recv(fd, req.data(), total, MSG_DONTWAIT);  // the same bytes, now taken
+  if (::recv(fd, req.data(), total, MSG_DONTWAIT) != static_cast<ssize_t>(total)) {
+    return Answered::kWait;  // cannot happen (peeked); the mock's read reports the error
+  }
   c.pending_out += *resp;
   if (c.out.AtBoundary()) FlushPending(fd, c);
   return Answered::kYes;
@@ -408,10 +417,7 @@ extern "C" ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   static const auto real = Real<SendmsgFn>("sendmsg");
   if (!Tracked(fd)) return real(fd, msg, flags);
   Connection& c = Conn(fd);
-  if (c.out.AtBoundary() && !FlushPending(fd, c)) {
-    errno = EAGAIN;
-    return -1;
-  }
+  if (c.out.AtBoundary() && !FlushPending(fd, c)) return -1;  // errno from send
   std::size_t total = 0;
   for (std::size_t i = 0; i < msg->msg_iovlen; ++i) total += msg->msg_iov[i].iov_len;
   auto advance = [&c](const msghdr* m, std::size_t n) {
@@ -500,6 +506,16 @@ extern "C" int poll(pollfd* fds, nfds_t n, int timeout_ms) {
     }
     fds[i].events |= POLLRDHUP;
   }
+  // Our own responses waiting at a frame boundary: wake when writable.
+  bool added_out[1024] = {};
+  for (nfds_t i = 0; i < n && i < 1024; ++i) {
+    if (!Tracked(fds[i].fd) || (fds[i].events & POLLOUT) != 0) continue;
+    const Connection& c = Conn(fds[i].fd);
+    if (!c.pending_out.empty() && c.out.AtBoundary()) {
+      fds[i].events |= POLLOUT;
+      added_out[i] = true;
+    }
+  }
   // A rewritten request in memory is ready to read now.
   bool injected_any = false;
   for (nfds_t i = 0; i < n; ++i) {
@@ -519,6 +535,10 @@ extern "C" int poll(pollfd* fds, nfds_t n, int timeout_ms) {
     if (!Tracked(fds[i].fd)) continue;
     Connection& c = Conn(fds[i].fd);
     if (!c.pending_out.empty() && c.out.AtBoundary()) FlushPending(fds[i].fd, c);
+    if (i < 1024 && added_out[i]) {  // the mock did not ask: not its event
+      fds[i].events &= static_cast<short>(~POLLOUT);
+      fds[i].revents &= static_cast<short>(~POLLOUT);
+    }
   }
 
   bool closed_while_muted = false;

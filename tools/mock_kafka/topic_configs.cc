@@ -19,7 +19,10 @@ std::map<std::string, std::map<std::string, std::string>> g_configs;  // GUARDED
 // Kafka's defaults for what a topic is asked about here.
 const std::map<std::string, std::string>& Defaults() {
   static const std::map<std::string, std::string> kDefaults = {
-      {"cleanup.policy", "delete"}, {"retention.bytes", "-1"}, {"retention.ms", "604800000"}};
+      {"cleanup.policy", "delete"},
+      {"retention.bytes", "-1"},
+      {"retention.ms", "604800000"},
+      {"segment.ms", "604800000"}};
   return kDefaults;
 }
 

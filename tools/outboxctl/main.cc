@@ -32,6 +32,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -89,6 +90,7 @@ struct Options {
   // inbox purge
   std::string consumer, broker_retention;
   std::vector<std::string> purge_topics;
+  std::string dlt_suffix = ".dlt";
   bool force = false;
   // serve
   std::string listen = "127.0.0.1:8089", token_file;
@@ -435,50 +437,64 @@ std::string Span(std::chrono::seconds s) {
   return std::to_string(v) + " s";
 }
 
-// The broker retention the stamp horizon starts from: the longest retention.ms
-// of the consumer's topics as the broker reports them (--topic), or
-// --broker-retention. A figure shorter than the broker's, or any figure for a
-// topic that keeps its messages forever, needs --force. Exit code when refused.
-std::variant<int, std::pair<std::chrono::seconds, std::string>> BrokerRetention(const Options& o) {
+// The broker retention the stamp horizon starts from, and where it came from.
+struct Retention {
+  std::chrono::seconds keep{0};
+  std::string source;
+};
+
+// The longest a message of the consumer's topics may stay readable, as the
+// broker reports it (--topic: retention.ms + segment.ms), or --broker-retention.
+// A figure shorter than the broker's, or any figure for a topic that keeps its
+// messages forever, needs --force. The exit code when refused.
+std::variant<int, Retention> BrokerRetention(const Options& o) {
   std::optional<std::chrono::seconds> given;
   if (!o.broker_retention.empty()) {
     given = outbox::ParseSeconds("--broker-retention", o.broker_retention, kMaxDurationS).value();
   }
+  const bool forced = given && o.force;
+  const Retention own{given.value_or(std::chrono::seconds{0}), "--broker-retention (--force)"};
   if (o.purge_topics.empty()) {
-    if (given && o.force) return std::make_pair(*given, std::string("--broker-retention (--force)"));
+    if (forced) return own;
     return Usage("inbox purge: pass --topic NAME (repeatable: the consumer's topics; their retry and "
-                 "dead-letter topics are read too) so that the broker's retention.ms decides, or "
+                 "dead-letter topics are read too) so that the broker's retention decides, or "
                  "--broker-retention with --force to trust your own figure");
   }
   if (!o.kafka.count("bootstrap.servers")) {
     return Usage("inbox purge --topic: needs the broker: pass --bootstrap, set OUTBOX_KAFKA_BOOTSTRAP, or "
                  "--config");
   }
-  auto topics = outbox::ReadTopicRetention(o.kafka, o.purge_topics);
+  std::vector<std::string> names = o.purge_topics;
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  auto topics = outbox::ReadTopicRetention(o.kafka, names, o.dlt_suffix);
   if (!topics.ok()) return Fail(topics.status(), o.json);
   const outbox::TopicRetention* longest = nullptr;
   for (const auto& t : *topics) {
-    if (!longest || t.retention_ms == -1 ||
-        (longest->retention_ms != -1 && t.retention_ms > longest->retention_ms)) {
+    if (!longest || t.keep_ms == -1 || (longest->keep_ms != -1 && t.keep_ms > longest->keep_ms)) {
       longest = &t;
     }
   }
-  if (longest->retention_ms == -1) {
-    if (given && o.force) return std::make_pair(*given, std::string("--broker-retention (--force)"));
-    return Usage("inbox purge: topic " + longest->topic +
-                 " has retention.ms = -1 (messages kept forever): any stamp may still be needed; "
-                 "nothing purged (--broker-retention D --force purges past D anyway)");
+  const std::int64_t ms = longest->keep_ms;
+  const std::int64_t secs = ms / 1000 + (ms % 1000 != 0 ? 1 : 0);
+  if (ms == -1 || secs > kMaxDurationS) {
+    if (forced) return own;
+    return Usage("inbox purge: topic " + longest->topic + " keeps messages forever (retention.ms " +
+                 std::to_string(longest->retention_ms) + ", cleanup.policy " + longest->cleanup_policy +
+                 "): any stamp may still be needed; nothing purged (--broker-retention D --force "
+                 "purges past D anyway)");
   }
-  const std::chrono::seconds broker{(longest->retention_ms + 999) / 1000};
-  const std::string source = "retention.ms of " + longest->topic + " (" + Span(broker) + ")";
-  if (given && *given < broker) {
-    if (o.force) return std::make_pair(*given, std::string("--broker-retention (--force)"));
+  const Retention broker{std::chrono::seconds{secs},
+                         "retention.ms + segment.ms of " + longest->topic + " (" +
+                             Span(std::chrono::seconds{secs}) + ")"};
+  if (given && *given < broker.keep) {
+    if (o.force) return own;
     return Usage("inbox purge: --broker-retention " + o.broker_retention + " is shorter than the " +
-                 source + ": a stamp younger than that may still be needed; nothing purged (--force "
-                 "purges anyway)");
+                 broker.source + ": a stamp younger than that may still be needed; nothing purged "
+                 "(--force purges anyway)");
   }
-  if (given && *given > broker) return std::make_pair(*given, std::string("--broker-retention"));
-  return std::make_pair(broker, source);
+  if (given && *given > broker.keep) return Retention{*given, "--broker-retention"};
+  return broker;
 }
 
 int InboxPurge(const Options& o) {
@@ -490,7 +506,7 @@ int InboxPurge(const Options& o) {
   if (auto bad = CheckDb(o, "inbox purge")) return *bad;
   const auto retention = BrokerRetention(o);
   if (const int* code = std::get_if<int>(&retention)) return *code;
-  const auto& [br, source] = std::get<1>(retention);
+  const auto& [br, source] = std::get<Retention>(retention);
   // The oldest event the outbox may still publish bounds the horizon too.
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
@@ -725,6 +741,9 @@ int main(int argc, char** argv) {
                    "a retention to use instead of the broker's when longer (90s, 15m, 12h, 7d); "
                    "without --topic, or shorter than the broker's, only with --force")
       ->check(outbox::tools::Duration("--broker-retention", kMaxDurationS));
+  inbox_purge->add_option("--dlt-suffix", o.dlt_suffix,
+                          "the consumers' dead-letter topic suffix (ConsumerOptions::dlt_suffix; "
+                          "default .dlt)");
   inbox_purge->add_flag("--force", o.force,
                         "use --broker-retention even when it is shorter than the broker's, or "
                         "without asking the broker");

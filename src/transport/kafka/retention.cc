@@ -1,7 +1,9 @@
 // ReadTopicRetention (outbox/kafka.h): the retention.ms of a consumer's topics.
 #include <librdkafka/rdkafka.h>
 
+#include <algorithm>
 #include <charconv>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,7 +54,7 @@ Result<std::vector<TopicRetention>> ReadTopicRetention(const std::map<std::strin
       if (f.role == "main") return Status::NotFound("retention: the broker has no topic " + f.topic);
       continue;  // never created (no retries, no dead letters yet)
     }
-    out.push_back({f.topic, f.role});
+    out.push_back({f.topic, f.role, 0, 0, "", 0});
     resources.list.push_back(rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, f.topic.c_str()));
   }
 
@@ -78,7 +80,7 @@ Result<std::vector<TopicRetention>> ReadTopicRetention(const std::map<std::strin
   const rd_kafka_DescribeConfigs_result_t* result = rd_kafka_event_DescribeConfigs_result(ev.get());
   std::size_t count = 0;
   const rd_kafka_ConfigResource_t** described = rd_kafka_DescribeConfigs_result_resources(result, &count);
-  std::map<std::string, std::int64_t> retention;
+  std::map<std::string, std::map<std::string, std::string>> reported;  // topic -> name -> value
   for (std::size_t i = 0; i < count; ++i) {
     const std::string name = rd_kafka_ConfigResource_name(described[i]);
     if (rd_kafka_ConfigResource_error(described[i]) != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -88,24 +90,36 @@ Result<std::vector<TopicRetention>> ReadTopicRetention(const std::map<std::strin
     std::size_t entries = 0;
     const rd_kafka_ConfigEntry_t** configs = rd_kafka_ConfigResource_configs(described[i], &entries);
     for (std::size_t j = 0; j < entries; ++j) {
-      if (std::string(rd_kafka_ConfigEntry_name(configs[j])) != "retention.ms") continue;
       const char* value = rd_kafka_ConfigEntry_value(configs[j]);
-      const std::string text = value ? value : "";
-      std::int64_t v = 0;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc() || end != text.data() + text.size() || v < -1) {
-        return Status::Unavailable("retention: topic " + name + " has retention.ms \"" + text +
-                                   "\", not a number of milliseconds");
-      }
-      retention[name] = v;
+      reported[name][rd_kafka_ConfigEntry_name(configs[j])] = value ? value : "";
     }
   }
   for (TopicRetention& t : out) {
-    const auto it = retention.find(t.topic);
-    if (it == retention.end()) {
-      return Status::Unavailable("retention: the broker did not report retention.ms of " + t.topic);
+    const auto& values = reported[t.topic];
+    auto number = [&](const char* key, std::int64_t* v) -> Status {
+      const auto it = values.find(key);
+      if (it == values.end()) {
+        return Status::Unavailable(std::string("retention: the broker did not report ") + key + " of " + t.topic);
+      }
+      const std::string& text = it->second;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *v);
+      if (ec != std::errc() || end != text.data() + text.size() || *v < -1) {
+        return Status::Unavailable("retention: topic " + t.topic + " has " + key + " \"" + text +
+                                   "\", not a number of milliseconds");
+      }
+      return Status::Ok();
+    };
+    OUTBOX_RETURN_IF_ERROR(number("retention.ms", &t.retention_ms));
+    OUTBOX_RETURN_IF_ERROR(number("segment.ms", &t.segment_ms));
+    const auto policy = values.find("cleanup.policy");
+    t.cleanup_policy = policy == values.end() ? "delete" : policy->second;
+    const bool deletes = t.cleanup_policy.find("delete") != std::string::npos;
+    const std::int64_t segment = std::max<std::int64_t>(t.segment_ms, 0);
+    if (t.retention_ms < 0 || !deletes || t.retention_ms > std::numeric_limits<std::int64_t>::max() - segment) {
+      t.keep_ms = -1;
+    } else {
+      t.keep_ms = t.retention_ms + segment;
     }
-    t.retention_ms = it->second;
   }
   return out;
 }
