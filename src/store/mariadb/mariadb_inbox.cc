@@ -50,8 +50,7 @@ class MariaDbInbox final : public InboxStore {
 
   Status Migrate() override {
     OUTBOX_RETURN_IF_ERROR(Ensure());
-    return maria::RunMigrations(conn_.get(), "inbox_migrations", "outbox.inbox.migrate",
-                                maria::sql::InboxMigrations());
+    return maria::RunMigrations(conn_.get(), maria::kInboxSet);
   }
 
   Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,

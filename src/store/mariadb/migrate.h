@@ -1,21 +1,38 @@
-// The MariaDB migration runner (outbox and inbox). Internal.
+// The MariaDB store's migrations (outbox and inbox): frozen files under
+// migrations/outbox/ and migrations/inbox/, embedded at build time and applied
+// by the shared runner (store/common/migrations.h). Internal.
 #ifndef OUTBOX_SRC_STORE_MARIADB_MIGRATE_H_
 #define OUTBOX_SRC_STORE_MARIADB_MIGRATE_H_
 
+#include <span>
 #include <string>
 #include <vector>
 
+#include "migrations.h"
 #include "session.h"
-#include "sql.h"
 
 namespace outbox::maria {
 
-// Applies the missing versions of `migrations`, recorded in `table`, under the
-// named lock `lock` + the database's name (concurrent runs serialise).
-// `applied_now` (optional) receives the versions this call applied, in order.
-Status RunMigrations(MYSQL* conn, const std::string& table, const std::string& lock,
-                     const std::vector<sql::Migration>& migrations,
-                     std::vector<int>* applied_now = nullptr);
+// The embedded files (generated from migrations/<set>/ by cmake/EmbedFiles.cmake).
+std::span<const store::EmbeddedFile> OutboxMigrationFiles();
+std::span<const store::EmbeddedFile> InboxMigrationFiles();
+
+// One set: versions recorded in `table` (in the URL's database), applied under
+// the named lock `lock_name` + the database's name.
+struct MigrationSet {
+  const char* lock_name;
+  const char* table;
+  std::span<const store::EmbeddedFile> (*files)();
+};
+inline constexpr MigrationSet kOutboxSet{"outbox.migrate", "outbox_migrations", OutboxMigrationFiles};
+inline constexpr MigrationSet kInboxSet{"outbox.inbox.migrate", "inbox_migrations", InboxMigrationFiles};
+
+// Applies the missing versions up to `up_to` (0: all); concurrent runs
+// serialise. MariaDB commits each DDL statement on its own, so every statement
+// of a file is idempotent (IF NOT EXISTS, OR REPLACE): a run cut short is
+// finished by the next one. `applied_now` (optional) receives the versions applied.
+Status RunMigrations(MYSQL* conn, const MigrationSet& set, std::vector<int>* applied_now = nullptr,
+                     int up_to = 0);
 
 }  // namespace outbox::maria
 

@@ -1,49 +1,69 @@
 #include "migrate.h"
 
-#include <set>
+#include "sql.h"
 
 namespace outbox::pg {
 namespace {
 
-Status Apply(Session& s, const std::string& schema, const sql::MigrationSet& set,
-             std::vector<int>* applied_now) {
-  OUTBOX_RETURN_IF_ERROR(s.Exec("migrate: lock", sql::MigrateLock(schema, set)).status());
-  OUTBOX_RETURN_IF_ERROR(
-      s.ExecScript("migrate: bootstrap", sql::EnsureMigrationsTable(schema, set)));
-  auto applied_res = s.Exec("migrate: read versions", sql::AppliedVersions(schema, set));
-  if (!applied_res.ok()) return applied_res.status();
-  std::set<int> applied;
-  for (int i = 0; i < PQntuples(applied_res->get()); ++i) {
-    applied.insert(static_cast<int>(GetInt64(applied_res->get(), i, 0)));
+// PostgreSQL's DDL is transactional: a whole run commits or none of it.
+class PostgresTarget final : public store::MigrationTarget {
+ public:
+  PostgresTarget(Session& s, const std::string& schema, const MigrationSet& set)
+      : s_(s), schema_(schema), set_(set) {}
+
+  Status Begin() override {
+    OUTBOX_RETURN_IF_ERROR(s_.EnsureConnected());
+    OUTBOX_RETURN_IF_ERROR(s_.ExecScript("migrate: begin", "BEGIN"));
+    Status st = s_.Exec("migrate: lock", sql::MigrateLock(schema_, set_.lock_name)).status();
+    if (st.ok()) {
+      st = s_.ExecScript("migrate: bootstrap", sql::EnsureMigrationsTable(schema_, set_.table));
+    }
+    if (!st.ok()) (void)s_.ExecScript("migrate: rollback", "ROLLBACK");
+    return st;
   }
-  for (const auto& m : set.migrations) {
-    if (applied.count(m.version)) continue;
-    OUTBOX_RETURN_IF_ERROR(
-        s.ExecScript("migrate: " + set.table + " version " + std::to_string(m.version), m.script));
-    OUTBOX_RETURN_IF_ERROR(s.Exec("migrate: record", sql::RecordMigration(schema, set),
-                                  {Param::Text(std::to_string(m.version)),
-                                   Param::Text(m.description)})
-                               .status());
-    applied_now->push_back(m.version);
+
+  Result<std::set<int>> AppliedVersions() override {
+    auto res = s_.Exec("migrate: read versions", sql::AppliedVersions(schema_, set_.table));
+    if (!res.ok()) return res.status();
+    std::set<int> applied;
+    for (int i = 0; i < PQntuples(res->get()); ++i) {
+      applied.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
+    }
+    return applied;
   }
-  return Status::Ok();
-}
+
+  Status Apply(const store::Migration& m) override {
+    OUTBOX_RETURN_IF_ERROR(s_.ExecScript(
+        std::string("migrate: ") + set_.table + " version " + std::to_string(m.version) + " (" +
+            m.name + ")",
+        sql::WithSchema(std::string(m.text), schema_)));
+    return s_.Exec("migrate: record", sql::RecordMigration(schema_, set_.table),
+                   {Param::Text(std::to_string(m.version)), Param::Text(m.description)})
+        .status();
+  }
+
+  Status End(bool ok) override {
+    if (!ok) {
+      (void)s_.ExecScript("migrate: rollback", "ROLLBACK");
+      return Status::Ok();
+    }
+    return s_.ExecScript("migrate: commit", "COMMIT");
+  }
+
+ private:
+  Session& s_;
+  const std::string& schema_;
+  const MigrationSet& set_;
+};
 
 }  // namespace
 
-Status RunMigrations(Session& session, const std::string& schema, const sql::MigrationSet& set,
-                     std::vector<int>* applied_now) {
-  OUTBOX_RETURN_IF_ERROR(session.EnsureConnected());
-  OUTBOX_RETURN_IF_ERROR(session.ExecScript("migrate: begin", "BEGIN"));
-  std::vector<int> applied;
-  Status st = Apply(session, schema, set, &applied);
-  if (!st.ok()) {
-    (void)session.ExecScript("migrate: rollback", "ROLLBACK");
-    return st;
-  }
-  OUTBOX_RETURN_IF_ERROR(session.ExecScript("migrate: commit", "COMMIT"));
-  if (applied_now) *applied_now = std::move(applied);
-  return Status::Ok();
+Status RunMigrations(Session& session, const std::string& schema, const MigrationSet& set,
+                     std::vector<int>* applied_now, int up_to) {
+  auto migrations = store::ParseMigrations(set.files());
+  if (!migrations.ok()) return migrations.status();
+  PostgresTarget target(session, schema, set);
+  return store::RunMigrations(target, *migrations, up_to, applied_now);
 }
 
 }  // namespace outbox::pg

@@ -1,23 +1,40 @@
-// The one migration runner of the PostgreSQL store (the outbox's tables and the
-// inbox's). Internal to src/store/postgres.
+// The PostgreSQL store's migrations (the outbox's tables and the inbox's):
+// frozen files under migrations/outbox/ and migrations/inbox/, embedded at
+// build time and applied by the shared runner (store/common/migrations.h).
+// Internal to src/store/postgres.
 #ifndef OUTBOX_SRC_STORE_POSTGRES_MIGRATE_H_
 #define OUTBOX_SRC_STORE_POSTGRES_MIGRATE_H_
 
+#include <span>
 #include <string>
 #include <vector>
 
+#include "migrations.h"
 #include "outbox/status.h"
 #include "session.h"
-#include "sql.h"
 
 namespace outbox::pg {
 
+// The embedded files (generated from migrations/<set>/ by cmake/EmbedFiles.cmake).
+std::span<const store::EmbeddedFile> OutboxMigrationFiles();
+std::span<const store::EmbeddedFile> InboxMigrationFiles();
+
+// One schema's set: applied under an advisory lock named `lock_name`, each
+// version recorded in <schema>.<table>. Files use "{S}" for the schema.
+struct MigrationSet {
+  const char* lock_name;
+  const char* table;
+  std::span<const store::EmbeddedFile> (*files)();
+};
+inline constexpr MigrationSet kOutboxSet{"outbox.migrate", "schema_migrations", OutboxMigrationFiles};
+inline constexpr MigrationSet kInboxSet{"outbox.inbox.migrate", "inbox_migrations", InboxMigrationFiles};
+
 // In one transaction, under the set's advisory lock: creates the schema and the
-// set's migrations table if missing, then applies and records every migration
-// not yet recorded, in order. Idempotent; concurrent callers serialize.
-// `applied_now` (optional) receives the versions this call applied, in order.
-Status RunMigrations(Session& session, const std::string& schema, const sql::MigrationSet& set,
-                     std::vector<int>* applied_now = nullptr);
+// set's versions table if missing, then applies and records every migration
+// not yet recorded, in order, up to `up_to` (0: all). Idempotent; concurrent
+// callers serialize. `applied_now` (optional) receives the versions applied.
+Status RunMigrations(Session& session, const std::string& schema, const MigrationSet& set,
+                     std::vector<int>* applied_now = nullptr, int up_to = 0);
 
 }  // namespace outbox::pg
 

@@ -87,7 +87,7 @@ class PostgresInbox final : public InboxStore {
         find_stamps_(pg::sql::InboxFindStamps(options_.schema)) {}
 
   Status Migrate() override {
-    return pg::RunMigrations(*session_, options_.schema, pg::sql::InboxMigrations(options_.schema));
+    return pg::RunMigrations(*session_, options_.schema, pg::kInboxSet);
   }
 
   Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,

@@ -56,7 +56,7 @@ class PostgresStore final : public Store {
   Result<std::vector<int>> Migrate() override {
     std::vector<int> applied;
     OUTBOX_RETURN_IF_ERROR(pg::RunMigrations(*session_, options_.schema,
-                                             pg::sql::OutboxMigrations(options_.schema), &applied));
+                                             pg::kOutboxSet, &applied));
     return applied;
   }
 

@@ -23,28 +23,12 @@ std::string StorableText(const std::string& s, std::size_t max_bytes);
 // Replaces every "{S}" in `text` with the (validated) schema name.
 std::string WithSchema(std::string text, const std::string& schema);
 
-struct Migration {
-  int version;
-  const char* description;
-  std::string script;
-};
-
-// One schema's migrations: applied in order under an advisory lock named
-// `lock_name`, each recorded in <schema>.<table>. Ordered, append-only lists:
-// never edit a released migration; add a new one.
-struct MigrationSet {
-  std::string lock_name;
-  std::string table;
-  std::vector<Migration> migrations;
-};
-
-MigrationSet OutboxMigrations(const std::string& schema);  // <schema>.schema_migrations
-MigrationSet InboxMigrations(const std::string& schema);   // <schema>.inbox_migrations
-
-std::string MigrateLock(const std::string& schema, const MigrationSet& set);
-std::string EnsureMigrationsTable(const std::string& schema, const MigrationSet& set);
-std::string AppliedVersions(const std::string& schema, const MigrationSet& set);
-std::string RecordMigration(const std::string& schema, const MigrationSet& set);
+// The migration runner's statements (migrate.cc). `table` is the set's
+// versions table, `lock_name` names its advisory lock.
+std::string MigrateLock(const std::string& schema, const std::string& lock_name);
+std::string EnsureMigrationsTable(const std::string& schema, const std::string& table);
+std::string AppliedVersions(const std::string& schema, const std::string& table);
+std::string RecordMigration(const std::string& schema, const std::string& table);
 
 // $1 event payload fields ... see enqueue.cc
 std::string Enqueue(const std::string& schema);

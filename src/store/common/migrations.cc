@@ -1,0 +1,116 @@
+#include "migrations.h"
+
+#include <cctype>
+
+namespace outbox::store {
+namespace {
+
+bool IsDigits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+std::string_view TrimRight(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+bool OnlyCommentsAndBlanks(std::string_view statement) {
+  std::size_t pos = 0;
+  while (pos < statement.size()) {
+    std::size_t end = statement.find('\n', pos);
+    if (end == std::string_view::npos) end = statement.size();
+    std::string_view line = statement.substr(pos, end - pos);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) {
+      line.remove_prefix(1);
+    }
+    if (!line.empty() && !line.starts_with("--")) return false;
+    pos = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<Migration>> ParseMigrations(std::span<const EmbeddedFile> files) {
+  std::vector<Migration> out;
+  for (const EmbeddedFile& f : files) {
+    const std::string name(f.name);
+    if (name.size() < 10 || !IsDigits(name.substr(0, 4)) || name[4] != '_' ||
+        !name.ends_with(".sql")) {
+      return Status::Internal("migration file " + name + ": the name is not NNNN_name.sql");
+    }
+    Migration m;
+    m.version = std::stoi(name.substr(0, 4));
+    m.name = name;
+    m.text = f.text;
+    if (m.version != static_cast<int>(out.size()) + 1) {
+      return Status::Internal("migration file " + name + ": expected version " +
+                              std::to_string(out.size() + 1) + " (versions go 1, 2, ... without a gap)");
+    }
+    const std::string_view first = f.text.substr(0, f.text.find('\n'));
+    if (!first.starts_with("-- ") || TrimRight(first.substr(3)).empty()) {
+      return Status::Internal("migration file " + name +
+                              ": the first line is not \"-- <description>\"");
+    }
+    m.description = std::string(TrimRight(first.substr(3)));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Status RunMigrations(MigrationTarget& target, std::span<const Migration> migrations, int up_to,
+                     std::vector<int>* applied_now) {
+  OUTBOX_RETURN_IF_ERROR(target.Begin());
+  std::vector<int> applied;
+  auto run = [&]() -> Status {
+    auto have = target.AppliedVersions();
+    if (!have.ok()) return have.status();
+    for (const Migration& m : migrations) {
+      if (up_to > 0 && m.version > up_to) break;
+      if (have->count(m.version)) continue;
+      OUTBOX_RETURN_IF_ERROR(target.Apply(m));
+      applied.push_back(m.version);
+    }
+    return Status::Ok();
+  };
+  Status st = run();
+  Status ended = target.End(st.ok());
+  if (!st.ok()) return st;
+  OUTBOX_RETURN_IF_ERROR(ended);
+  if (applied_now) *applied_now = std::move(applied);
+  return Status::Ok();
+}
+
+std::vector<std::string> SplitStatements(std::string_view script) {
+  std::vector<std::string> out;
+  std::string delimiter = ";";
+  std::string current;
+  std::size_t pos = 0;
+  while (pos < script.size()) {
+    std::size_t end = script.find('\n', pos);
+    if (end == std::string_view::npos) end = script.size();
+    const std::string_view line = script.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.starts_with("DELIMITER ")) {
+      delimiter = std::string(TrimRight(line.substr(10)));
+      continue;
+    }
+    const std::string_view trimmed = TrimRight(line);
+    if (trimmed.ends_with(delimiter)) {
+      current.append(trimmed.substr(0, trimmed.size() - delimiter.size()));
+      if (!OnlyCommentsAndBlanks(current)) out.push_back(std::move(current));
+      current.clear();
+    } else {
+      current.append(line);
+      current.push_back('\n');
+    }
+  }
+  if (!OnlyCommentsAndBlanks(current)) out.push_back(std::move(current));
+  return out;
+}
+
+}  // namespace outbox::store
