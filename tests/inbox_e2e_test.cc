@@ -202,6 +202,7 @@ TEST_P(InboxE2ETest, AnEventDeliveredManyTimesHasOneEffect) {
 }
 
 TEST_P(InboxE2ETest, KilledAfterTheEffectCommitBeforeTheOffsetCommitAppliesOnce) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   ProduceEvents(20, "ok");
   Subprocess& first = StartConsumer("Inbox::AfterCommitBeforeOffsetCommit=crash@1");
   EXPECT_EQ(first.Wait(Scaled(60s)), 70) << "should die at the fault point:\n" << first.Log();
@@ -222,6 +223,7 @@ TEST_P(InboxE2ETest, KilledAfterTheEffectCommitBeforeTheOffsetCommitAppliesOnce)
 }
 
 TEST_P(InboxE2ETest, KilledInsideTheTransactionLeavesNoStampAndNoEffect) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   ProduceEvents(20, "ok");
   Subprocess& first = StartConsumer("Inbox::InsideTransaction=crash@1");
   EXPECT_EQ(first.Wait(Scaled(60s)), 70) << first.Log();
@@ -373,6 +375,7 @@ TEST_P(InboxE2ETest, OrderedModeAppliesAKeyInOrderAcrossRetries) {
 // the offsets were committed: the restarted consumer gets all three again,
 // parks nothing twice, and applies each once, X1 before X2.
 TEST_P(InboxE2ETest, OrderedModeKilledAfterParkingBeforeTheOffsetCommitLosesAndRepeatsNothing) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   std::vector<Message> msgs = {Keyed("X", "fail-twice", "x1"), Keyed("X", "ok", "x2"),
                                Keyed("Y", "ok", "y1")};
   ASSERT_EQ(Produce(kafka_->bootstrap(), "orders", msgs), 3);

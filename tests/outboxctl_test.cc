@@ -230,6 +230,59 @@ TEST_F(OutboxctlTest, MigrateSaysWhichVersionsItApplied) {
   for (const std::string& s : {fresh, fresh_json}) Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + s + " CASCADE");
 }
 
+// migrate --check compares the schema with what its migrations install and
+// changes nothing: 0 when it matches; 4 naming each hand-edited object (an
+// index dropped, one added, a function altered); 5 for versions newer than
+// this binary; 1 for a schema never migrated.
+TEST_F(OutboxctlTest, MigrateCheckReportsDriftAndChangesNothing) {
+  const std::string db = "--db '" + url_ + "' --schema " + schema_;
+  CtlRun clean = Ctl(db + " migrate --check");
+  EXPECT_EQ(clean.code, 0) << clean.out;
+  EXPECT_NE(clean.out.find("schema " + schema_ + " matches migrations 1-"), std::string::npos)
+      << clean.out;
+
+  Exec(conn_.get(), "DROP INDEX " + schema_ + ".outbox_sent_idx");
+  Exec(conn_.get(), "CREATE INDEX by_hand_idx ON " + schema_ + ".outbox (event_type)");
+  Exec(conn_.get(), "ALTER FUNCTION " + schema_ + ".lock_aggregates(text[], text[]) SET jit = on");
+  CtlRun drift = Ctl(db + " migrate --check");
+  EXPECT_EQ(drift.code, 4) << drift.out;
+  for (const char* line :
+       {"drift: index outbox_sent_idx: missing\n",
+        "drift: index by_hand_idx: not installed by the migrations\n",
+        "drift: function lock_aggregates(p_types text[], p_ids text[]): differs from what the "
+        "migrations install\n",
+        "3 object(s) differ"}) {
+    EXPECT_NE(drift.out.find(line), std::string::npos) << line << " in:\n" << drift.out;
+  }
+  CtlRun j = Ctl(db + " --json migrate --check");
+  EXPECT_EQ(j.code, 4);
+  const auto parsed = nlohmann::json::parse(j.out, nullptr, false);
+  EXPECT_EQ(parsed["ok"], false) << j.out;
+  EXPECT_EQ(parsed["drift"].size(), 3u) << j.out;
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'outbox_check_%'"),
+            "0")
+      << "the scratch schema is rolled back";
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM pg_indexes WHERE schemaname = '" + schema_ +
+                                  "' AND indexname = 'by_hand_idx'"),
+            "1")
+      << "--check repairs nothing";
+
+  Exec(conn_.get(), "DROP INDEX " + schema_ + ".by_hand_idx");
+  Exec(conn_.get(), "CREATE INDEX outbox_sent_idx ON " + schema_ +
+                        ".outbox (sent_at) WHERE status = 'SENT'");
+  Exec(conn_.get(), "ALTER FUNCTION " + schema_ + ".lock_aggregates(text[], text[]) SET jit = off");
+  EXPECT_EQ(Ctl(db + " migrate --check").code, 0) << "put back as the migrations install it";
+  Exec(conn_.get(), "INSERT INTO " + schema_ + ".schema_migrations (version, description) VALUES "
+                    "(9999, 'from a newer release')");
+  CtlRun newer = Ctl(db + " migrate --check");
+  EXPECT_EQ(newer.code, 5) << newer.out;
+  EXPECT_NE(newer.out.find("versions 9999 are from a newer release"), std::string::npos) << newer.out;
+
+  CtlRun none = Ctl("--db '" + url_ + "' --schema " + schema_ + "_never migrate --check");
+  EXPECT_EQ(none.code, 1) << none.out;
+  EXPECT_NE(none.out.find("run `outboxctl migrate` first"), std::string::npos) << none.out;
+}
+
 // outboxctl reads the relay's configuration the relay's way: --config FILE,
 // OUTBOX_DATABASE_URL (and its _FILE form), OUTBOX_KAFKA_PROPERTIES_*; flags
 // win. A bad key in the file exits 2 naming it.

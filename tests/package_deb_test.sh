@@ -48,6 +48,14 @@ if command -v systemd-analyze >/dev/null; then
   out="$(systemd-analyze verify /usr/lib/systemd/system/outbox-relay.service 2>&1)" || { echo "$out"; exit 1; }
   [ -z "$out" ] || { echo "systemd-analyze verify warned: $out"; exit 1; }
 fi
+# Test machinery never ships: no fault-point header, no fault-point definition
+# in the CMake package or the pkg-config file.
+if dpkg-deb -c "$dev_deb" | grep -q 'fault\.h'; then echo "the dev package ships fault.h"; exit 1; fi
+meta="$(dpkg -L liboutbox-dev | grep -E '\.(cmake|pc|h)$')"
+[ -n "$meta" ] || { echo "dpkg -L liboutbox-dev lists no .cmake, .pc or .h file"; exit 1; }
+if echo "$meta" | xargs grep -l 'OUTBOX_FAULT'; then
+  echo "the installed files above mention OUTBOX_FAULT_POINTS"; exit 1
+fi
 test -f /usr/share/outbox/prometheus/outbox-alerts.yml
 test -f /usr/share/outbox/grafana/outbox-dashboard.json
 # find_package from the system paths, no CMAKE_PREFIX_PATH.

@@ -3,7 +3,7 @@
 // and the crash matrix rows of the stream (real kills).
 #include <random>
 
-#include "outbox/fault.h"
+#include "core/fault.h"
 #include "relay_fixture.h"
 
 namespace outbox::testing {
@@ -91,6 +91,7 @@ TEST_F(RelayCdcTest, StreamsEverythingInOrderWithTheSameIdsKeysAndHeadersAndClai
 // run). The stream is slowed after each publish, which leaves a sweeper a
 // whole second to take rows the stream has published but not marked.
 TEST_F(RelayCdcTest, ALongProducerTransactionIsStreamedNotSwept) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   Subprocess& relay =
       StartRelay(CdcSets({"cdc.stream_stale_after_ms=30000"}),
                  {{"OUTBOX_FAULTS", std::string(fault::kStreamAfterPublish) + "=delay:1000"}});

@@ -222,6 +222,7 @@ TEST_F(RelayMariaDbTest, TwoRelaysDrainInOrderWithNoDuplicates) {
 // next relay publishes those rows again. Nothing lost, order kept; the copies
 // are the inbox's to absorb.
 TEST_F(RelayMariaDbTest, KilledBetweenAckAndMarkRepublishesAndLosesNothing) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   constexpr int kProducers = 2, kAggs = 10, kPer = 10;
   EnqueueMany(kProducers, kAggs, kPer);
   Subprocess& a = StartRelay({"relay.lease_ms=9000"},
@@ -241,6 +242,7 @@ TEST_F(RelayMariaDbTest, KilledBetweenAckAndMarkRepublishesAndLosesNothing) {
 // Crash matrix, claimed -> nothing published: the lease expires, another relay
 // publishes; nothing reached the broker twice; the claim's attempt counted.
 TEST_F(RelayMariaDbTest, KilledAfterClaimBeforePublishTheLeaseExpiresAndAnotherRelayPublishes) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   constexpr int kProducers = 2, kAggs = 10, kPer = 10;
   EnqueueMany(kProducers, kAggs, kPer);
   Subprocess& a = StartRelay(Fast(), {{"OUTBOX_FAULTS", "Relay::AfterClaim=crash@1"}});
@@ -259,6 +261,7 @@ TEST_F(RelayMariaDbTest, KilledAfterClaimBeforePublishTheLeaseExpiresAndAnotherR
 // Crash matrix, the mark fails: the rows stay leased, are published again after
 // the lease, and end SENT (never FAILED).
 TEST_F(RelayMariaDbTest, MarkSentFailsTheRowsArePublishedAgainAfterTheLeaseAndEndSent) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   constexpr int kProducers = 2, kAggs = 10, kPer = 10;
   EnqueueMany(kProducers, kAggs, kPer);
   Subprocess& a = StartRelay(Fast(), {{"OUTBOX_FAULTS", "Relay::MarkSent=error@1"}});
@@ -274,6 +277,7 @@ TEST_F(RelayMariaDbTest, MarkSentFailsTheRowsArePublishedAgainAfterTheLeaseAndEn
 // A relay stalls after publishing for longer than its lease; another takes the
 // rows over; the first one's late marks are refused (fenced) and counted.
 TEST_F(RelayMariaDbTest, ALateMarkAfterTheLeaseExpiredIsFenced) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   EnqueueMany(1, 5, 4);  // 20 events: one batch
   Subprocess& a = StartRelay(Fast({"relay.workers=1", "relay.id=relay-A"}),
                              {{"OUTBOX_FAULTS", "Relay::AfterPublishBeforeMarkSent=delay:9000@1"}});
@@ -293,6 +297,7 @@ TEST_F(RelayMariaDbTest, ALateMarkAfterTheLeaseExpiredIsFenced) {
 // before committing its offsets (crash matrix, consumer row): the batch comes
 // again and is absorbed; every effect once, in order per aggregate.
 TEST_F(RelayMariaDbTest, TheWholeFlowOnMariaDbAppliesEachEffectOnceAcrossAConsumerCrash) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
   Query(admin_, "CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(255), "
                 "payload VARCHAR(255))");
   constexpr int kProducers = 2, kAggs = 10, kPer = 10;  // 200 events
@@ -367,6 +372,28 @@ TEST_F(RelayMariaDbTest, BadUrlOrCdcOnMariaDbExitsTwoBeforeTouchingAnything) {
   EXPECT_EQ(secret.code, 0) << secret.out;
   EXPECT_EQ(secret.out.find("hunter2"), std::string::npos) << secret.out;
   EXPECT_NE(secret.out.find("mysql://root:***@127.0.0.1:3306/x"), std::string::npos) << secret.out;
+}
+
+// migrate --check on MariaDB: 0 as migrated; 4 naming the table an index was
+// dropped from and the procedure replaced by hand; the scratch database it
+// builds the reference in is gone afterwards.
+TEST_F(RelayMariaDbTest, OutboxctlMigrateCheckReportsDriftOnMariaDb) {
+  const std::string ctl = std::string(OUTBOX_OUTBOXCTL_BIN) + " --db '" + url_ + "' ";
+  CommandRun clean = RunCommand(ctl + "migrate --check");
+  EXPECT_EQ(clean.code, 0) << clean.out;
+  EXPECT_EQ(clean.out, "database matches migrations 1-1\n");
+  Query(admin_, "ALTER TABLE outbox DROP INDEX outbox_aggregate_state");
+  Query(admin_, "CREATE OR REPLACE PROCEDURE outbox_enqueue(IN a INT) BEGIN SELECT a; END");
+  CommandRun drift = RunCommand(ctl + "migrate --check");
+  EXPECT_EQ(drift.code, 4) << drift.out;
+  EXPECT_NE(drift.out.find("drift: table outbox: differs from what the migrations install\n"),
+            std::string::npos)
+      << drift.out;
+  EXPECT_NE(drift.out.find("drift: procedure outbox_enqueue: differs"), std::string::npos)
+      << drift.out;
+  EXPECT_EQ(Query(admin_, "SELECT count(*) FROM information_schema.schemata WHERE schema_name "
+                          "LIKE 'outbox\\_check\\_%'"),
+            "0");
 }
 
 TEST_F(RelayMariaDbTest, OutboxctlStatusListTraceReplayAndSkipWorkOnMariaDb) {

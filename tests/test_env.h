@@ -21,6 +21,15 @@
 #include <string>
 #include <thread>
 
+// A test that arms fault points (OUTBOX_FAULTS) needs binaries built with them
+// (OUTBOX_FAULT_POINTS=ON: the dev, asan and tsan presets): in a build without,
+// it is skipped and says why.
+#if defined(OUTBOX_FAULT_POINTS)
+#define OUTBOX_REQUIRE_FAULT_POINTS() (void)0
+#else
+#define OUTBOX_REQUIRE_FAULT_POINTS() GTEST_SKIP() << "built without OUTBOX_FAULT_POINTS"
+#endif
+
 namespace outbox::testing {
 
 inline std::string EnvOr(const char* name, const std::string& fallback = "") {

@@ -50,6 +50,12 @@ struct MariaDbOptions {
 // applied, in order (empty: up to date).
 Result<std::vector<int>> MigrateMariaDb(const MariaDbOptions& options);
 
+// Compares the database's outbox tables, sequence and procedure with what its
+// recorded migrations install, built in a scratch database that is dropped
+// afterwards (needs the CREATE and DROP privileges on databases). Nothing in
+// the URL's database changes. Never migrated: FailedPrecondition.
+Result<SchemaCheck> CheckMariaDbSchema(const MariaDbOptions& options);
+
 struct MariaDbStoreOptions {
   std::string url;  // mysql://user[:password]@host[:port]/database
   SentMode sent_mode = SentMode::kUpdate;

@@ -46,6 +46,13 @@ struct PostgresStoreOptions {
 // returns Unavailable and the caller backs off.
 Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options);
 
+// Compares the schema's tables, columns, constraints, indexes, functions and
+// sequences with what its recorded migrations install, built in a scratch
+// schema inside a transaction that is rolled back: nothing changes. Needs the
+// CREATE privilege on the database (as `outboxctl migrate` does). A schema
+// never migrated is FailedPrecondition.
+Result<SchemaCheck> CheckPostgresSchema(const PostgresStoreOptions& options);
+
 // Change data capture over PostgreSQL logical replication (pgoutput, binary
 // mode; PostgreSQL 14 or later). The role needs REPLICATION (or superuser) and
 // the server wal_level = logical; outbox migration 5 creates the publication.

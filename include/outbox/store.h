@@ -47,6 +47,18 @@ struct EnqueueResult {
   bool enqueued = true;  // false: dedup key already present, nothing written
 };
 
+// What a schema check found (`outboxctl migrate --check`): the database's
+// schema against what this binary's migration files install.
+struct SchemaCheck {
+  std::vector<int> applied;   // versions recorded in the database
+  std::vector<int> pending;   // versions this binary has that the database lacks
+  std::vector<int> unknown;   // versions the database has that this binary lacks (newer release)
+  // One line per object that differs from what migrations 1..max(applied)
+  // install: "function outbox.claim_ordered(...): differs", "index x: missing",
+  // "index y: not installed by the migrations". Empty: no drift.
+  std::vector<std::string> drift;
+};
+
 struct ClaimOptions {
   int batch_size = 500;  // rows per claim round trip
   // Payload bytes per claim: the claim stops before going over (one row always

@@ -1,4 +1,4 @@
-#include "outbox/fault.h"
+#include "core/fault.h"
 
 #include <unistd.h>
 

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "outbox/fault.h"
+#include "core/fault.h"
 #include "outbox/time.h"
 #include "plan.h"
 

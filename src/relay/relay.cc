@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "outbox/fault.h"
+#include "core/fault.h"
 #include "plan.h"
 
 namespace outbox {

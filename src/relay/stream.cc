@@ -29,7 +29,7 @@
 #include <random>
 
 #include "outbox/relay.h"
-#include "outbox/fault.h"
+#include "core/fault.h"
 #include "plan.h"
 
 namespace outbox {

@@ -15,7 +15,9 @@
 // from where the relay takes them; --db falls back to $OUTBOX_DATABASE_URL or
 // $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP. Exit codes: 0 success
 // (trace: found), 1 the operation failed (database or broker unreachable, SQL
-// error), 2 bad usage, 3 trace or skip: no such event.
+// error), 2 bad usage, 3 trace or skip: no such event, 4 migrate --check: an
+// object differs from what the migrations install, 5 migrate --check:
+// migrations pending or newer than this binary.
 //
 // --json prints one JSON object per run; counts, sequence numbers, attempts,
 // ages, partitions and offsets are JSON numbers.
@@ -55,6 +57,9 @@ using nlohmann::json;
 using outbox::tools::kExitUsage;
 
 constexpr int kExitOk = 0, kExitFailed = 1, kExitNotFound = 3;
+// migrate --check: the schema differs from what its migrations install (4), or
+// it is behind or ahead of this binary's migrations (5).
+constexpr int kExitDrift = 4, kExitVersions = 5;
 constexpr long long kMaxDurationS = 100LL * 365 * 86400;
 
 int Usage(const std::string& error) {
@@ -73,6 +78,7 @@ int Fail(const outbox::Status& st, bool json_out) { return Fail(st.ToString(), j
 struct Options {
   std::string config, db, schema, bootstrap;
   bool json = false;
+  bool check = false;  // migrate --check
   // list
   std::string state, aggregate, type, older_than;
   long long limit = 100;
@@ -169,7 +175,50 @@ std::optional<int> CheckInboxDb(const Options& o) {
   return std::nullopt;
 }
 
+std::string VersionList(const std::vector<int>& versions) {
+  std::string out;
+  for (int v : versions) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return out;
+}
+
+// migrate --check: reads, changes nothing.
+int CheckSchema(const Options& o) {
+  outbox::Result<outbox::SchemaCheck> check =
+      outbox::IsMariaDbUrl(o.db) ? outbox::CheckMariaDbSchema({.url = o.db})
+                                 : outbox::CheckPostgresSchema({.conninfo = o.db, .schema = o.schema});
+  if (!check.ok()) return Fail(check.status(), o.json);
+  const int code = !check->drift.empty()                                    ? kExitDrift
+                   : (!check->pending.empty() || !check->unknown.empty()) ? kExitVersions
+                                                                            : kExitOk;
+  const std::string where = outbox::IsMariaDbUrl(o.db) ? "database" : "schema " + o.schema;
+  if (o.json) {
+    std::cout << json{{"ok", code == kExitOk}, {"schema", o.schema}, {"applied", check->applied},
+                      {"pending", check->pending}, {"unknown", check->unknown},
+                      {"drift", check->drift}}
+                     .dump()
+              << "\n";
+    return code;
+  }
+  for (const std::string& line : check->drift) std::cout << "drift: " << line << "\n";
+  if (!check->pending.empty()) {
+    std::cout << where << ": migrations " << VersionList(check->pending)
+              << " not applied (run `outboxctl migrate`)\n";
+  }
+  if (!check->unknown.empty()) {
+    std::cout << where << ": versions " << VersionList(check->unknown)
+              << " are from a newer release than this outboxctl\n";
+  }
+  if (code == kExitOk) {
+    std::cout << where << " matches migrations 1-" << check->applied.back() << "\n";
+  } else if (code == kExitDrift) {
+    std::cout << where << ": " << check->drift.size()
+              << " object(s) differ from what the migrations install\n";
+  }
+  return code;
+}
+
 int Migrate(const Options& o) {
+  if (o.check) return CheckSchema(o);
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
   auto applied = (*store)->Migrate();
@@ -649,7 +698,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"outboxctl: operator commands against an outbox database and a consumer's inbox.\n"
                "Exit codes: 0 done, 1 the operation failed, 2 bad usage (nothing touched), 3 no such "
-               "event (trace, skip).",
+               "event (trace, skip), 4 schema drift (migrate --check), 5 migrations pending or "
+               "newer than this binary (migrate --check).",
                "outboxctl"};
   app.set_version_flag("--version", std::string("outboxctl ") + OUTBOX_VERSION_STRING);
   app.require_subcommand(1);
@@ -668,6 +718,10 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object (numbers as numbers)");
 
   auto* migrate = app.add_subcommand("migrate", "create/upgrade the outbox schema (idempotent)");
+  migrate->add_flag("--check", o.check,
+                    "change nothing: compare the schema with what its migrations install; exit 4 "
+                    "if an object differs (drift), 5 if migrations are pending or newer than this "
+                    "binary");
   auto* status = app.add_subcommand("status", "rows per state, held aggregates, oldest unsent age");
 
   auto* list = app.add_subcommand("list", "events, newest first, with filters");

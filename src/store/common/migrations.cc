@@ -85,6 +85,54 @@ Status RunMigrations(MigrationTarget& target, std::span<const Migration> migrati
   return Status::Ok();
 }
 
+void CompareVersions(std::span<const Migration> migrations, const std::set<int>& applied,
+                     SchemaCheck* check) {
+  std::set<int> known;
+  for (const Migration& m : migrations) {
+    known.insert(m.version);
+    if (!applied.count(m.version)) check->pending.push_back(m.version);
+  }
+  for (int v : applied) {
+    check->applied.push_back(v);
+    if (!known.count(v)) check->unknown.push_back(v);
+  }
+}
+
+void NoteVersionsAsDrift(std::string_view set_name, std::span<const Migration> migrations,
+                         const std::set<int>& applied, SchemaCheck* check) {
+  SchemaCheck other;
+  CompareVersions(migrations, applied, &other);
+  const std::string prefix = std::string(set_name) + " migration ";
+  for (int v : other.pending) check->drift.push_back(prefix + std::to_string(v) + ": not applied");
+  for (int v : other.unknown) {
+    check->drift.push_back(prefix + std::to_string(v) + ": unknown to this binary");
+  }
+}
+
+std::vector<std::string> CompareCatalogs(const Catalog& live, const Catalog& reference) {
+  std::vector<std::string> out;
+  for (const auto& [name, definition] : reference) {
+    auto it = live.find(name);
+    if (it == live.end()) {
+      out.push_back(name + ": missing");
+    } else if (it->second != definition) {
+      out.push_back(name + ": differs from what the migrations install");
+    }
+  }
+  for (const auto& [name, definition] : live) {
+    if (!reference.count(name)) out.push_back(name + ": not installed by the migrations");
+  }
+  return out;
+}
+
+std::string ReplaceAll(std::string text, std::string_view from, std::string_view to) {
+  for (std::size_t pos = text.find(from); pos != std::string::npos;
+       pos = text.find(from, pos + to.size())) {
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
 std::vector<std::string> SplitStatements(std::string_view script) {
   std::vector<std::string> out;
   std::string delimiter = ";";

@@ -14,6 +14,7 @@
 #ifndef OUTBOX_SRC_STORE_COMMON_MIGRATIONS_H_
 #define OUTBOX_SRC_STORE_COMMON_MIGRATIONS_H_
 
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "outbox/status.h"
+#include "outbox/store.h"
 
 namespace outbox::store {
 
@@ -61,6 +63,26 @@ class MigrationTarget {
 // (0: all). `applied_now` (optional) receives the versions applied.
 Status RunMigrations(MigrationTarget& target, std::span<const Migration> migrations, int up_to = 0,
                      std::vector<int>* applied_now = nullptr);
+
+// Fills `check`'s pending and unknown versions from the applied ones.
+void CompareVersions(std::span<const Migration> migrations, const std::set<int>& applied,
+                     SchemaCheck* check);
+
+// Another set's (the inbox's, sharing the schema) missing or unknown versions,
+// as lines of `check->drift`: "inbox migration 3: not applied".
+void NoteVersionsAsDrift(std::string_view set_name, std::span<const Migration> migrations,
+                         const std::set<int>& applied, SchemaCheck* check);
+
+// A catalog: object name ("index outbox_claim_idx") -> its definition.
+using Catalog = std::map<std::string, std::string>;
+
+// One line per object that differs between the live catalog and the reference
+// (what the migrations install): "X: differs", "X: missing", "X: not installed
+// by the migrations".
+std::vector<std::string> CompareCatalogs(const Catalog& live, const Catalog& reference);
+
+// Every occurrence of `from` in `text` replaced with `to`.
+std::string ReplaceAll(std::string text, std::string_view from, std::string_view to);
 
 // Splits a script into statements as the mysql client does: a statement ends
 // with the delimiter (";" unless a "DELIMITER x" line changes it) at the end of

@@ -8,6 +8,7 @@
 
 #include "outbox/mariadb.h"
 #include "session.h"
+#include "sql.h"
 
 namespace outbox {
 namespace {
@@ -21,11 +22,10 @@ std::string HeadersJson(const Event& e) {
 // CALLs outbox_enqueue for one event: its one-row result, then the CALL's own
 // status result.
 Result<EnqueueResult> CallEnqueue(MYSQL* c, const Event& e) {
-  const std::string sql = "CALL outbox_enqueue(" + maria::Quote(c, e.aggregate_type) + ", " +
-                          maria::Quote(c, e.aggregate_id) + ", " + maria::Quote(c, e.event_type) +
-                          ", " + maria::HexLiteral(e.payload) + ", " +
-                          maria::Quote(c, HeadersJson(e)) + ", " +
-                          maria::QuoteOrNull(c, e.dedup_key) + ")";
+  const std::string sql =
+      maria::sql::CallEnqueue(maria::Quote(c, e.aggregate_type), maria::Quote(c, e.aggregate_id),
+                              maria::Quote(c, e.event_type), maria::HexLiteral(e.payload),
+                              maria::Quote(c, HeadersJson(e)), maria::QuoteOrNull(c, e.dedup_key));
   if (mysql_real_query(c, sql.data(), sql.size()) != 0) return maria::LastError(c, "enqueue");
   EnqueueResult out;
   bool got = false;
@@ -70,12 +70,11 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(st_mysql* conn, std::span<const 
     // same order and cannot deadlock; the procedure's own lock is then held.
     std::string in;
     for (const Event& e : events) {
-      in += std::string(in.empty() ? "" : ", ") + "crc32(concat(" + maria::Quote(conn, e.aggregate_type) +
-            ", char(31), " + maria::Quote(conn, e.aggregate_id) + ")) % 65536";
+      in += std::string(in.empty() ? "" : ", ") +
+            maria::sql::AggregateBucket(maria::Quote(conn, e.aggregate_type),
+                                        maria::Quote(conn, e.aggregate_id));
     }
-    auto locked = maria::Query(conn, "enqueue: lock aggregates",
-                               "SELECT bucket FROM outbox_aggregate_locks WHERE bucket IN (" + in +
-                                   ") ORDER BY bucket FOR UPDATE");
+    auto locked = maria::Query(conn, "enqueue: lock aggregates", maria::sql::LockAggregates(in));
     if (!locked.ok()) return locked.status();
   }
   std::vector<std::size_t> order(events.size());

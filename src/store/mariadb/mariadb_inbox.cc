@@ -7,12 +7,14 @@
 #include "headers_json.h"
 #include "migrate.h"
 #include "outbox/event.h"
-#include "outbox/fault.h"
+#include "core/fault.h"
 #include "session.h"
 #include "sql.h"
 
 namespace outbox {
 namespace {
+
+namespace sql = maria::sql;
 
 std::int64_t Int(const std::optional<std::string>& v) { return v ? std::stoll(*v) : 0; }
 std::string Str(const std::optional<std::string>& v) { return v ? *v : std::string(); }
@@ -84,27 +86,16 @@ class MariaDbInbox final : public InboxStore {
   Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) override {
     OUTBOX_RETURN_IF_ERROR(Ensure());
     auto n = maria::Exec(conn_.get(), "inbox purge",
-                         "DELETE FROM inbox_stamps WHERE consumer = " + Q(options_.consumer) +
-                             " AND applied_at < UTC_TIMESTAMP(6) - INTERVAL " +
-                             std::to_string(horizon.count()) + " SECOND ORDER BY applied_at LIMIT " +
-                             std::to_string(std::max(batch, 1)));
+                         sql::InboxPurgeStamps(Q(options_.consumer), horizon, batch));
     if (!n.ok()) return Lost(n.status());
     return static_cast<std::int64_t>(*n);
   }
 
   Result<std::vector<StampSummary>> Summary(std::chrono::seconds horizon) override {
     OUTBOX_RETURN_IF_ERROR(Ensure());
-    auto stamps = maria::Query(
-        conn_.get(), "inbox summary",
-        "SELECT consumer, count(*), sum(applied_at < UTC_TIMESTAMP(6) - INTERVAL " +
-            std::to_string(horizon.count()) +
-            " SECOND), coalesce(TIMESTAMPDIFF(SECOND, min(applied_at), UTC_TIMESTAMP(6)), 0), "
-            "coalesce(sum(duplicates), 0) FROM inbox_stamps GROUP BY consumer");
+    auto stamps = maria::Query(conn_.get(), "inbox summary", sql::InboxSummaryStamps(horizon));
     if (!stamps.ok()) return Lost(stamps.status());
-    auto parked = maria::Query(
-        conn_.get(), "inbox summary",
-        "SELECT consumer, count(*), coalesce(TIMESTAMPDIFF(SECOND, min(parked_at), "
-        "UTC_TIMESTAMP(6)), 0) FROM inbox_parked GROUP BY consumer");
+    auto parked = maria::Query(conn_.get(), "inbox summary", sql::InboxSummaryParked());
     if (!parked.ok()) return Lost(parked.status());
     std::map<std::string, StampSummary> by;
     for (const auto& r : *stamps) {
@@ -136,11 +127,7 @@ class MariaDbInbox final : public InboxStore {
       in += Q(k);
     }
     if (in.empty()) return out;
-    auto rows = maria::Query(conn_.get(), "inbox find stamps",
-                             "SELECT consumer, dedup_key, applied_at, coalesce(topic, ''), "
-                             "coalesce(`partition`, ''), coalesce(`offset`, ''), duplicates "
-                             "FROM inbox_stamps WHERE dedup_key IN (" + in +
-                                 ") ORDER BY consumer, applied_at");
+    auto rows = maria::Query(conn_.get(), "inbox find stamps", sql::InboxFindStamps(in));
     if (!rows.ok()) return Lost(rows.status());
     for (const auto& r : *rows) {
       out.push_back({Str(r[0]), Str(r[1]), Str(r[2]), Str(r[3]), Str(r[4]), Str(r[5]), Int(r[6])});
@@ -158,8 +145,7 @@ class MariaDbInbox final : public InboxStore {
       in += Q(k);
     }
     auto rows = maria::Query(conn_.get(), "inbox parked keys",
-                             "SELECT DISTINCT order_key FROM inbox_parked WHERE consumer = " +
-                                 Q(options_.consumer) + " AND order_key IN (" + in + ")");
+                             sql::InboxParkedKeys(Q(options_.consumer), in));
     if (!rows.ok()) return Lost(rows.status());
     for (const auto& r : *rows) out.insert(Str(r[0]));
     return out;
@@ -174,19 +160,21 @@ class MariaDbInbox final : public InboxStore {
       const InboundMessage& m = p.message;
       const auto ts_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(m.timestamp.time_since_epoch());
-      const std::string sql =
-          "INSERT INTO inbox_parked (consumer, order_key, dedup_key, topic, `partition`, `offset`, "
-          "msg_key, payload, headers, ts_ms, attempts, last_error, due_at, parked_at) VALUES (" +
-          Q(options_.consumer) + ", " + Q(p.order_key) + ", " + Q(p.dedup_key) + ", " + Q(m.topic) +
-          ", " + std::to_string(m.partition) + ", " + std::to_string(m.offset) + ", " +
-          maria::HexLiteral(m.key) + ", " +
-          (m.payload_is_null ? std::string("NULL") : maria::HexLiteral(m.payload)) + ", " +
-          maria::HexLiteral(store_common::EncodeInboxHeaders(m.headers)) + ", " +
-          std::to_string(ts_ms.count()) + ", " + std::to_string(p.attempts) + ", " +
-          (p.last_error.empty() ? std::string("NULL") : Q(p.last_error.substr(0, 8000))) +
-          ", UTC_TIMESTAMP(6) + INTERVAL " + std::to_string(std::max<std::int64_t>(0, p.delay.count()) * 1000) +
-          " MICROSECOND, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE id = id";
-      auto done = maria::Exec(c, "inbox park", sql);
+      sql::ParkedRow row;
+      row.consumer = Q(options_.consumer);
+      row.order_key = Q(p.order_key);
+      row.dedup_key = Q(p.dedup_key);
+      row.topic = Q(m.topic);
+      row.partition = m.partition;
+      row.offset = m.offset;
+      row.key = maria::HexLiteral(m.key);
+      row.payload = m.payload_is_null ? std::string("NULL") : maria::HexLiteral(m.payload);
+      row.headers = maria::HexLiteral(store_common::EncodeInboxHeaders(m.headers));
+      row.ts_ms = ts_ms.count();
+      row.attempts = p.attempts;
+      row.last_error = p.last_error.empty() ? std::string("NULL") : Q(p.last_error.substr(0, 8000));
+      row.delay = p.delay;
+      auto done = maria::Exec(c, "inbox park", sql::InboxPark(row));
       if (!done.ok()) {
         (void)maria::Exec(c, "inbox park", "ROLLBACK");
         return Lost(done.status());
@@ -197,16 +185,8 @@ class MariaDbInbox final : public InboxStore {
 
   Result<std::vector<ParkedMessage>> Due(int limit) override {
     OUTBOX_RETURN_IF_ERROR(Ensure());
-    const std::string me = Q(options_.consumer);
-    auto rows = maria::Query(
-        conn_.get(), "inbox due parked",
-        "SELECT p.id, p.order_key, p.dedup_key, p.topic, p.`partition`, p.`offset`, p.msg_key, "
-        "p.payload, p.headers, p.ts_ms, p.attempts, coalesce(p.last_error, '') FROM inbox_parked p "
-        "JOIN (SELECT h.order_key FROM inbox_parked h WHERE h.consumer = " + me +
-            " AND h.due_at <= UTC_TIMESTAMP(6) AND h.id = (SELECT min(x.id) FROM inbox_parked x "
-            "WHERE x.consumer = h.consumer AND x.order_key = h.order_key)) k "
-            "ON k.order_key = p.order_key WHERE p.consumer = " + me +
-            " ORDER BY p.order_key, p.id LIMIT " + std::to_string(std::max(limit, 0)));
+    auto rows =
+        maria::Query(conn_.get(), "inbox due parked", sql::InboxDue(Q(options_.consumer), limit));
     if (!rows.ok()) return Lost(rows.status());
     std::vector<ParkedMessage> out;
     for (const auto& r : *rows) {
@@ -240,20 +220,14 @@ class MariaDbInbox final : public InboxStore {
       if (!in.empty()) in += ',';
       in += std::to_string(id);
     }
-    return Run("inbox unpark", "DELETE FROM inbox_parked WHERE consumer = " + Q(options_.consumer) +
-                                   " AND id IN (" + in + ")");
+    return Run("inbox unpark", sql::InboxUnpark(Q(options_.consumer), in));
   }
 
   Status Reschedule(std::int64_t id, int attempts, const std::string& error,
                     std::chrono::milliseconds delay) override {
     OUTBOX_RETURN_IF_ERROR(Ensure());
-    return Run("inbox reschedule parked",
-               "UPDATE inbox_parked SET attempts = " + std::to_string(attempts) +
-                   ", last_error = " + Q(error.substr(0, 8000)) +
-                   ", due_at = UTC_TIMESTAMP(6) + INTERVAL " +
-                   std::to_string(std::max<std::int64_t>(0, delay.count()) * 1000) +
-                   " MICROSECOND WHERE consumer = " + Q(options_.consumer) +
-                   " AND id = " + std::to_string(id));
+    return Run("inbox reschedule parked", sql::InboxReschedule(Q(options_.consumer), id, attempts,
+                                                               Q(error.substr(0, 8000)), delay));
   }
 
  private:
@@ -286,14 +260,9 @@ class MariaDbInbox final : public InboxStore {
   // The stamp: 1 row affected when new, 2 when it existed (its duplicate
   // counted), 0 when it existed and duplicates are not counted.
   Result<bool> Stamp(const InboundMessage& m, const std::string& key) {
-    const std::string sql =
-        "INSERT INTO inbox_stamps (consumer, dedup_key, topic, `partition`, `offset`, applied_at) "
-        "VALUES (" + Q(options_.consumer) + ", " + Q(key) + ", " + Q(m.topic) + ", " +
-        std::to_string(m.partition) + ", " + std::to_string(m.offset) + ", UTC_TIMESTAMP(6)) " +
-        (options_.count_duplicates
-             ? "ON DUPLICATE KEY UPDATE duplicates = duplicates + 1, last_duplicate_at = UTC_TIMESTAMP(6)"
-             : "ON DUPLICATE KEY UPDATE consumer = consumer");
-    auto n = maria::Exec(conn_.get(), "inbox stamp", sql);
+    auto n = maria::Exec(conn_.get(), "inbox stamp",
+                         sql::InboxInsertStamp(Q(options_.consumer), Q(key), Q(m.topic),
+                                               m.partition, m.offset, options_.count_duplicates));
     if (!n.ok()) return n.status();
     return *n == 1;
   }

@@ -18,11 +18,13 @@
 #include "headers_json.h"
 #include "outbox/mariadb.h"
 #include "session.h"
+#include "sql.h"
 
 namespace outbox {
 namespace {
 
 using maria::Rows;
+namespace sql = maria::sql;
 
 std::string SeqList(const std::vector<std::int64_t>& seqs) {
   std::string out;
@@ -45,12 +47,10 @@ std::string TicketList(std::span<const Ticket> tickets) {
 std::int64_t Int(const std::optional<std::string>& v) { return v ? std::stoll(*v) : 0; }
 std::string Str(const std::optional<std::string>& v) { return v ? *v : std::string(); }
 
-constexpr const char* kRecordColumns =
-    "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts, "
-    "TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) / 1e6, coalesce(dedup_key, ''), "
-    "coalesce(last_error, ''), coalesce(lease_owner, ''), created_at, coalesce(claimed_at, ''), "
-    "coalesce(sent_at, ''), coalesce(failed_at, ''), coalesce(skipped_at, ''), "
-    "coalesce(skipped_by, ''), coalesce(skip_reason, '') ";
+// A filter's value as a literal; "" (any) stays "".
+std::string QuoteUnlessEmpty(MYSQL* c, const std::string& v) {
+  return v.empty() ? std::string() : maria::Quote(c, v);
+}
 
 EventRecord ReadRecord(const maria::Row& r) {
   EventRecord e;
@@ -108,32 +108,14 @@ class MariaDbStore final : public Store {
       ClaimResult out;
       if (chosen->empty()) return out;
       const std::string in = SeqList(*chosen);
-      auto token = maria::Query(c, "claim: token", "SELECT NEXTVAL(outbox_lease_token_seq)");
+      auto token = maria::Query(c, "claim: token", sql::NextLeaseToken());
       if (!token.ok()) return token.status();
       const std::string t = Str((*token)[0][0]);
-      const std::string max = std::to_string(o.max_attempts);
-      // MariaDB assigns left to right with the new values: attempts goes last.
-      auto updated = maria::Exec(
-          c, "claim: update",
-          "UPDATE outbox SET "
-          "status = IF(attempts >= " + max + ", 'FAILED', 'PROCESSING'), "
-          "failed_at = IF(attempts >= " + max + ", UTC_TIMESTAMP(6), failed_at), "
-          "last_error = IF(attempts >= " + max + ", concat('claimed ', attempts, ' times without "
-          "finishing (max_attempts " + max + "); last error: ', coalesce(last_error, 'none')), "
-          "last_error), "
-          "lease_owner = " + maria::Quote(c, o.owner) + ", lease_token = " + t + ", "
-          "available_at = UTC_TIMESTAMP(6) + INTERVAL " + std::to_string(o.lease.count() * 1000) +
-          " MICROSECOND, claimed_at = UTC_TIMESTAMP(6), "
-          "attempts = IF(attempts >= " + max + ", attempts, attempts + 1) "
-          "WHERE seq IN (" + in + ")");
+      auto updated =
+          maria::Exec(c, "claim: update",
+                      sql::ClaimUpdate(in, maria::Quote(c, o.owner), t, o.lease, o.max_attempts));
       if (!updated.ok()) return updated.status();
-      auto rows = maria::Query(
-          c, "claim: read",
-          "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
-          "dedup_key, attempts, lease_token, status, "
-          "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at), "
-          "TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) "
-          "FROM outbox WHERE seq IN (" + in + ") ORDER BY seq");
+      auto rows = maria::Query(c, "claim: read", sql::ClaimRead(in));
       if (!rows.ok()) return rows.status();
       for (const auto& r : *rows) {
         if (Str(r[10]) == "FAILED") {
@@ -163,58 +145,44 @@ class MariaDbStore final : public Store {
   Result<TransitionResult> MarkSent(std::span<const Ticket> tickets) override {
     if (tickets.empty()) return TransitionResult{};
     if (options_.sent_mode == SentMode::kDelete) {
-      return Fenced("mark sent", tickets, "'PROCESSING'", [](const std::string& in) {
-        return "DELETE FROM outbox WHERE seq IN (" + in + ")";
-      });
+      return Fenced("mark sent", tickets, /*sent_too=*/false,
+                    [](const std::string& in) { return sql::MarkSentDelete(in); });
     }
     // 'SENT' too: a retried mark whose commit reply was lost reports applied.
-    return Fenced("mark sent", tickets, "'PROCESSING', 'SENT'", [](const std::string& in) {
-      return "UPDATE outbox SET status = 'SENT', sent_at = coalesce(sent_at, UTC_TIMESTAMP(6)), "
-             "last_error = NULL WHERE seq IN (" + in + ")";
-    });
+    return Fenced("mark sent", tickets, /*sent_too=*/true,
+                  [](const std::string& in) { return sql::MarkSentUpdate(in); });
   }
 
   Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) override {
     if (items.empty()) return TransitionResult{};
     OUTBOX_RETURN_IF_ERROR(Ensure());  // the texts are escaped for this connection
     std::vector<Ticket> tickets;
-    std::string attempts = "CASE seq", due = "CASE seq", error = "CASE seq";
+    std::vector<sql::RescheduleRow> rows;
     for (const RescheduleItem& it : items) {
       tickets.push_back(it.ticket);
-      const std::string when = " WHEN " + std::to_string(it.ticket.seq) + " THEN ";
-      attempts += when + (it.attempt_counts ? "attempts" : "GREATEST(attempts - 1, 0)");
-      due += when + "UTC_TIMESTAMP(6) + INTERVAL " +
-             std::to_string(std::max<std::int64_t>(0, it.delay.count()) * 1000) + " MICROSECOND";
-      error += when + maria::Quote(conn_.get(), it.error);
+      rows.push_back(
+          {it.ticket.seq, it.attempt_counts, it.delay, maria::Quote(conn_.get(), it.error)});
     }
-    const std::string set = "UPDATE outbox SET status = 'PENDING', attempts = " + attempts +
-                            " END, available_at = " + due + " END, lease_owner = NULL, last_error = " +
-                            error + " END WHERE seq IN (";
-    return Fenced("reschedule", tickets, "'PROCESSING'",
-                  [&](const std::string& in) { return set + in + ")"; });
+    return Fenced("reschedule", tickets, /*sent_too=*/false,
+                  [&](const std::string& in) { return sql::Reschedule(rows, in); });
   }
 
   Result<TransitionResult> MarkFailed(std::span<const FailItem> items) override {
     if (items.empty()) return TransitionResult{};
     OUTBOX_RETURN_IF_ERROR(Ensure());  // the texts are escaped for this connection
     std::vector<Ticket> tickets;
-    std::string error = "CASE seq";
+    std::vector<sql::FailRow> rows;
     for (const FailItem& it : items) {
       tickets.push_back(it.ticket);
-      error += " WHEN " + std::to_string(it.ticket.seq) + " THEN " + maria::Quote(conn_.get(), it.error);
+      rows.push_back({it.ticket.seq, maria::Quote(conn_.get(), it.error)});
     }
-    const std::string set = "UPDATE outbox SET status = 'FAILED', failed_at = UTC_TIMESTAMP(6), "
-                            "last_error = " + error + " END WHERE seq IN (";
-    return Fenced("mark failed", tickets, "'PROCESSING'",
-                  [&](const std::string& in) { return set + in + ")"; });
+    return Fenced("mark failed", tickets, /*sent_too=*/false,
+                  [&](const std::string& in) { return sql::MarkFailed(rows, in); });
   }
 
   Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) override {
     return WithSession<std::int64_t>([&](MYSQL* c) -> Result<std::int64_t> {
-      auto n = maria::Exec(c, "purge",
-                           "DELETE FROM outbox WHERE status = 'SENT' AND sent_at < UTC_TIMESTAMP(6) - "
-                           "INTERVAL " + std::to_string(retention.count()) + " SECOND ORDER BY seq LIMIT " +
-                               std::to_string(std::max(batch, 1)));
+      auto n = maria::Exec(c, "purge", sql::PurgeSent(retention, batch));
       if (!n.ok()) return n.status();
       return static_cast<std::int64_t>(*n);
     });
@@ -222,21 +190,7 @@ class MariaDbStore final : public Store {
 
   Result<StoreStats> Stats() override {
     return WithSession<StoreStats>([&](MYSQL* c) -> Result<StoreStats> {
-      auto r = maria::Query(c, "stats", R"SQL(
-SELECT
-  (SELECT count(*) FROM outbox WHERE status = 'PENDING'),
-  (SELECT count(*) FROM outbox WHERE status = 'PROCESSING'),
-  (SELECT count(*) FROM outbox WHERE status = 'FAILED'),
-  (SELECT count(*) FROM outbox WHERE status = 'SKIPPED'),
-  coalesce((SELECT TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) DIV 1000 FROM outbox
-            WHERE status IN ('PENDING', 'PROCESSING') ORDER BY seq LIMIT 1), 0),
-  (SELECT count(*) FROM (
-     SELECT DISTINCT f.aggregate_type, f.aggregate_id FROM outbox f
-     WHERE f.status = 'FAILED' AND EXISTS (
-       SELECT 1 FROM outbox p
-       WHERE p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
-         AND p.seq > f.seq AND p.status IN ('PENDING', 'PROCESSING'))) h)
-)SQL");
+      auto r = maria::Query(c, "stats", sql::Stats());
       if (!r.ok()) return r.status();
       const auto& row = (*r)[0];
       StoreStats s;
@@ -252,19 +206,7 @@ SELECT
 
   Result<ActivityReport> RecentActivity(std::chrono::seconds window) override {
     return WithSession<ActivityReport>([&](MYSQL* c) -> Result<ActivityReport> {
-      // Times are UTC DATETIMEs: seconds since the epoch counted from
-      // '1970-01-01' directly, whatever the session's time zone.
-      const std::string since =
-          "UTC_TIMESTAMP(6) - INTERVAL " + std::to_string(window.count()) + " SECOND";
-      auto r = maria::Query(c, "recent activity",
-          "SELECT 'm', m, sum(s), sum(f), NULL FROM ("
-          "  SELECT TIMESTAMPDIFF(SECOND, '1970-01-01', sent_at) DIV 60 * 60 AS m, 1 AS s, 0 AS f"
-          "  FROM outbox WHERE status = 'SENT' AND sent_at >= " + since +
-          "  UNION ALL SELECT TIMESTAMPDIFF(SECOND, '1970-01-01', failed_at) DIV 60 * 60, 0, 1"
-          "  FROM outbox WHERE status = 'FAILED' AND failed_at >= " + since + ") x GROUP BY m "
-          "UNION ALL SELECT 'r', lease_owner, CAST(max(claimed_at) AS CHAR), count(*), 'claims' "
-          "FROM outbox WHERE claimed_at >= " + since + " AND lease_owner IS NOT NULL "
-          "GROUP BY lease_owner ORDER BY 1, 2");
+      auto r = maria::Query(c, "recent activity", sql::RecentActivity(window));
       if (!r.ok()) return r.status();
       ActivityReport out;
       for (const auto& row : *r) {
@@ -280,7 +222,7 @@ SELECT
 
   Result<std::int64_t> CountSent() override {
     return WithSession<std::int64_t>([&](MYSQL* c) -> Result<std::int64_t> {
-      auto r = maria::Query(c, "count sent", "SELECT count(*) FROM outbox WHERE status = 'SENT'");
+      auto r = maria::Query(c, "count sent", sql::CountSent());
       if (!r.ok()) return r.status();
       return Int((*r)[0][0]);
     });
@@ -288,14 +230,10 @@ SELECT
 
   Result<ReplayCounts> ReplayFailed(const ReplaySelection& sel) override {
     return InTransaction<ReplayCounts>("replay", [&](MYSQL* c) -> Result<ReplayCounts> {
-      std::string where = "status = 'FAILED'";
-      if (!sel.event_id.empty()) where += " AND event_id = " + maria::Quote(c, sel.event_id);
-      if (!sel.aggregate_id.empty()) where += " AND aggregate_id = " + maria::Quote(c, sel.aggregate_id);
-      if (!sel.event_type.empty()) where += " AND event_type = " + maria::Quote(c, sel.event_type);
-      auto target = maria::Query(
-          c, "replay: select",
-          "SELECT seq, aggregate_type, aggregate_id, TIMESTAMPDIFF(SECOND, created_at, "
-          "UTC_TIMESTAMP(6)) FROM outbox WHERE " + where + " ORDER BY seq FOR UPDATE");
+      auto target = maria::Query(c, "replay: select",
+                                 sql::ReplaySelect(QuoteUnlessEmpty(c, sel.event_id),
+                                                   QuoteUnlessEmpty(c, sel.aggregate_id),
+                                                   QuoteUnlessEmpty(c, sel.event_type)));
       if (!target.ok()) return target.status();
       ReplayCounts out;
       out.matched = static_cast<std::int64_t>(target->size());
@@ -307,19 +245,13 @@ SELECT
         out.oldest_age = std::max(out.oldest_age, std::chrono::seconds(Int(r[3])));
       }
       if (sel.dry_run || seqs.empty()) return out;
-      auto done = maria::Exec(
-          c, "replay: update",
-          "UPDATE outbox SET status = 'PENDING', attempts = 0, available_at = UTC_TIMESTAMP(6), "
-          "lease_owner = NULL, failed_at = NULL, last_error = concat('replayed by outboxctl; "
-          "before: ', coalesce(last_error, '')) WHERE seq IN (" + SeqList(seqs) + ")");
+      auto done = maria::Exec(c, "replay: update", sql::ReplayUpdate(SeqList(seqs)));
       if (!done.ok()) return done.status();
       out.replayed = static_cast<std::int64_t>(*done);
       for (const auto& [agg, seq] : first) {
         auto n = maria::Exec(c, "replay: release",
-                             "UPDATE outbox SET attempts = 0 WHERE aggregate_type = " +
-                                 maria::Quote(c, agg.first) + " AND aggregate_id = " +
-                                 maria::Quote(c, agg.second) + " AND seq > " + std::to_string(seq) +
-                                 " AND status = 'PENDING' AND seq NOT IN (" + SeqList(seqs) + ")");
+                             sql::ReplayRelease(maria::Quote(c, agg.first),
+                                                maria::Quote(c, agg.second), seq, SeqList(seqs)));
         if (!n.ok()) return n.status();
         out.released += static_cast<std::int64_t>(*n);
       }
@@ -329,27 +261,21 @@ SELECT
 
   Result<SkipResult> Skip(const SkipRequest& req) override {
     return InTransaction<SkipResult>("skip", [&](MYSQL* c) -> Result<SkipResult> {
-      auto target = maria::Query(c, "skip: select",
-                                 "SELECT seq, status, aggregate_type, aggregate_id FROM outbox "
-                                 "WHERE event_id = " + maria::Quote(c, req.event_id) + " FOR UPDATE");
+      auto target = maria::Query(c, "skip: select", sql::SkipSelect(maria::Quote(c, req.event_id)));
       if (!target.ok()) return target.status();
       SkipResult out;
       if (target->empty()) return out;
       const auto& r = (*target)[0];
       out.was = Str(r[1]);
       if (req.dry_run || (out.was != "FAILED" && out.was != "PENDING")) return out;
-      auto done = maria::Exec(c, "skip: update",
-                              "UPDATE outbox SET status = 'SKIPPED', skipped_at = UTC_TIMESTAMP(6), "
-                              "skipped_by = " + maria::Quote(c, req.by) + ", skip_reason = " +
-                                  maria::Quote(c, req.reason) + ", lease_owner = NULL WHERE seq = " +
-                                  Str(r[0]));
+      auto done = maria::Exec(
+          c, "skip: update",
+          sql::SkipUpdate(Str(r[0]), maria::Quote(c, req.by), maria::Quote(c, req.reason)));
       if (!done.ok()) return done.status();
       out.skipped = static_cast<std::int64_t>(*done);
-      auto n = maria::Exec(c, "skip: release",
-                           "UPDATE outbox SET attempts = 0 WHERE aggregate_type = " +
-                               maria::Quote(c, Str(r[2])) + " AND aggregate_id = " +
-                               maria::Quote(c, Str(r[3])) + " AND seq > " + Str(r[0]) +
-                               " AND status = 'PENDING'");
+      auto n = maria::Exec(
+          c, "skip: release",
+          sql::SkipRelease(maria::Quote(c, Str(r[2])), maria::Quote(c, Str(r[3])), Str(r[0])));
       if (!n.ok()) return n.status();
       out.released = static_cast<std::int64_t>(*n);
       return out;
@@ -359,10 +285,7 @@ SELECT
   Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
     using Out = std::optional<std::chrono::system_clock::time_point>;
     return WithSession<Out>([&](MYSQL* c) -> Result<Out> {
-      auto r = maria::Query(c, "oldest unsent",
-                            "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) FROM outbox "
-                            "WHERE seq = (SELECT min(seq) FROM outbox "
-                            "WHERE status IN ('PENDING', 'PROCESSING', 'FAILED'))");
+      auto r = maria::Query(c, "oldest unsent", sql::OldestUnsent());
       if (!r.ok()) return r.status();
       if (r->empty()) return Out{};
       return Out{std::chrono::system_clock::time_point(std::chrono::microseconds(Int((*r)[0][0])))};
@@ -371,26 +294,15 @@ SELECT
 
   Result<std::vector<EventRecord>> List(const ListFilter& f) override {
     return WithSession<std::vector<EventRecord>>([&](MYSQL* c) -> Result<std::vector<EventRecord>> {
-      std::string where = "WHERE 1 = 1";
-      if (!f.state.empty()) where += " AND status = upper(" + maria::Quote(c, f.state) + ")";
-      if (!f.aggregate_id.empty()) where += " AND aggregate_id = " + maria::Quote(c, f.aggregate_id);
-      if (!f.event_type.empty()) where += " AND event_type = " + maria::Quote(c, f.event_type);
-      if (f.older_than.count() > 0) {
-        where += " AND created_at < UTC_TIMESTAMP(6) - INTERVAL " +
-                 std::to_string(f.older_than.count()) + " SECOND";
-      }
-      return Records("list", std::string(kRecordColumns) + "FROM outbox " + where + " ORDER BY seq LIMIT " +
-                                 std::to_string(std::max(f.limit, 0)));
+      return Records("list",
+                     sql::List(QuoteUnlessEmpty(c, f.state), QuoteUnlessEmpty(c, f.aggregate_id),
+                               QuoteUnlessEmpty(c, f.event_type), f.older_than, f.limit));
     });
   }
 
   Result<std::vector<EventRecord>> Find(const std::string& key) override {
     return WithSession<std::vector<EventRecord>>([&](MYSQL* c) -> Result<std::vector<EventRecord>> {
-      const std::string k = maria::Quote(c, key);
-      return Records("find", std::string(kRecordColumns) +
-                                 ", headers, OCTET_LENGTH(payload), SUBSTRING(payload, 1, 4096) "
-                                 "FROM outbox WHERE event_id = " + k +
-                                 " OR dedup_key = " + k + " ORDER BY seq");
+      return Records("find", sql::Find(maria::Quote(c, key)));
     });
   }
 
@@ -430,20 +342,17 @@ SELECT
     });
   }
 
-  // A fenced transition: the rows whose (seq, lease_token) match and whose
-  // status is one of `statuses` are locked and changed by `change(seq list)`;
-  // the others are reported refused.
+  // A fenced transition: the rows whose (seq, lease_token) match and that are
+  // PROCESSING (`sent_too`: or SENT) are locked and changed by
+  // `change(seq list)`; the others are reported refused.
   template <typename Change>
   Result<TransitionResult> Fenced(std::string_view what, std::span<const Ticket> tickets,
-                                  const std::string& statuses, Change&& change) {
+                                  bool sent_too, Change&& change) {
     return InTransaction<TransitionResult>(what, [&](MYSQL* c) -> Result<TransitionResult> {
       std::vector<std::int64_t> seqs;
       for (const Ticket& t : tickets) seqs.push_back(t.seq);
-      // seq IN (...) for the primary-key lookups; the pairs for the fence.
-      auto held = maria::Query(c, what,
-                               "SELECT seq FROM outbox WHERE seq IN (" + SeqList(seqs) +
-                                   ") AND (seq, lease_token) IN (" + TicketList(tickets) +
-                                   ") AND status IN (" + statuses + ") FOR UPDATE");
+      auto held =
+          maria::Query(c, what, sql::FenceLock(SeqList(seqs), TicketList(tickets), sent_too));
       if (!held.ok()) return held.status();
       std::set<std::int64_t> applied;
       for (const auto& r : *held) applied.insert(Int(r[0]));
@@ -474,15 +383,7 @@ SELECT
   // Unordered: due rows in seq order, locked as they are read (SKIP LOCKED),
   // then the byte bound.
   Result<std::vector<std::int64_t>> ChooseUnordered(MYSQL* c, const ClaimOptions& o) {
-    // One state at a time: each walks (status, seq) in order and stops early.
-    std::string sql;
-    for (const char* state : {"PENDING", "PROCESSING"}) {
-      sql += std::string(sql.empty() ? "" : " UNION ALL ") +
-             "(SELECT seq, length(payload) AS len FROM outbox FORCE INDEX (outbox_unsent) WHERE status = '" + state +
-             "' AND available_at <= UTC_TIMESTAMP(6) ORDER BY seq LIMIT " +
-             std::to_string(o.batch_size) + " FOR UPDATE SKIP LOCKED)";
-    }
-    auto rows = maria::Query(c, "claim", sql + " ORDER BY seq");
+    auto rows = maria::Query(c, "claim", sql::ClaimUnordered(o.batch_size));
     if (!rows.ok()) return rows.status();
     std::vector<std::int64_t> out;
     std::int64_t bytes = 0;
@@ -497,31 +398,8 @@ SELECT
   }
 
   Result<std::vector<std::int64_t>> ChooseOrdered(MYSQL* c, const ClaimOptions& o) {
-    const std::string max = std::to_string(o.max_attempts);
-    // Heads, one state at a time (each an ordered walk of (status, seq) that
-    // stops early), each candidate probed for an earlier unsent row of its
-    // aggregate on (aggregate, status, seq), one probe per unsent state. The
-    // indexes are forced: with stale statistics the planner walked the primary
-    // key through every SENT row, or probed all in-flight rows per candidate.
-    std::string earlier;
-    for (const char* state : {"PENDING", "PROCESSING", "FAILED"}) {
-      if (std::string_view(state) == "FAILED" && !o.failed_holds_aggregate) continue;
-      earlier += std::string(" AND NOT EXISTS (SELECT 1 FROM outbox e FORCE INDEX "
-                             "(outbox_aggregate_state) WHERE e.aggregate_type = o.aggregate_type "
-                             "AND e.aggregate_id = o.aggregate_id AND e.status = '") +
-                 state + "' AND e.seq < o.seq)";
-    }
-    std::string heads_sql;
-    for (const char* state : {"PENDING", "PROCESSING"}) {
-      if (!heads_sql.empty()) heads_sql += " UNION ALL ";
-      heads_sql += std::string("(SELECT o.seq, o.aggregate_type, o.aggregate_id, o.attempts, "
-                               "length(o.payload) FROM outbox o FORCE INDEX (outbox_unsent) "
-                               "WHERE o.status = '") +
-                   state + "' AND o.available_at <= UTC_TIMESTAMP(6)" + earlier +
-                   " ORDER BY o.seq LIMIT " + std::to_string(o.batch_size) + ")";
-    }
-    auto head_rows = maria::Query(c, "claim: heads",
-                                  heads_sql + " ORDER BY 1 LIMIT " + std::to_string(o.batch_size));
+    auto head_rows =
+        maria::Query(c, "claim: heads", sql::ClaimHeads(o.batch_size, o.failed_holds_aggregate));
     if (!head_rows.ok()) return head_rows.status();
     if (head_rows->empty()) return std::vector<std::int64_t>{};
     std::vector<maria::UnsentRow> heads;
@@ -532,23 +410,16 @@ SELECT
     // no more than the batch has room for once every head is in (none when
     // the heads fill it: the common case of many interleaved aggregates).
     std::vector<maria::UnsentRow> behind;
-    std::string runs;
-    const std::string run_holds = o.failed_holds_aggregate ? "" : " AND status <> 'FAILED'";
+    std::vector<sql::RunHead> probes;
     const std::size_t room =
         heads.size() >= static_cast<std::size_t>(o.batch_size) ? 0 : static_cast<std::size_t>(o.batch_size) - heads.size();
     for (const auto& h : heads) {
       if (h.attempts >= o.max_attempts || room == 0) continue;
-      runs += std::string(runs.empty() ? "" : " UNION ALL ") +
-              "(SELECT seq, aggregate_type, aggregate_id, status IN ('PENDING', 'PROCESSING') AND "
-              "available_at <= UTC_TIMESTAMP(6) AND attempts < " + max + ", attempts, "
-              "length(payload) FROM outbox FORCE INDEX (outbox_aggregate) WHERE aggregate_type = " +
-              maria::Quote(c, h.aggregate_type) +
-              " AND aggregate_id = " + maria::Quote(c, h.aggregate_id) + " AND seq > " +
-              std::to_string(h.seq) + " AND status NOT IN ('SENT', 'SKIPPED')" + run_holds +
-              " ORDER BY seq LIMIT " + std::to_string(room) + ")";
+      probes.push_back({maria::Quote(c, h.aggregate_type), maria::Quote(c, h.aggregate_id), h.seq});
     }
-    if (!runs.empty()) {
-      auto rows = maria::Query(c, "claim: runs", runs);
+    if (!probes.empty()) {
+      auto rows = maria::Query(
+          c, "claim: runs", sql::ClaimRuns(probes, o.max_attempts, o.failed_holds_aggregate, room));
       if (!rows.ok()) return rows.status();
       for (const auto& r : *rows) {
         behind.push_back({Int(r[0]), Str(r[1]), Str(r[2]), Int(r[3]) == 1,
@@ -563,10 +434,7 @@ SELECT
       all.insert(all.end(), pick.runs[i].begin(), pick.runs[i].end());
     }
     // Lock exactly those; what another claim holds (or took meanwhile) is skipped.
-    auto locked_rows = maria::Query(
-        c, "claim: lock",
-        "SELECT seq FROM outbox WHERE seq IN (" + SeqList(all) + ") AND status IN ('PENDING', "
-        "'PROCESSING') AND available_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED");
+    auto locked_rows = maria::Query(c, "claim: lock", sql::ClaimLock(SeqList(all)));
     if (!locked_rows.ok()) return locked_rows.status();
     std::set<std::int64_t> locked;
     for (const auto& r : *locked_rows) locked.insert(Int(r[0]));

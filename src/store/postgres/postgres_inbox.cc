@@ -12,7 +12,7 @@
 
 #include "migrate.h"
 #include "outbox/event.h"
-#include "outbox/fault.h"
+#include "core/fault.h"
 #include "outbox/postgres.h"
 #include "headers_json.h"
 #include "session.h"

@@ -595,3 +595,56 @@ std::string CountSent(const std::string& schema) {
 }
 
 }  // namespace outbox::pg::sql
+
+namespace outbox::pg::sql {
+
+// $1 schema. One row per object (name, definition) in the schema, as
+// `outboxctl migrate --check` compares them; the versions tables are the
+// runner's, not a migration's.
+std::string CatalogObjects() {
+  return R"SQL(
+WITH objs AS (
+  SELECT 'table ' || c.relname || ' column ' || a.attname AS object,
+         format_type(a.atttypid, a.atttypmod)
+           || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+           || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '')
+           || CASE WHEN a.attidentity <> '' THEN ' IDENTITY ' || a.attidentity::text ELSE '' END
+           || ' #' || a.attnum AS definition
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+  WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+  SELECT 'constraint ' || k.conname || ' on ' || c.relname, pg_get_constraintdef(k.oid)
+  FROM pg_constraint k
+  JOIN pg_class c ON c.oid = k.conrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = $1
+  UNION ALL
+  SELECT 'index ' || indexname, indexdef FROM pg_indexes WHERE schemaname = $1
+  UNION ALL
+  SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',
+         pg_get_functiondef(p.oid)
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+  WHERE n.nspname = $1
+  UNION ALL
+  SELECT 'sequence ' || sequencename,
+         data_type::text || ' start ' || start_value || ' by ' || increment_by || ' min ' ||
+         min_value || ' max ' || max_value || ' cycle ' || cycle
+  FROM pg_sequences WHERE schemaname = $1
+)
+SELECT object, definition FROM objs
+WHERE object NOT LIKE 'table schema\_migrations %' AND object NOT LIKE 'table inbox\_migrations %'
+  AND object NOT LIKE '% on schema\_migrations' AND object NOT LIKE '% on inbox\_migrations'
+  AND object NOT IN ('index schema_migrations_pkey', 'index inbox_migrations_pkey')
+ORDER BY object
+)SQL";
+}
+
+// $1 schema, $2 versions table: whether the table exists.
+std::string HasTable() {
+  return "SELECT to_regclass(quote_ident($1) || '.' || quote_ident($2)) IS NOT NULL";
+}
+
+}  // namespace outbox::pg::sql

@@ -30,6 +30,11 @@ std::string EnsureMigrationsTable(const std::string& schema, const std::string& 
 std::string AppliedVersions(const std::string& schema, const std::string& table);
 std::string RecordMigration(const std::string& schema, const std::string& table);
 
+// `outboxctl migrate --check`. $1 schema: (object, definition) rows.
+std::string CatalogObjects();
+// $1 schema, $2 table name: one boolean.
+std::string HasTable();
+
 // $1 event payload fields ... see enqueue.cc
 std::string Enqueue(const std::string& schema);
 

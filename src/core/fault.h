@@ -9,10 +9,11 @@
 // Relay::AfterPublishBeforeMarkSent is tagged with the event types of the
 // batch's acked events: `=crash@1/PaymentAuthorized` crashes on the first batch
 // that published one, so a copy of it is certain). Unarmed, a fault point
-// costs one relaxed atomic load. Only builds with the CMake option
-// OUTBOX_FAULT_POINTS (on with the tests and in the `demo` preset that
-// scripts/demo builds, off in the release preset) have them; elsewhere
-// OUTBOX_FAULT is `false` and OUTBOX_FAULTS is ignored.
+// costs one relaxed atomic load. Internal (not installed): only builds with the
+// CMake option OUTBOX_FAULT_POINTS, a private definition (the dev, asan, tsan
+// and `demo` presets turn it on; it is off by default and in the release
+// preset), have them; elsewhere OUTBOX_FAULT is `false` and OUTBOX_FAULTS is
+// ignored.
 //
 // The names, in one list (also in docs/testing.md):
 //   Relay::AfterClaim                     rows claimed (leased), nothing published
@@ -26,8 +27,8 @@
 //   Inbox::AfterCommitBeforeOffsetCommit  effect committed, Kafka offset not yet
 //
 // Thread-safety: safe from any thread.
-#ifndef OUTBOX_FAULT_H_
-#define OUTBOX_FAULT_H_
+#ifndef OUTBOX_SRC_CORE_FAULT_H_
+#define OUTBOX_SRC_CORE_FAULT_H_
 
 #include <atomic>
 #include <span>
@@ -68,4 +69,4 @@ bool Hit(std::string_view name, std::span<const std::string> tags = {});
 
 }  // namespace outbox::fault
 
-#endif  // OUTBOX_FAULT_H_
+#endif  // OUTBOX_SRC_CORE_FAULT_H_

@@ -1,0 +1,360 @@
+// The upgrade matrix: for every released version k of a store's migrations,
+// a schema built from files 1..k, filled with rows in every state version k
+// has (PENDING, PROCESSING with an expired lease, FAILED with held followers,
+// SENT, SKIPPED from the version that added it), then migrated to head. The
+// catalog must equal a fresh install's, and a real outbox-relay must deliver
+// every unsent row in order per aggregate, publish no SENT row again, and
+// leave the FAILED row's followers held. PostgreSQL and MariaDB.
+#include <gtest/gtest.h>
+#include <mysql.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kafka_helpers.h"
+#include "mariadb_test_util.h"
+#include "store/mariadb/migrate.h"
+#include "store/postgres/migrate.h"
+#include "outbox/postgres.h"
+#include "subprocess.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kTopic = "outbox.event.order";
+constexpr int kPartitions = 4;
+// The first version with the SKIPPED state (PostgreSQL's 0004; MariaDB's 0001).
+constexpr int kPostgresSkippedSince = 4;
+
+// Per aggregate, the rows a version-k schema gets and what must happen to them.
+struct Row {
+  std::string aggregate, payload, status;  // status as written before the upgrade
+};
+
+std::vector<Row> RowsFor(bool has_skipped) {
+  std::vector<Row> rows = {
+      {"pending", "pending#0", "PENDING"},  {"pending", "pending#1", "PENDING"},
+      {"pending", "pending#2", "PENDING"},  {"leased", "leased#0", "PROCESSING"},
+      {"leased", "leased#1", "PENDING"},    {"failed", "failed#0", "FAILED"},
+      {"failed", "failed#1", "PENDING"},    {"failed", "failed#2", "PENDING"},
+      {"sent", "sent#0", "SENT"},           {"sent", "sent#1", "SENT"},
+      {"sent", "sent#2", "PENDING"},
+  };
+  if (has_skipped) {
+    rows.push_back({"skipped", "skipped#0", "SKIPPED"});
+    rows.push_back({"skipped", "skipped#1", "PENDING"});
+  }
+  return rows;
+}
+
+// The payloads the relay must publish after the upgrade, per aggregate in order.
+std::map<std::string, std::vector<std::string>> Expected(const std::vector<Row>& rows) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const Row& r : rows) {
+    const bool sent_before = r.status == "SENT";
+    const bool terminal = r.status == "FAILED" || r.status == "SKIPPED";
+    const bool held = r.aggregate == "failed";  // behind its FAILED head
+    if (!sent_before && !terminal && !held) out[r.aggregate].push_back(r.payload);
+  }
+  return out;
+}
+
+// Every message on the topic, per aggregate (the key) in offset order, as the
+// relay published them: one partition per key, so offset order is send order.
+std::map<std::string, std::vector<std::string>> Published(const std::vector<Message>& msgs) {
+  std::vector<const Message*> sorted;
+  for (const Message& m : msgs) sorted.push_back(&m);
+  std::sort(sorted.begin(), sorted.end(), [](const Message* a, const Message* b) {
+    return a->partition != b->partition ? a->partition < b->partition : a->offset < b->offset;
+  });
+  std::map<std::string, std::vector<std::string>> out;
+  for (const Message* m : sorted) out[m->key].push_back(m->value);
+  return out;
+}
+
+std::size_t CountOf(const std::map<std::string, std::vector<std::string>>& m) {
+  std::size_t n = 0;
+  for (const auto& [k, v] : m) n += v.size();
+  return n;
+}
+
+std::string RelayLog(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("outbox-relay-upgrade-" + name + ".log"))
+      .string();
+}
+
+std::vector<std::string> RelayArgv(const std::string& db_url, const std::string& bootstrap,
+                                   std::vector<std::string> sets) {
+  std::vector<std::string> argv = {OUTBOX_RELAY_BIN, "--db", db_url, "--bootstrap", bootstrap};
+  sets.insert(sets.begin(), {"http.listen=127.0.0.1:0", "relay.backoff_base_ms=50",
+                             "relay.backoff_max_ms=500", "relay.poll_max_ms=50",
+                             "relay.lease_ms=15000", "kafka.properties.message.timeout.ms=3000"});
+  for (const auto& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+  return argv;
+}
+
+// ---------------------------------------------------------------- PostgreSQL
+
+int PostgresHead() { return static_cast<int>(pg::OutboxMigrationFiles().size()); }
+
+class PostgresUpgradeTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+    OUTBOX_REQUIRE_ENV(bin_, "OUTBOX_PG_BIN");
+    const std::string suffix = RandomSuffix();
+    old_ = "upg" + std::to_string(GetParam()) + "_" + suffix;
+    fresh_ = "upgfresh_" + suffix;
+    admin_ = Connect(url_);
+    auto s = pg::Session::Connect({.conninfo = url_});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    session_ = std::move(s).value();
+  }
+  void TearDown() override {
+    relay_.reset();
+    if (!admin_) return;
+    for (const std::string& schema : {old_, fresh_}) {
+      Exec(admin_.get(), "DROP PUBLICATION IF EXISTS " + DefaultStreamName(schema));
+      DropSchemaRetrying(admin_.get(), schema);
+    }
+  }
+
+  std::vector<int> Migrate(const std::string& schema, int up_to) {
+    std::vector<int> applied;
+    Status st = pg::RunMigrations(*session_, schema, pg::kOutboxSet, &applied, up_to);
+    EXPECT_TRUE(st.ok()) << schema << " up to " << up_to << ": " << st.ToString();
+    return applied;
+  }
+
+  // The rows, written as a relay of version k would have left them.
+  void Fill(const std::vector<Row>& rows) {
+    const std::string s = old_;
+    for (const Row& r : rows) {
+      const std::string id = Exec(admin_.get(), "SELECT event_id FROM " + s + ".enqueue('order', '" +
+                                                    r.aggregate + "', 'OrderChanged', '" + r.payload +
+                                                    "'::bytea, '{}'::jsonb, NULL)");
+      const std::string seq =
+          Exec(admin_.get(), "SELECT seq FROM " + s + ".outbox WHERE event_id = '" + id + "'");
+      ASSERT_FALSE(seq.empty()) << r.payload;
+      std::string set;
+      if (r.status == "PROCESSING") {
+        set = "status = 'PROCESSING', attempts = 1, lease_owner = 'relay-of-version-k', "
+              "lease_token = 1, claimed_at = now() - interval '2 minutes', "
+              "available_at = now() - interval '1 minute'";
+      } else if (r.status == "FAILED") {
+        set = "status = 'FAILED', attempts = 3, failed_at = now(), last_error = 'refused'";
+      } else if (r.status == "SENT") {
+        set = "status = 'SENT', attempts = 1, sent_at = now()";
+      } else if (r.status == "SKIPPED") {
+        set = "status = 'SKIPPED', skipped_at = now(), skipped_by = 'operator', "
+              "skip_reason = 'upgrade test'";
+      }
+      if (!set.empty()) Exec(admin_.get(), "UPDATE " + s + ".outbox SET " + set + " WHERE seq = " + seq);
+    }
+  }
+
+  // `pg_dump -s` of the schema, its name replaced by SCHEMA and pg_dump's
+  // per-run lines dropped.
+  std::string Catalog(const std::string& schema) {
+    auto run = RunCommand(bin_ + "/pg_dump -s -n " + schema + " '" + url_ + "'");
+    EXPECT_EQ(run.code, 0) << run.out;
+    std::istringstream in(run.out);
+    std::string line, out;
+    while (std::getline(in, line)) {
+      if (line.starts_with("\\restrict") || line.starts_with("\\unrestrict")) continue;
+      out += std::regex_replace(line, std::regex(schema), "SCHEMA") + "\n";
+    }
+    return out;
+  }
+
+  std::string url_, bin_, old_, fresh_;
+  PgConn admin_;
+  std::unique_ptr<pg::Session> session_;
+  std::unique_ptr<Subprocess> relay_;
+};
+
+TEST_P(PostgresUpgradeTest, FromThisVersionToHeadMatchesAFreshInstallAndDelivers) {
+  const int k = GetParam();
+  EXPECT_EQ(Migrate(old_, k).size(), static_cast<std::size_t>(k));
+  const std::vector<Row> rows = RowsFor(k >= kPostgresSkippedSince);
+  Fill(rows);
+  std::vector<int> rest;
+  for (int v = k + 1; v <= PostgresHead(); ++v) rest.push_back(v);
+  EXPECT_EQ(Migrate(old_, 0), rest);
+  EXPECT_EQ(Migrate(fresh_, 0).size(), static_cast<std::size_t>(PostgresHead()));
+
+  const std::string upgraded = Catalog(old_);
+  EXPECT_NE(upgraded.find("claim_ordered"), std::string::npos) << upgraded;
+  EXPECT_EQ(upgraded, Catalog(fresh_)) << "version " << k << " migrated to head differs from a "
+                                       << "fresh install";
+
+  MockKafka kafka(1, {std::string(kTopic) + ":" + std::to_string(kPartitions)});
+  relay_ = std::make_unique<Subprocess>(
+      RelayArgv(url_, kafka.bootstrap(), {"database.schema=" + old_}), std::map<std::string, std::string>{},
+      RelayLog(old_));
+  const auto expected = Expected(rows);
+  const std::string unsent = "SELECT count(*) FROM " + old_ +
+                             ".outbox WHERE status IN ('PENDING', 'PROCESSING') AND "
+                             "aggregate_id <> 'failed'";
+  ASSERT_TRUE(WaitFor([&] { return Exec(admin_.get(), unsent) == "0"; }, Scaled(30s)))
+      << relay_->Log();
+  const auto published = Published(
+      ReadTopic(kafka.bootstrap(), kTopic, kPartitions, CountOf(expected), Scaled(20s)));
+  EXPECT_EQ(published, expected) << "every unsent row once, in order; no SENT row again";
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + old_ +
+                                   ".outbox WHERE aggregate_id = 'failed'"),
+            "FAILED,PENDING,PENDING")
+      << "the FAILED row still holds its followers";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryVersion, PostgresUpgradeTest, ::testing::Range(1, PostgresHead() + 1),
+                         [](const auto& p) { return "from_v" + std::to_string(p.param); });
+
+// ------------------------------------------------------------------- MariaDB
+
+int MariaDbHead() { return static_cast<int>(maria::OutboxMigrationFiles().size()); }
+
+// Every row of `sql`'s result, its columns joined by tabs.
+std::vector<std::vector<std::string>> Rows(MYSQL* c, const std::string& sql) {
+  std::vector<std::vector<std::string>> out;
+  if (mysql_real_query(c, sql.data(), sql.size()) != 0) {
+    ADD_FAILURE() << sql << ": " << mysql_error(c);
+    return out;
+  }
+  MYSQL_RES* r = mysql_store_result(c);
+  if (!r) return out;
+  const unsigned n = mysql_num_fields(r);
+  while (MYSQL_ROW row = mysql_fetch_row(r)) {
+    std::vector<std::string> cols;
+    for (unsigned i = 0; i < n; ++i) cols.push_back(row[i] ? row[i] : "NULL");
+    out.push_back(std::move(cols));
+  }
+  mysql_free_result(r);
+  return out;
+}
+
+class MariaDbUpgradeTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(base_, "OUTBOX_MYSQL_URL");
+    const std::string suffix = RandomSuffix();
+    old_ = "upg" + std::to_string(GetParam()) + "_" + suffix;
+    fresh_ = "upgfresh_" + suffix;
+    admin_ = OpenMariaDb(base_, "");
+    ASSERT_NE(admin_, nullptr);
+    for (const std::string& db : {old_, fresh_}) MyQuery(admin_, "CREATE DATABASE " + db);
+  }
+  void TearDown() override {
+    relay_.reset();
+    if (!admin_) return;
+    for (const std::string& db : {old_, fresh_}) MyQuery(admin_, "DROP DATABASE IF EXISTS " + db);
+    mysql_close(admin_);
+  }
+
+  std::vector<int> Migrate(const std::string& db, int up_to) {
+    MYSQL* c = OpenMariaDb(base_, db);
+    std::vector<int> applied;
+    Status st = maria::RunMigrations(c, maria::kOutboxSet, &applied, up_to);
+    EXPECT_TRUE(st.ok()) << db << " up to " << up_to << ": " << st.ToString();
+    mysql_close(c);
+    return applied;
+  }
+
+  void Fill(const std::vector<Row>& rows) {
+    for (const Row& r : rows) {
+      std::string extra;
+      if (r.status == "PROCESSING") {
+        extra = ", attempts = 1, lease_owner = 'relay-of-version-k', lease_token = 1, claimed_at = "
+                "UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE";  // available_at: the lease's end, passed
+      } else if (r.status == "FAILED") {
+        extra = ", attempts = 3, failed_at = UTC_TIMESTAMP(6), last_error = 'refused'";
+      } else if (r.status == "SENT") {
+        extra = ", attempts = 1, sent_at = UTC_TIMESTAMP(6)";
+      } else if (r.status == "SKIPPED") {
+        extra = ", skipped_at = UTC_TIMESTAMP(6), skipped_by = 'operator', skip_reason = 'upgrade'";
+      }
+      MyQuery(admin_, "INSERT INTO " + old_ + ".outbox SET event_id = UUID(), aggregate_type = "
+                      "'order', aggregate_id = '" + r.aggregate + "', event_type = 'OrderChanged', "
+                      "payload = '" + r.payload + "', headers = '{}', status = '" + r.status +
+                      "', available_at = UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE, created_at = UTC_TIMESTAMP(6)" +
+                      extra);
+    }
+  }
+
+  // Every table's, sequence's and routine's definition; AUTO_INCREMENT
+  // counters (data, not schema) dropped.
+  std::string Catalog(const std::string& db) {
+    std::string out;
+    for (const auto& t : Rows(admin_, "SELECT table_name, table_type FROM information_schema.tables "
+                                      "WHERE table_schema = '" + db + "' ORDER BY table_name")) {
+      const bool sequence = t[1] == "SEQUENCE";
+      for (const auto& row : Rows(admin_, std::string(sequence ? "SHOW CREATE SEQUENCE " :
+                                                                 "SHOW CREATE TABLE ") +
+                                              db + "." + t[0])) {
+        out += std::regex_replace(row[1], std::regex(" AUTO_INCREMENT=[0-9]+"), "") + "\n";
+      }
+    }
+    for (const auto& r : Rows(admin_, "SELECT routine_name FROM information_schema.routines WHERE "
+                                      "routine_schema = '" + db + "' ORDER BY routine_name")) {
+      for (const auto& row : Rows(admin_, "SHOW CREATE PROCEDURE " + db + "." + r[0])) {
+        out += row[2] + "\n";
+      }
+    }
+    return std::regex_replace(out, std::regex(db), "DB");
+  }
+
+  std::string base_, old_, fresh_;
+  MYSQL* admin_ = nullptr;
+  std::unique_ptr<Subprocess> relay_;
+};
+
+TEST_P(MariaDbUpgradeTest, FromThisVersionToHeadMatchesAFreshInstallAndDelivers) {
+  const int k = GetParam();
+  EXPECT_EQ(Migrate(old_, k).size(), static_cast<std::size_t>(k));
+  const std::vector<Row> rows = RowsFor(/*has_skipped=*/true);
+  Fill(rows);
+  std::vector<int> rest;
+  for (int v = k + 1; v <= MariaDbHead(); ++v) rest.push_back(v);
+  EXPECT_EQ(Migrate(old_, 0), rest);
+  EXPECT_EQ(Migrate(fresh_, 0).size(), static_cast<std::size_t>(MariaDbHead()));
+
+  const std::string upgraded = Catalog(old_);
+  EXPECT_NE(upgraded.find("outbox_enqueue"), std::string::npos) << upgraded;
+  EXPECT_EQ(upgraded, Catalog(fresh_)) << "version " << k << " migrated to head differs from a "
+                                       << "fresh install";
+
+  MockKafka kafka(1, {std::string(kTopic) + ":" + std::to_string(kPartitions)});
+  relay_ = std::make_unique<Subprocess>(RelayArgv(MariaDbUrlFor(base_, old_), kafka.bootstrap(), {}),
+                                        std::map<std::string, std::string>{}, RelayLog(old_));
+  const auto expected = Expected(rows);
+  const std::string unsent = "SELECT count(*) FROM " + old_ +
+                             ".outbox WHERE status IN ('PENDING', 'PROCESSING') AND "
+                             "aggregate_id <> 'failed'";
+  ASSERT_TRUE(WaitFor([&] { return MyQuery(admin_, unsent) == "0"; }, Scaled(30s)))
+      << relay_->Log();
+  const auto published = Published(
+      ReadTopic(kafka.bootstrap(), kTopic, kPartitions, CountOf(expected), Scaled(20s)));
+  EXPECT_EQ(published, expected) << "every unsent row once, in order; no SENT row again";
+  EXPECT_EQ(MyQuery(admin_, "SELECT group_concat(status ORDER BY seq) FROM " + old_ +
+                                ".outbox WHERE aggregate_id = 'failed'"),
+            "FAILED,PENDING,PENDING")
+      << "the FAILED row still holds its followers";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryVersion, MariaDbUpgradeTest, ::testing::Range(1, MariaDbHead() + 1),
+                         [](const auto& p) { return "from_v" + std::to_string(p.param); });
+
+}  // namespace
+}  // namespace outbox::testing
