@@ -336,12 +336,6 @@ class FakeStore final : public InboxStore {
     return out;
   }
   Result<std::int64_t> PurgeStamps(std::chrono::seconds, int) override { return 0; }
-  Result<std::vector<StampSummary>> Summary(std::chrono::seconds) override {
-    return std::vector<StampSummary>{};
-  }
-  Result<std::vector<StampRecord>> FindStamps(std::span<const std::string>) override {
-    return std::vector<StampRecord>{};
-  }
 
   Result<std::set<std::string>> ParkedKeys(std::span<const std::string> order_keys) override {
     std::lock_guard<std::mutex> l(mu);

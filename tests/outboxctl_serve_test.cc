@@ -117,7 +117,7 @@ TEST_F(ServeTest, ConsumersAndTheChangeStreamsSlotAreShown) {
     so.schema = schema_;
     auto store = OpenPostgresStore(so);
     ASSERT_TRUE(store.ok());
-    ASSERT_TRUE((*store)->OpenStreamProgress(slot, "relay-cdc").ok());
+    ASSERT_TRUE((*store)->Ledger()->OpenStreamProgress(slot, "relay-cdc").ok());
   }
   ASSERT_TRUE(Start({}, {"--inbox-db", url_, "--inbox-schema", inbox_schema})) << server_->Log();
 

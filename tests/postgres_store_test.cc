@@ -553,7 +553,7 @@ TEST_F(PostgresTest, StreamStatesLeavesOutTheCallersAckedRowsByRowNotByCount) {
   }
   const std::vector<std::int64_t> last{seqs[3]};
   const std::vector<std::int64_t> ours{seqs[0], seqs[1]};
-  auto st = store_->StreamStates(last, true, ours);
+  auto st = store_->Ledger()->StreamStates(last, true, ours);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   ASSERT_EQ(st->size(), 1u);
   EXPECT_EQ((*st)[0].earlier_unsent, 1) << "rows 1-2 are ours (acked), row 3 is not";
@@ -561,13 +561,13 @@ TEST_F(PostgresTest, StreamStatesLeavesOutTheCallersAckedRowsByRowNotByCount) {
   // Someone else marks 1-2 SENT: still exactly row 3 holds it.
   Exec(conn_.get(), "UPDATE " + schema_ + ".outbox SET status = 'SENT' WHERE seq IN (" +
                         std::to_string(seqs[0]) + "," + std::to_string(seqs[1]) + ")");
-  st = store_->StreamStates(last, true, ours);
+  st = store_->Ledger()->StreamStates(last, true, ours);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ((*st)[0].earlier_unsent, 1);
   EXPECT_TRUE((*st)[0].held);
   // Row 3 is ours too: nothing holds row 4.
   const std::vector<std::int64_t> all_ours{seqs[0], seqs[1], seqs[2]};
-  st = store_->StreamStates(last, true, all_ours);
+  st = store_->Ledger()->StreamStates(last, true, all_ours);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ((*st)[0].earlier_unsent, 0);
   EXPECT_FALSE((*st)[0].held);
@@ -592,7 +592,7 @@ TEST_F(PostgresTest, OpenStreamProgressKeepsTheSweeperOffUntilTheStreamHasSettle
   ASSERT_TRUE(Enqueue(conn_.get(), Valid("before-open"), opts_).ok());
   Exec(conn_.get(), "COMMIT");
   const ClaimOptions sweep = SweeperClaim();
-  ASSERT_TRUE(store_->OpenStreamProgress("slot_a", "reader-1").ok());
+  ASSERT_TRUE(store_->Ledger()->OpenStreamProgress("slot_a", "reader-1").ok());
   auto c = store_->Claim(sweep);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->events.size(), 0u) << "an announced stream with nothing settled yet";
@@ -608,9 +608,9 @@ TEST_F(PostgresTest, OpenStreamProgressKeepsTheSweeperOffUntilTheStreamHasSettle
       std::chrono::duration_cast<std::chrono::microseconds>(
           std::chrono::system_clock::now().time_since_epoch() + std::chrono::seconds(5))
           .count();
-  ASSERT_TRUE(store_->SaveStreamProgress({"slot_a", "reader-1", lsn_now(), later_us}).ok());
+  ASSERT_TRUE(store_->Ledger()->SaveStreamProgress({"slot_a", "reader-1", lsn_now(), later_us}).ok());
   // A second reader opens the same slot: progress and horizon stay.
-  ASSERT_TRUE(store_->OpenStreamProgress("slot_a", "reader-2").ok());
+  ASSERT_TRUE(store_->Ledger()->OpenStreamProgress("slot_a", "reader-2").ok());
   EXPECT_EQ(Exec(conn_.get(), "SELECT reader || ' ' || (horizon IS NOT NULL) || ' ' || "
                               "(covered_until > now() + interval '2 seconds') FROM " +
                                   schema_ + ".stream_progress WHERE slot = 'slot_a'"),
@@ -634,7 +634,7 @@ TEST_F(PostgresTest, TheSweeperLooksAtTheOldestTwoThousandUnsentRowsAtATime) {
        "now() - interval '1 hour', CASE WHEN i <= 2000 THEN now() + interval '1 hour' "
        "ELSE now() END FROM generate_series(1, 2500) i");
   const std::int64_t first = std::stoll(Exec(conn_.get(), "SELECT min(seq) FROM " + schema_ + ".outbox"));
-  ASSERT_TRUE(store_->OpenStreamProgress("slot_w", "reader").ok());
+  ASSERT_TRUE(store_->Ledger()->OpenStreamProgress("slot_w", "reader").ok());
   const ClaimOptions sweep = SweeperClaim();
   auto c = store_->Claim(sweep);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -669,7 +669,7 @@ TEST_F(PostgresTest, RowsHeldBehindAFailedEventDoNotFillTheSweepersWindow) {
                     "now() - interval '2 hours' FROM generate_series(1, 2001) i");
   Exec(conn_.get(), insert + "retry-r', 'E', '\\x00'::bytea, '{}', 'PENDING', 1, "
                     "now() - interval '1 hour'");
-  ASSERT_TRUE(store_->OpenStreamProgress("slot_f", "reader").ok());
+  ASSERT_TRUE(store_->Ledger()->OpenStreamProgress("slot_f", "reader").ok());
   ClaimOptions sweep = SweeperClaim();
   ASSERT_TRUE(sweep.failed_holds_aggregate);
   auto c = store_->Claim(sweep);
@@ -745,7 +745,7 @@ TEST_F(PostgresTest, AClaimWithFewAggregatesDoesNotWalkTheSentRows) {
 // claiming at once skipped each other's locked heads through the whole
 // backlog. The heads after it wait until the stream passes it.
 TEST_F(PostgresTest, TheSweeperStopsAtTheFirstHeadTheStreamHasNotPassed) {
-  ASSERT_TRUE(store_->OpenStreamProgress("slot_h", "reader").ok());
+  ASSERT_TRUE(store_->Ledger()->OpenStreamProgress("slot_h", "reader").ok());
   for (const char* id : {"stream-s", "retry-r"}) {
     Exec(conn_.get(), "BEGIN");
     ASSERT_TRUE(Enqueue(conn_.get(), Valid(id), opts_).ok());

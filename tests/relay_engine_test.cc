@@ -24,10 +24,10 @@ struct FakeTable {
   std::atomic<int> claims{0}, marks{0};
 };
 
-class FakeStore final : public Store {
+// The engine sees only the claim queue: the fake is nothing more.
+class FakeQueue final : public ClaimQueue {
  public:
-  explicit FakeStore(FakeTable& t) : t_(t) {}
-  Result<std::vector<int>> Migrate() override { return std::vector<int>{}; }
+  explicit FakeQueue(FakeTable& t) : t_(t) {}
   Result<ClaimResult> Claim(const ClaimOptions& o) override {
     std::lock_guard<std::mutex> l(t_.mu);
     ++t_.claims;
@@ -65,20 +65,6 @@ class FakeStore final : public Store {
     ADD_FAILURE() << "nothing may end FAILED here";
     t_.claimed_at_once -= static_cast<std::int64_t>(items.size());
     return TransitionResult{items.size(), {}};
-  }
-  Result<std::int64_t> PurgeSent(std::chrono::seconds, int) override { return 0; }
-  Result<StoreStats> Stats() override { return StoreStats{}; }
-  Result<std::int64_t> CountSent() override { return 0; }
-  Result<ReplayCounts> ReplayFailed(const ReplaySelection&) override { return ReplayCounts{}; }
-  Result<SkipResult> Skip(const SkipRequest&) override { return SkipResult{}; }
-  Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
-    return std::optional<std::chrono::system_clock::time_point>();
-  }
-  Result<std::vector<EventRecord>> List(const ListFilter&) override {
-    return std::vector<EventRecord>{};
-  }
-  Result<std::vector<EventRecord>> Find(const std::string&) override {
-    return std::vector<EventRecord>{};
   }
   Result<bool> WaitForWork(std::chrono::milliseconds timeout) override {
     std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(20)));
@@ -130,9 +116,11 @@ struct Engine {
     for (int i = 1; i <= rows; ++i) table.attempts[i] = 0;
   }
   Result<std::unique_ptr<Relay>> Make(const RelayOptions& o) {
-    return Relay::Create(o, [this]() -> Result<std::unique_ptr<Store>> {
-      return std::unique_ptr<Store>(new FakeStore(table));
-    }, transport, metrics, logger);
+    StoreParts parts;  // the queue only: no gauges, no purge, no stream
+    parts.queue = [this]() -> Result<std::unique_ptr<ClaimQueue>> {
+      return std::unique_ptr<ClaimQueue>(new FakeQueue(table));
+    };
+    return Relay::Create(o, std::move(parts), transport, metrics, logger);
   }
   FakeTable table;
   FakeTransport transport;

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     co.schema = kSchema;
     streams = [co] { return OpenPostgresChangeStream(co); };
   }
-  auto relay = Relay::Create(ro, [so] { return OpenPostgresStore(so); }, streams, transport,
+  auto relay = Relay::Create(ro, PartsOf([so] { return OpenPostgresStore(so); }), streams, transport,
                              metrics, logger);
   if (!relay.ok()) {
     std::fprintf(stderr, "relay: %s\n", relay.status().ToString().c_str());

@@ -134,7 +134,7 @@ struct StampRecord {
   std::int64_t duplicates = 0;
 };
 
-// The database side of the inbox.
+// The database side of the inbox, as the consumer engine uses it.
 //
 // Thread-safety: not safe for concurrent use (one session); a consumer engine
 // owns its use. Ownership: created by an Open* function of a store
@@ -188,6 +188,22 @@ class InboxStore {
   // Deletes at most `batch` stamps of this consumer older than `horizon`.
   // The horizon must exceed the longest time after which anything can deliver
   // the event again (docs/inbox.md, "Stamp retention").
+  virtual Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) = 0;
+};
+
+// The inbox as operators see it (outboxctl inbox status|purge, trace
+// --inbox-db): every consumer's stamps, read and purged; no effect is applied.
+//
+// Thread-safety: not safe for concurrent use (one session). Created by
+// OpenPostgresInboxView / OpenMariaDbInboxView.
+class InboxView {
+ public:
+  virtual ~InboxView() = default;
+
+  // Creates or upgrades the inbox schema (stamp table). Idempotent.
+  virtual Status Migrate() = 0;
+  // Deletes at most `batch` stamps of the view's consumer older than `horizon`
+  // (docs/inbox.md, "Stamp retention").
   virtual Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) = 0;
   // Every consumer of this inbox schema (not only this store's), for operators.
   virtual Result<std::vector<StampSummary>> Summary(std::chrono::seconds horizon) = 0;

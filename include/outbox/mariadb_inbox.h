@@ -50,8 +50,8 @@ struct MariaDbInboxOptions {
 Result<std::unique_ptr<InboxStore>> OpenMariaDbInbox(const MariaDbInboxOptions& options,
                                                      MariaDbHandler handler);
 
-// For operators: migrate, summarise and purge; Apply is refused.
-Result<std::unique_ptr<InboxStore>> OpenMariaDbInbox(const MariaDbInboxOptions& options);
+// For operators: migrate, summarise, find and purge stamps (no handler).
+Result<std::unique_ptr<InboxView>> OpenMariaDbInboxView(const MariaDbInboxOptions& options);
 
 }  // namespace outbox
 

@@ -85,8 +85,8 @@ Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions
                                                       Handler handler,
                                                       BatchHandler batch_handler = nullptr);
 
-// For operators (outboxctl): migrate, summarise and purge; Apply is refused.
-Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options);
+// For operators (outboxctl): migrate, summarise, find and purge stamps (no handler).
+Result<std::unique_ptr<InboxView>> OpenPostgresInboxView(const PostgresInboxOptions& options);
 
 // The same with a handler that queues its statements (see StatementSink).
 Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,

@@ -137,6 +137,22 @@ Status ValidateRelayOptions(const RelayOptions& o);
 // what it captures must outlive the Relay. An error is retried with backoff.
 using StoreFactory = std::function<Result<std::unique_ptr<Store>>()>;
 
+// The parts of a store the relay opens, each a new database session, under the
+// same rules as StoreFactory: the claim queue for each worker, the listener
+// and the stream's marks; the view for the gauges and the SENT purge
+// (housekeeping); the ledger for the change stream and the slot's gauges
+// (source = kCdc). An empty `view` means no gauges and no purge; an empty
+// `ledger` refuses source = kCdc.
+struct StoreParts {
+  std::function<Result<std::unique_ptr<ClaimQueue>>()> queue;
+  std::function<Result<std::unique_ptr<OutboxView>>()> view;
+  std::function<Result<std::unique_ptr<StreamLedger>>()> ledger;
+};
+
+// Every part from one store factory (a Store is a queue and a view; its ledger
+// is AsLedger's).
+StoreParts PartsOf(StoreFactory all);
+
 // The relay's Prometheus metrics (names in docs/relay.md). The table-wide
 // gauges (rows by state, oldest unsent age, held aggregates) carry
 // schema="`schema`": every relay of one table reports the same values.
@@ -182,11 +198,11 @@ struct RelayMetrics {
 
 class Relay {
  public:
-  static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreFactory store_factory,
+  static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreParts store,
                                                Transport& transport, RelayMetrics& metrics,
                                                Logger& logger);
   // source = kCdc: also a change stream (one reader per slot; see CdcOptions).
-  static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreFactory store_factory,
+  static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreParts store,
                                                ChangeStreamFactory stream_factory,
                                                Transport& transport, RelayMetrics& metrics,
                                                Logger& logger);
@@ -215,7 +231,7 @@ class Relay {
   bool Alive(milliseconds max_silence) const;
 
  private:
-  Relay(RelayOptions o, StoreFactory f, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
+  Relay(RelayOptions o, StoreParts s, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
         Logger& l);
   void WorkerLoop(int index);
   // A database call failed with `st`: counted (db_errors, and
@@ -226,7 +242,7 @@ class Relay {
   void ClearRefusal(std::string* refusal);
   void StreamLoop();  // stream.cc
   // cdc: the slot's gauges, and the WAL cap (sets / clears wal_capped_).
-  void WatchSlot(Store& store, const StoreStats* stats);
+  void WatchSlot(StreamLedger& ledger, const StoreStats* stats);
   // A fenced transition, retried on database errors until `deadline`; false if
   // it could not be recorded (the rows are left to lease expiry / the sweeper).
   bool ApplyTransition(const std::string& who, const char* what,
@@ -260,7 +276,7 @@ class Relay {
   void EndIdle(int index);
 
   RelayOptions options_;
-  StoreFactory store_factory_;
+  StoreParts store_;
   ChangeStreamFactory stream_factory_;  // empty unless source = kCdc
   Transport& transport_;
   RelayMetrics& metrics_;

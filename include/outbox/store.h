@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -237,14 +238,15 @@ struct ActivityReport {
   std::vector<RelaySeen> relays;
 };
 
-class Store {
- public:
-  virtual ~Store() = default;
+// A store's parts, one per audience: the relay's workers take the claim queue,
+// operators (outboxctl, the relay's gauges and purge) the view, a change stream
+// its ledger. A store implements the parts its database supports; an engine or
+// tool takes only the part it calls, and a fake implements only that part.
 
-  // Creates or upgrades the schema. Idempotent; safe to run from several
-  // processes at once (they serialise). Returns the versions this call
-  // applied, in order: empty when the schema was up to date.
-  virtual Result<std::vector<int>> Migrate() = 0;
+// The engine's queue: claim due rows, then settle them with the claim's tickets.
+class ClaimQueue {
+ public:
+  virtual ~ClaimQueue() = default;
 
   // Atomically claims up to batch_size due rows (see ClaimOptions).
   virtual Result<ClaimResult> Claim(const ClaimOptions& options) = 0;
@@ -255,6 +257,18 @@ class Store {
   virtual Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) = 0;
   // Fatal failure or attempts exhausted: FAILED with the error text.
   virtual Result<TransitionResult> MarkFailed(std::span<const FailItem> items) = 0;
+
+  // Blocks up to `timeout` for a sign of new work from enqueue; true if woken,
+  // false on timeout. PostgreSQL: LISTEN on channel outbox_<schema>, which
+  // enqueue() notifies when the setting outbox.notify is on (docs/relay.md).
+  // Relays use it to wake idle workers; polling stays the fallback.
+  virtual Result<bool> WaitForWork(std::chrono::milliseconds timeout) = 0;
+};
+
+// The operators' view: read the table, and the few writes an operator makes.
+class OutboxView {
+ public:
+  virtual ~OutboxView() = default;
 
   // Deletes at most `batch` SENT rows older than `retention`; returns how many.
   virtual Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) = 0;
@@ -281,18 +295,17 @@ class Store {
   // Sent and failed rows per minute over the last `window`, and the relays
   // seen in it (reads; for operators' pages, not for gauges: without an index
   // on the times it reads the table).
-  virtual Result<ActivityReport> RecentActivity(std::chrono::seconds window);
+  virtual Result<ActivityReport> RecentActivity(std::chrono::seconds window) = 0;
+};
 
-  // Blocks up to `timeout` for a sign of new work from enqueue; true if woken,
-  // false on timeout. PostgreSQL: LISTEN on channel outbox_<schema>, which
-  // enqueue() notifies when the setting outbox.notify is on (docs/relay.md).
-  // Relays use it to wake idle workers; polling stays the fallback.
-  virtual Result<bool> WaitForWork(std::chrono::milliseconds timeout) = 0;
-
-  // --- Change data capture (relay.source = cdc). Stores that cannot stream
-  // keep these defaults (FailedPrecondition). A streamed event's transitions go
-  // through MarkSent / Reschedule / MarkFailed with ticket token 0: they apply
-  // while the row is PENDING (nobody holds it) and are refused otherwise.
+// The change stream's ledger (relay.source = cdc): what the table says of
+// streamed rows, and how far the stream has settled. A streamed event's
+// transitions go through the ClaimQueue's MarkSent / Reschedule / MarkFailed
+// with ticket token 0: they apply while the row is PENDING (nobody holds it)
+// and are refused otherwise. Only stores that can stream have one (PostgreSQL).
+class StreamLedger {
+ public:
+  virtual ~StreamLedger() = default;
 
   // The rows of `seqs` (a change stream's batch, in commit order) as the table
   // has them now; a row missing from the answer is gone (purged or deleted).
@@ -301,18 +314,38 @@ class Store {
   // their copy is in the partition already).
   virtual Result<std::vector<StreamRowState>> StreamStates(std::span<const std::int64_t> seqs,
                                                            bool failed_holds_aggregate,
-                                                           std::span<const std::int64_t> acked);
-  virtual Status SaveStreamProgress(const StreamProgress& progress);
+                                                           std::span<const std::int64_t> acked) = 0;
+  virtual Status SaveStreamProgress(const StreamProgress& progress) = 0;
   // Announces a stream that has just opened on `slot`, before it reads: from
   // then on the sweepers keep off the rows it will read. A slot's first
   // announcement counts every commit before now as the sweepers' (the slot did
   // not exist, or had no progress); a later one keeps the recorded progress
   // and marks it fresh under the new reader.
-  virtual Status OpenStreamProgress(const std::string& slot, const std::string& reader);
+  virtual Status OpenStreamProgress(const std::string& slot, const std::string& reader) = 0;
   // Forgets a slot's progress: the sweepers then poll everything (slot dropped).
-  virtual Status DropStreamProgress(const std::string& slot);
-  virtual Result<SlotStatus> StreamSlotStatus(const std::string& slot);
+  virtual Status DropStreamProgress(const std::string& slot) = 0;
+  virtual Result<SlotStatus> StreamSlotStatus(const std::string& slot) = 0;
 };
+
+// One database session's store: the queue and the view, and the ledger where
+// the database can stream.
+//
+// Thread-safety: NOT safe for concurrent use; it owns one database session.
+// Open one per thread.
+class Store : public ClaimQueue, public OutboxView {
+ public:
+  // Creates or upgrades the schema. Idempotent; safe to run from several
+  // processes at once (they serialise). Returns the versions this call
+  // applied, in order: empty when the schema was up to date.
+  virtual Result<std::vector<int>> Migrate() = 0;
+  // The change stream's ledger on this store's session, or nullptr when the
+  // database cannot stream. Owned by the store; valid while it lives.
+  virtual StreamLedger* Ledger() { return nullptr; }
+};
+
+// The store's ledger, owning the store, or FailedPrecondition when this store
+// cannot stream ("use relay.source = poll").
+Result<std::unique_ptr<StreamLedger>> AsLedger(std::unique_ptr<Store> store);
 
 }  // namespace outbox
 

@@ -260,19 +260,40 @@ Status ValidateRelayOptions(const RelayOptions& o) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory store_factory,
-                                             Transport& transport, RelayMetrics& metrics,
-                                             Logger& logger) {
-  return Create(std::move(options), std::move(store_factory), ChangeStreamFactory(), transport,
-                metrics, logger);
+StoreParts PartsOf(StoreFactory all) {
+  StoreParts parts;
+  parts.queue = [all]() -> Result<std::unique_ptr<ClaimQueue>> {
+    auto s = all();
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<ClaimQueue>(std::move(s).value());
+  };
+  parts.view = [all]() -> Result<std::unique_ptr<OutboxView>> {
+    auto s = all();
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<OutboxView>(std::move(s).value());
+  };
+  parts.ledger = [all]() -> Result<std::unique_ptr<StreamLedger>> {
+    auto s = all();
+    if (!s.ok()) return s.status();
+    return AsLedger(std::move(s).value());
+  };
+  return parts;
 }
 
-Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory store_factory,
+Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreParts store,
+                                             Transport& transport, RelayMetrics& metrics,
+                                             Logger& logger) {
+  return Create(std::move(options), std::move(store), ChangeStreamFactory(), transport, metrics,
+                logger);
+}
+
+Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreParts store,
                                              ChangeStreamFactory stream_factory,
                                              Transport& transport, RelayMetrics& metrics,
                                              Logger& logger) {
   OUTBOX_RETURN_IF_ERROR(ValidateRelayOptions(options));
-  if (options.source == RelaySource::kCdc && !stream_factory) {
+  if (!store.queue) return Status::InvalidArgument("the relay needs a store's claim queue");
+  if (options.source == RelaySource::kCdc && (!stream_factory || !store.ledger)) {
     return Status::InvalidArgument("relay.source = cdc needs a change stream (this store has none)");
   }
   if (options.lease <= transport.MaxPublishTime()) {
@@ -282,14 +303,14 @@ Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreFactory 
         " ms = " + transport.DescribeMaxPublishTime() +
         ", or a message could outlive its lease and be published again by another relay");
   }
-  return std::unique_ptr<Relay>(new Relay(std::move(options), std::move(store_factory),
+  return std::unique_ptr<Relay>(new Relay(std::move(options), std::move(store),
                                           std::move(stream_factory), transport, metrics, logger));
 }
 
-Relay::Relay(RelayOptions o, StoreFactory f, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
+Relay::Relay(RelayOptions o, StoreParts s, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
              Logger& l)
     : options_(std::move(o)),
-      store_factory_(std::move(f)),
+      store_(std::move(s)),
       stream_factory_(std::move(c)),
       transport_(t),
       metrics_(m),
@@ -437,12 +458,12 @@ void Relay::EndBrokerRound(bool outage, bool broker_answered, bool probing) {
 }
 
 void Relay::ListenLoop() {
-  std::unique_ptr<Store> store;
+  std::unique_ptr<ClaimQueue> store;
   milliseconds backoff{200};
   while (!stopping_) {
     Beat(ListenSlot());
     if (!store) {
-      auto s = store_factory_();
+      auto s = store_.queue();
       if (!s.ok()) {
         SleepFor(backoff);
         backoff = std::min(backoff * 2, options_.db_retry_max);
@@ -534,7 +555,7 @@ void Relay::WorkerLoop(int index) {
     while (!stopping_ && !stream_reported_ && Clock::now() < until) SleepFor(milliseconds(50));
   }
 
-  std::unique_ptr<Store> store;
+  std::unique_ptr<ClaimQueue> store;
   bool db_ok = false;
   bool logged_down = false;
   std::string logged_refusal;  // a refusal is logged again when it changes
@@ -577,7 +598,7 @@ void Relay::WorkerLoop(int index) {
   while (!stopping_) {
     Beat(index);
     if (!store) {
-      auto s = store_factory_();
+      auto s = store_.queue();
       if (!s.ok()) {
         db_failed(s.status());
         continue;
@@ -702,9 +723,9 @@ bool Relay::ApplyTransition(const std::string& who, const char* what,
   }
 }
 
-void Relay::WatchSlot(Store& store, const StoreStats* stats) {
+void Relay::WatchSlot(StreamLedger& ledger, const StoreStats* stats) {
   const CdcOptions& cdc = options_.cdc;
-  auto slot = store.StreamSlotStatus(cdc.slot);
+  auto slot = ledger.StreamSlotStatus(cdc.slot);
   if (!slot.ok()) {
     metrics_.db_errors.Inc();
     return;
@@ -724,12 +745,19 @@ void Relay::WatchSlot(Store& store, const StoreStats* stats) {
 }
 
 void Relay::HousekeepingLoop() {
-  std::unique_ptr<Store> store;
+  std::unique_ptr<OutboxView> store;
+  std::unique_ptr<StreamLedger> ledger;  // cdc: the slot's gauges and the WAL cap
   auto next_purge = Clock::now() + std::chrono::seconds(5);
   while (!stopping_) {
     Beat(HousekeepingSlot());
+    if (!store_.view) {  // no view (engine tests): no gauges, no purge
+      db_ok_housekeeping_ = true;
+      metrics_.ready.Set(Ready() ? 1 : 0);
+      SleepFor(options_.stats_interval);
+      continue;
+    }
     if (!store) {
-      auto s = store_factory_();
+      auto s = store_.view();
       if (!s.ok()) {
         (void)NoteDbError(s.status(), &refused_by_housekeeping_);
         db_ok_housekeeping_ = false;
@@ -753,7 +781,17 @@ void Relay::HousekeepingLoop() {
       db_ok_housekeeping_ = false;
       (void)NoteDbError(st.status(), &refused_by_housekeeping_);
     }
-    if (options_.source == RelaySource::kCdc) WatchSlot(*store, st.ok() ? &*st : nullptr);
+    if (options_.source == RelaySource::kCdc) {
+      if (!ledger) {
+        auto l = store_.ledger();
+        if (l.ok()) {
+          ledger = std::move(l).value();
+        } else {
+          metrics_.db_errors.Inc();
+        }
+      }
+      if (ledger) WatchSlot(*ledger, st.ok() ? &*st : nullptr);
+    }
     // Purge does not depend on Stats. Each round deletes batches for at most
     // kPurgeBudget; if rows are left it goes on next round (every stats
     // interval) instead of waiting a whole purge_interval, so it keeps up with

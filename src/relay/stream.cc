@@ -41,7 +41,8 @@ std::string Ms(Clock::duration d) {
   return std::to_string(std::chrono::duration<double, std::milli>(d).count());
 }
 
-std::unique_ptr<Store> OpenOrNull(const StoreFactory& factory) {
+template <class T>
+std::unique_ptr<T> OpenOrNull(const std::function<Result<std::unique_ptr<T>>()>& factory) {
   auto s = factory();
   return s.ok() ? std::move(s).value() : nullptr;
 }
@@ -58,7 +59,7 @@ void Relay::StreamLoop() {
   limits.max_bytes = options_.batch_bytes;
   limits.wait = milliseconds(100);
 
-  std::unique_ptr<Store> store;
+  std::unique_ptr<StreamLedger> store;  // the ledger's session
   std::unique_ptr<ChangeStream> stream;
   // Decoded rows not publishable yet (behind an earlier unsent event of their
   // aggregate, or waiting for a retry), asked about again every few ms; after
@@ -68,7 +69,7 @@ void Relay::StreamLoop() {
   std::map<std::int64_t, Clock::time_point> parked_since;
   std::map<std::int64_t, Clock::time_point> parked_seen;  // arrival of the batch it was last checked in
   const std::size_t max_parked = 4 * static_cast<std::size_t>(cdc.batch_size);
-  std::unique_ptr<Store> mark_store;  // the helper's session
+  std::unique_ptr<ClaimQueue> mark_store;  // the helper's session
   std::future<bool> marking;          // the previous batch's transitions
   std::uint64_t after_mark_lsn = 0;   // settled once `marking` succeeds
   std::int64_t after_mark_covered = 0;
@@ -221,7 +222,7 @@ void Relay::StreamLoop() {
     const auto mark_wait_from = Clock::now();
     bool recorded = finish_marking();
     const auto mark_waited = Clock::now() - mark_wait_from;
-    if (recorded && !mark_store && !(mark_store = OpenOrNull(store_factory_))) {
+    if (recorded && !mark_store && !(mark_store = OpenOrNull(store_.queue))) {
       metrics_.db_errors.Inc();
       recorded = false;
     }
@@ -248,7 +249,7 @@ void Relay::StreamLoop() {
                  {"check_ms", Ms(f.checked_at - f.check_at)},
                  {"publish_ms", Ms(acked_at - f.checked_at)},
                  {"mark_wait_ms", Ms(mark_waited)}});
-    Store* ms = mark_store.get();
+    ClaimQueue* ms = mark_store.get();
     marking = std::async(std::launch::async, [this, ms, who, plan = std::move(plan)] {
       // Streamed rows hold no lease: a mark that does not go through soon is
       // given up and the batch read again from the slot. Until then the slot
@@ -277,7 +278,7 @@ void Relay::StreamLoop() {
   while (!stopping_) {
     Beat(StreamSlot());
     if (!store) {
-      auto s = store_factory_();
+      auto s = store_.ledger();
       if (!s.ok()) {
         // Without the table the stream cannot go on — and must not sit idle
         // on the slot: a shutting-down server waits for its reader to confirm

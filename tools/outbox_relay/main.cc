@@ -22,7 +22,7 @@
 #include "outbox/version.h"
 #include "outbox/http.h"
 #include "outbox/kafka.h"
-#include "outbox/mariadb.h"
+#include "outbox/open.h"
 #include "outbox/postgres.h"
 #include "outbox/relay.h"
 
@@ -87,16 +87,14 @@ int main(int argc, char** argv) {
     std::cerr << "outbox-relay: configuration error: " << transport.status().message() << "\n";
     return kExitConfig;
   }
-  outbox::PostgresStoreOptions db = cfg->database;
-  outbox::StoreFactory factory = [db]() { return outbox::OpenPostgresStore(db); };
-  if (outbox::IsMariaDbUrl(db.conninfo)) {  // the store follows the URL's scheme
-    outbox::MariaDbStoreOptions mo;
-    mo.url = db.conninfo;
-    mo.sent_mode = db.sent_mode;
-    mo.statement_timeout = db.statement_timeout;
-    mo.connect_timeout = db.connect_timeout;
-    factory = [mo]() { return outbox::OpenMariaDbStore(mo); };
-  }
+  const outbox::PostgresStoreOptions& db = cfg->database;
+  const outbox::StoreOptions store_options{.url = db.conninfo,
+                                           .schema = db.schema,
+                                           .sent_mode = db.sent_mode,
+                                           .statement_timeout = db.statement_timeout,
+                                           .connect_timeout = db.connect_timeout};
+  // The store follows the URL's scheme.
+  outbox::StoreFactory factory = [store_options]() { return outbox::OpenStore(store_options); };
 
   outbox::MetricsRegistry registry;
   outbox::RelayMetrics metrics(registry, cfg->database.schema);
@@ -112,7 +110,7 @@ int main(int argc, char** argv) {
     stream_factory = [so]() { return outbox::OpenPostgresChangeStream(so); };
     relay_options.cdc.drop_slot = [so]() { return outbox::DropPostgresSlot(so); };
   }
-  auto relay = outbox::Relay::Create(relay_options, factory, stream_factory, **transport, metrics,
+  auto relay = outbox::Relay::Create(relay_options, outbox::PartsOf(factory), stream_factory, **transport, metrics,
                                      logger);
   if (!relay.ok()) {
     std::cerr << "outbox-relay: configuration error: " << relay.status().message() << "\n";

@@ -23,7 +23,7 @@
 // ages, partitions and offsets are JSON numbers.
 //
 // Every database access goes through the store's operations (Store,
-// InboxStore): this tool has no SQL of its own.
+// InboxView): this tool has no SQL of its own.
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +46,7 @@
 #include "outbox/kafka.h"
 #include "outbox/mariadb.h"
 #include "outbox/mariadb_inbox.h"
+#include "outbox/open.h"
 #include "outbox/parse.h"
 #include "outbox/postgres.h"
 #include "outbox/postgres_inbox.h"
@@ -150,7 +151,7 @@ outbox::Result<std::unique_ptr<outbox::Store>> OpenOutboxStore(const Options& o)
   return outbox::ctl::OpenOutboxStore(o.db, o.schema);
 }
 
-outbox::Result<std::unique_ptr<outbox::InboxStore>> OpenOperatorInbox(const Options& o,
+outbox::Result<std::unique_ptr<outbox::InboxView>> OpenOperatorInbox(const Options& o,
                                                                       const std::string& consumer) {
   return outbox::ctl::OpenOperatorInbox(o.inbox_db, o.inbox_schema, consumer);
 }
@@ -182,10 +183,8 @@ std::string VersionList(const std::vector<int>& versions) {
 }
 
 // migrate --check: reads, changes nothing.
-int CheckSchema(const Options& o) {
-  outbox::Result<outbox::SchemaCheck> check =
-      outbox::IsMariaDbUrl(o.db) ? outbox::CheckMariaDbSchema({.url = o.db})
-                                 : outbox::CheckPostgresSchema({.conninfo = o.db, .schema = o.schema});
+int MigrateCheck(const Options& o) {
+  auto check = outbox::CheckSchema({.url = o.db, .schema = o.schema});
   if (!check.ok()) return Fail(check.status(), o.json);
   const int code = !check->drift.empty()                                    ? kExitDrift
                    : (!check->pending.empty() || !check->unknown.empty()) ? kExitVersions
@@ -218,7 +217,7 @@ int CheckSchema(const Options& o) {
 }
 
 int Migrate(const Options& o) {
-  if (o.check) return CheckSchema(o);
+  if (o.check) return MigrateCheck(o);
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
   auto applied = (*store)->Migrate();
@@ -372,7 +371,7 @@ int Trace(const Options& o) {
   if (auto bad = CheckInboxDb(o)) return *bad;
   auto store = OpenOutboxStore(o);
   if (!store.ok()) return Fail(store.status(), o.json);
-  std::unique_ptr<outbox::InboxStore> inbox;
+  std::unique_ptr<outbox::InboxView> inbox;
   if (!o.inbox_db.empty()) {
     auto opened = OpenOperatorInbox(o, "outboxctl");
     if (!opened.ok()) return Fail("the inbox database: " + opened.status().ToString(), o.json);

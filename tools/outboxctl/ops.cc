@@ -7,11 +7,8 @@
 #include <vector>
 
 #include "outbox/event.h"
-#include "outbox/mariadb.h"
-#include "outbox/mariadb_inbox.h"
+#include "outbox/open.h"
 #include "outbox/parse.h"
-#include "outbox/postgres.h"
-#include "outbox/postgres_inbox.h"
 
 namespace outbox::ctl {
 namespace {
@@ -41,31 +38,13 @@ std::string PayloadText(const EventRecord& e) {
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenOutboxStore(const std::string& db, const std::string& schema) {
-  if (IsMariaDbUrl(db)) {
-    MariaDbStoreOptions m;
-    m.url = db;
-    return OpenMariaDbStore(m);
-  }
-  PostgresStoreOptions p;
-  p.conninfo = db;
-  p.schema = schema;
-  return OpenPostgresStore(p);
+  return OpenStore({.url = db, .schema = schema});
 }
 
-Result<std::unique_ptr<InboxStore>> OpenOperatorInbox(const std::string& db,
-                                                      const std::string& schema,
-                                                      const std::string& consumer) {
-  if (IsMariaDbUrl(db)) {
-    MariaDbInboxOptions m;
-    m.url = db;
-    m.consumer = consumer;
-    return OpenMariaDbInbox(m);
-  }
-  PostgresInboxOptions p;
-  p.conninfo = db;
-  p.schema = schema;
-  p.consumer = consumer;
-  return OpenPostgresInbox(p);
+Result<std::unique_ptr<InboxView>> OpenOperatorInbox(const std::string& db,
+                                                     const std::string& schema,
+                                                     const std::string& consumer) {
+  return OpenInboxView({.url = db, .schema = schema, .consumer = consumer});
 }
 
 json ToRow(const EventRecord& e, bool trace) {
@@ -108,7 +87,7 @@ json ToRow(const StampRecord& s) {
           {"duplicates", s.duplicates}};
 }
 
-Result<json> StatusReport(Store& store, const std::string& schema) {
+Result<json> StatusReport(OutboxView& store, const std::string& schema) {
   auto s = store.Stats();
   if (!s.ok()) return s.status();
   auto sent = store.CountSent();
@@ -124,7 +103,7 @@ Result<json> StatusReport(Store& store, const std::string& schema) {
               {"oldest_unsent_age_seconds", static_cast<double>(s->oldest_unsent_age.count()) / 1000.0}};
 }
 
-Result<json> ListReport(Store& store, const ListFilter& filter) {
+Result<json> ListReport(OutboxView& store, const ListFilter& filter) {
   auto records = store.List(filter);
   if (!records.ok()) return records.status();
   json rows = json::array();
@@ -132,7 +111,7 @@ Result<json> ListReport(Store& store, const ListFilter& filter) {
   return json{{"ok", true}, {"rows", std::move(rows)}};
 }
 
-Result<json> TraceReport(Store& store, InboxStore* inbox, const std::string& key) {
+Result<json> TraceReport(OutboxView& store, InboxView* inbox, const std::string& key) {
   auto records = store.Find(key);
   if (!records.ok()) return records.status();
   json rows = json::array();
@@ -155,7 +134,7 @@ Result<json> TraceReport(Store& store, InboxStore* inbox, const std::string& key
   return out;
 }
 
-Result<json> ActivityJson(Store& store, std::chrono::seconds window) {
+Result<json> ActivityJson(OutboxView& store, StreamLedger* ledger, std::chrono::seconds window) {
   auto r = store.RecentActivity(window);
   if (!r.ok()) return r.status();
   std::sort(r->minutes.begin(), r->minutes.end(),
@@ -170,9 +149,9 @@ Result<json> ActivityJson(Store& store, std::chrono::seconds window) {
     relays.push_back({{"relay", x.relay}, {"role", x.role}, {"last_seen", x.last_seen}, {"rows", x.rows}});
     // A change stream's slot: the WAL it keeps (what operators fear most).
     constexpr std::string_view kStream = "stream ";
-    if (x.role.rfind(kStream, 0) != 0) continue;
+    if (ledger == nullptr || x.role.rfind(kStream, 0) != 0) continue;
     const std::string slot = x.role.substr(kStream.size());
-    auto st = store.StreamSlotStatus(slot);
+    auto st = ledger->StreamSlotStatus(slot);
     if (!st.ok() || !st->exists) continue;
     slots.push_back({{"slot", slot},
                      {"active", st->active},
@@ -188,7 +167,7 @@ Result<json> ActivityJson(Store& store, std::chrono::seconds window) {
               {"slots", std::move(slots)}};
 }
 
-Result<json> InboxStatusJson(InboxStore& inbox) {
+Result<json> InboxStatusJson(InboxView& inbox) {
   auto summary = inbox.Summary(std::chrono::seconds(0));
   if (!summary.ok()) return summary.status();
   json rows = json::array();
@@ -203,7 +182,7 @@ Result<json> InboxStatusJson(InboxStore& inbox) {
   return json{{"ok", true}, {"consumers", std::move(rows)}};
 }
 
-Result<json> ReplayReport(Store& store, const ReplaySelection& selection) {
+Result<json> ReplayReport(OutboxView& store, const ReplaySelection& selection) {
   auto r = store.ReplayFailed(selection);
   if (!r.ok()) return r.status();
   return json{{"ok", true},
@@ -214,7 +193,7 @@ Result<json> ReplayReport(Store& store, const ReplaySelection& selection) {
               {"dry_run", selection.dry_run}};
 }
 
-Result<json> SkipReport(Store& store, const SkipRequest& request) {
+Result<json> SkipReport(OutboxView& store, const SkipRequest& request) {
   auto r = store.Skip(request);
   if (!r.ok()) return r.status();
   return json{{"ok", true},

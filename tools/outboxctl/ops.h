@@ -1,6 +1,6 @@
 // outboxctl's operations as JSON documents: what `outboxctl --json` prints and
 // what `outboxctl serve` answers, from one place. Every database access goes
-// through the store interfaces (Store, InboxStore): no SQL here.
+// through the store interfaces (OutboxView, InboxView): no SQL here.
 //
 // Thread-safety: the functions keep no state; a Store is used by one thread at
 // a time (the caller's). Each returns {"ok": true, ...} or the store's error.
@@ -18,14 +18,14 @@
 
 namespace outbox::ctl {
 
-// The outbox store the URL names: mysql:// is MariaDB/MySQL (its tables in the
-// URL's database; the schema does not apply), anything else PostgreSQL.
+// The outbox store the URL names (outbox::OpenStore): mysql:// is
+// MariaDB/MySQL (its tables in the URL's database; the schema does not apply),
+// anything else PostgreSQL.
 Result<std::unique_ptr<Store>> OpenOutboxStore(const std::string& db, const std::string& schema);
-// A consumer's inbox for operator commands (Apply refused): MariaDB for a
-// mysql:// URL, PostgreSQL otherwise.
-Result<std::unique_ptr<InboxStore>> OpenOperatorInbox(const std::string& db,
-                                                      const std::string& schema,
-                                                      const std::string& consumer);
+// A consumer's inbox for operator commands (outbox::OpenInboxView).
+Result<std::unique_ptr<InboxView>> OpenOperatorInbox(const std::string& db,
+                                                     const std::string& schema,
+                                                     const std::string& consumer);
 
 // One record as a JSON object with typed values (trace: with the times and
 // audit columns; otherwise with its age).
@@ -33,24 +33,25 @@ nlohmann::json ToRow(const EventRecord& e, bool trace);
 nlohmann::json ToRow(const StampRecord& s);
 
 // Rows per state, held aggregates, oldest unsent age.
-Result<nlohmann::json> StatusReport(Store& store, const std::string& schema);
+Result<nlohmann::json> StatusReport(OutboxView& store, const std::string& schema);
 // {"rows": [...]} in enqueue order (Store::List).
-Result<nlohmann::json> ListReport(Store& store, const ListFilter& filter);
+Result<nlohmann::json> ListReport(OutboxView& store, const ListFilter& filter);
 // {"key", "outbox": [...]} and, with an inbox, "inbox": [stamps].
-Result<nlohmann::json> TraceReport(Store& store, InboxStore* inbox, const std::string& key);
+Result<nlohmann::json> TraceReport(OutboxView& store, InboxView* inbox, const std::string& key);
 // {"window_seconds", "minutes": [{"minute", "sent", "failed"}], "relays": [...],
 // "slots": [{"slot", "active", "wal_status", "retained_wal_bytes", "lag_seconds"}]}:
-// the last `window` (outboxctl serve's chart and relay list) and the replication
-// slots of the change streams seen in it.
-Result<nlohmann::json> ActivityJson(Store& store, std::chrono::seconds window);
+// the last `window` (outboxctl serve's chart and relay list) and, with a
+// ledger, the replication slots of the change streams seen in it.
+Result<nlohmann::json> ActivityJson(OutboxView& store, StreamLedger* ledger,
+                                    std::chrono::seconds window);
 // {"consumers": [{"consumer", "stamps", "oldest_stamp_age_seconds", "duplicates",
 // "parked", "oldest_parked_age_seconds"}]}: every consumer of the inbox schema.
-Result<nlohmann::json> InboxStatusJson(InboxStore& inbox);
+Result<nlohmann::json> InboxStatusJson(InboxView& inbox);
 // {"matched", "replayed", "released", "oldest_age_seconds", "dry_run"}.
-Result<nlohmann::json> ReplayReport(Store& store, const ReplaySelection& selection);
+Result<nlohmann::json> ReplayReport(OutboxView& store, const ReplaySelection& selection);
 // {"event_id", "was", "skipped", "released", "dry_run"}; "was" is "" when there
 // is no such event, and the state when it could not be skipped.
-Result<nlohmann::json> SkipReport(Store& store, const SkipRequest& request);
+Result<nlohmann::json> SkipReport(OutboxView& store, const SkipRequest& request);
 
 }  // namespace outbox::ctl
 

@@ -269,7 +269,7 @@ int Serve(const ServeOptions& o) {
   });
 
   srv.Get("/api/activity", [&](const httplib::Request&, httplib::Response& res) {
-    Answer(res, db.With([&](Store& s) { return ActivityJson(s, std::chrono::hours(1)); }));
+    Answer(res, db.With([&](Store& s) { return ActivityJson(s, s.Ledger(), std::chrono::hours(1)); }));
   });
 
   srv.Get("/api/events", [&](const httplib::Request& req, httplib::Response& res) {
@@ -300,7 +300,7 @@ int Serve(const ServeOptions& o) {
     if (key.empty() || key.size() > 1000) {
       return Error(res, 400, "key: an event id or a dedup key (1 to 1000 characters)");
     }
-    std::unique_ptr<InboxStore> inbox;
+    std::unique_ptr<InboxView> inbox;
     if (!o.inbox_db.empty()) {
       auto opened = OpenOperatorInbox(o.inbox_db, o.inbox_schema, "outboxctl");
       if (!opened.ok()) return Error(res, 503, "the inbox database: " + opened.status().ToString());

@@ -37,7 +37,7 @@ MessageOutcome FromHandler(const HandlerResult& hr) {
   return {Outcome::kTransient, hr.message};
 }
 
-class MariaDbInbox final : public InboxStore {
+class MariaDbInbox final : public InboxStore, public InboxView {
  public:
   MariaDbInbox(maria::Url url, MariaDbInboxOptions options, MariaDbHandler handler)
       : url_(std::move(url)), options_(std::move(options)), handler_(std::move(handler)) {}
@@ -334,7 +334,8 @@ class MariaDbInbox final : public InboxStore {
   maria::ConnPtr conn_;
 };
 
-Result<std::unique_ptr<InboxStore>> Open(const MariaDbInboxOptions& options, MariaDbHandler handler) {
+Result<std::unique_ptr<MariaDbInbox>> Open(const MariaDbInboxOptions& options,
+                                           MariaDbHandler handler) {
   if (options.consumer.empty() || options.consumer.size() > 128) {
     return Status::InvalidArgument("inbox: consumer is required (at most 128 characters)");
   }
@@ -342,7 +343,7 @@ Result<std::unique_ptr<InboxStore>> Open(const MariaDbInboxOptions& options, Mar
   if (!url.ok()) return url.status();
   auto store = std::make_unique<MariaDbInbox>(*url, options, std::move(handler));
   OUTBOX_RETURN_IF_ERROR(store->Connect());
-  return std::unique_ptr<InboxStore>(std::move(store));
+  return store;
 }
 
 }  // namespace
@@ -350,11 +351,15 @@ Result<std::unique_ptr<InboxStore>> Open(const MariaDbInboxOptions& options, Mar
 Result<std::unique_ptr<InboxStore>> OpenMariaDbInbox(const MariaDbInboxOptions& options,
                                                      MariaDbHandler handler) {
   if (!handler) return Status::InvalidArgument("inbox: a handler is required");
-  return Open(options, std::move(handler));
+  auto inbox = Open(options, std::move(handler));
+  if (!inbox.ok()) return inbox.status();
+  return std::unique_ptr<InboxStore>(std::move(inbox).value());
 }
 
-Result<std::unique_ptr<InboxStore>> OpenMariaDbInbox(const MariaDbInboxOptions& options) {
-  return Open(options, nullptr);
+Result<std::unique_ptr<InboxView>> OpenMariaDbInboxView(const MariaDbInboxOptions& options) {
+  auto inbox = Open(options, nullptr);
+  if (!inbox.ok()) return inbox.status();
+  return std::unique_ptr<InboxView>(std::move(inbox).value());
 }
 
 }  // namespace outbox

@@ -65,7 +65,7 @@ HandlerResult FromStatement(const Status& st) {
   return HandlerResult::Transient(st.message());
 }
 
-class PostgresInbox final : public InboxStore {
+class PostgresInbox final : public InboxStore, public InboxView {
  public:
   PostgresInbox(PostgresInboxOptions o, std::unique_ptr<pg::Session> s, Handler h, BatchHandler b,
                 SinkHandler sink)
@@ -593,16 +593,23 @@ class PostgresInbox final : public InboxStore {
       due_, unpark_, reschedule_, summary_, find_stamps_;
 };
 
-Result<std::unique_ptr<InboxStore>> OpenInbox(const PostgresInboxOptions& options, Handler handler,
-                                              BatchHandler batch_handler, SinkHandler sink) {
+Result<std::unique_ptr<PostgresInbox>> OpenInbox(const PostgresInboxOptions& options,
+                                                 Handler handler, BatchHandler batch_handler,
+                                                 SinkHandler sink) {
   if (options.consumer.empty()) return Status::InvalidArgument("inbox: consumer name is required");
   auto s = pg::Session::ConnectFor("inbox: ",
                                    {options.conninfo, options.connect_timeout,
                                     options.statement_timeout, "outbox-inbox"},
                                    options.schema);
   if (!s.ok()) return s.status();
-  return std::unique_ptr<InboxStore>(std::make_unique<PostgresInbox>(
-      options, std::move(s).value(), std::move(handler), std::move(batch_handler), std::move(sink)));
+  return std::make_unique<PostgresInbox>(options, std::move(s).value(), std::move(handler),
+                                         std::move(batch_handler), std::move(sink));
+}
+
+template <class Part>
+Result<std::unique_ptr<Part>> As(Result<std::unique_ptr<PostgresInbox>> inbox) {
+  if (!inbox.ok()) return inbox.status();
+  return std::unique_ptr<Part>(std::move(inbox).value());
 }
 
 }  // namespace
@@ -611,17 +618,17 @@ Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions
                                                       Handler handler,
                                                       BatchHandler batch_handler) {
   if (!handler) return Status::InvalidArgument("inbox: a handler is required");
-  return OpenInbox(options, std::move(handler), std::move(batch_handler), nullptr);
+  return As<InboxStore>(OpenInbox(options, std::move(handler), std::move(batch_handler), nullptr));
 }
 
-Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options) {
-  return OpenInbox(options, nullptr, nullptr, nullptr);
+Result<std::unique_ptr<InboxView>> OpenPostgresInboxView(const PostgresInboxOptions& options) {
+  return As<InboxView>(OpenInbox(options, nullptr, nullptr, nullptr));
 }
 
 Result<std::unique_ptr<InboxStore>> OpenPostgresInbox(const PostgresInboxOptions& options,
                                                       SinkHandler handler) {
   if (!handler) return Status::InvalidArgument("inbox: a handler is required");
-  return OpenInbox(options, nullptr, nullptr, std::move(handler));
+  return As<InboxStore>(OpenInbox(options, nullptr, nullptr, std::move(handler)));
 }
 
 }  // namespace outbox

@@ -36,7 +36,7 @@ Result<TransitionResult> CollectApplied(pg::ResultPtr res, std::span<const Ticke
   return out;
 }
 
-class PostgresStore final : public Store {
+class PostgresStore final : public Store, public StreamLedger {
  public:
   PostgresStore(PostgresStoreOptions options, std::unique_ptr<pg::Session> session)
       : options_(std::move(options)),
@@ -52,6 +52,8 @@ class PostgresStore final : public Store {
         stats_(pg::sql::Stats(options_.schema)),
         stream_states_(pg::sql::StreamStates(options_.schema)),
         count_sent_(pg::sql::CountSent(options_.schema)) {}
+
+  StreamLedger* Ledger() override { return this; }
 
   Result<std::vector<int>> Migrate() override {
     std::vector<int> applied;

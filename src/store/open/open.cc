@@ -1,0 +1,57 @@
+// The one place that maps a URL's scheme to a store (include/outbox/open.h).
+#include "outbox/open.h"
+
+#include "outbox/mariadb.h"
+#include "outbox/mariadb_inbox.h"
+#include "outbox/postgres.h"
+#include "outbox/postgres_inbox.h"
+
+namespace outbox {
+namespace {
+
+MariaDbStoreOptions Maria(const StoreOptions& o) {
+  return {.url = o.url,
+          .sent_mode = o.sent_mode,
+          .statement_timeout = o.statement_timeout,
+          .connect_timeout = o.connect_timeout};
+}
+
+PostgresStoreOptions Postgres(const StoreOptions& o) {
+  return {.conninfo = o.url,
+          .schema = o.schema,
+          .sent_mode = o.sent_mode,
+          .statement_timeout = o.statement_timeout,
+          .connect_timeout = o.connect_timeout};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenStore(const StoreOptions& options) {
+  if (IsMariaDbUrl(options.url)) return OpenMariaDbStore(Maria(options));
+  return OpenPostgresStore(Postgres(options));
+}
+
+Result<SchemaCheck> CheckSchema(const StoreOptions& options) {
+  if (IsMariaDbUrl(options.url)) {
+    return CheckMariaDbSchema({.url = options.url, .connect_timeout = options.connect_timeout});
+  }
+  return CheckPostgresSchema(Postgres(options));
+}
+
+Result<std::unique_ptr<InboxView>> OpenInboxView(const InboxViewOptions& options) {
+  if (IsMariaDbUrl(options.url)) {
+    MariaDbInboxOptions m;
+    m.url = options.url;
+    m.consumer = options.consumer;
+    m.connect_timeout = options.connect_timeout;
+    return OpenMariaDbInboxView(m);
+  }
+  PostgresInboxOptions p;
+  p.conninfo = options.url;
+  p.schema = options.schema;
+  p.consumer = options.consumer;
+  p.connect_timeout = options.connect_timeout;
+  return OpenPostgresInboxView(p);
+}
+
+}  // namespace outbox
