@@ -8,6 +8,13 @@ target_compile_options(outbox_build_flags INTERFACE
 if(OUTBOX_WERROR)
   target_compile_options(outbox_build_flags INTERFACE -Werror)
 endif()
+# clang checks the lock annotations (include/outbox/thread_annotations.h); a
+# violation is an error in every clang build (the fuzz preset is one the test
+# command runs, and it also compiles the inbox engine for this check).
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  target_compile_options(outbox_build_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wthread-safety -Werror=thread-safety>)
+endif()
 if(OUTBOX_SANITIZE)
   target_compile_options(outbox_build_flags INTERFACE
     -fsanitize=${OUTBOX_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)

@@ -1,4 +1,4 @@
-// The relay engine's loop with in-process fakes of Store and Transport (no
+// The relay engine's loop with in-process fakes of its claim queue and transport (no
 // database, no broker): the shutdown deadline with a batch still in flight, and
 // the shared backoff of a broker outage. Runs under ASan and TSan.
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "fakes.h"
 #include "outbox/relay.h"
 
 namespace outbox {
@@ -15,85 +16,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// An in-memory outbox: every row claimable once until marked; thread-safe
-// because each worker opens its own Store over one shared table.
-struct FakeTable {
-  std::mutex mu;
-  std::map<std::int64_t, int> attempts;  // seq -> attempts, rows not yet SENT
-  std::int64_t claimed_at_once = 0;       // rows currently claimed
-  std::atomic<int> claims{0}, marks{0};
-};
-
-// The engine sees only the claim queue: the fake is nothing more.
-class FakeQueue final : public ClaimQueue {
- public:
-  explicit FakeQueue(FakeTable& t) : t_(t) {}
-  Result<ClaimResult> Claim(const ClaimOptions& o) override {
-    std::lock_guard<std::mutex> l(t_.mu);
-    ++t_.claims;
-    ClaimResult r;
-    if (t_.claimed_at_once > 0) return r;  // one batch in flight at a time
-    for (auto& [seq, attempts] : t_.attempts) {
-      if (static_cast<int>(r.events.size()) >= o.batch_size) break;
-      ClaimedEvent ce;
-      ce.ticket = {seq, 1};
-      ce.event.aggregate_type = "t";
-      ce.event.aggregate_id = "a" + std::to_string(seq % 3);
-      ce.attempts = ++attempts;
-      r.events.push_back(ce);
-    }
-    t_.claimed_at_once = static_cast<std::int64_t>(r.events.size());
-    return r;
-  }
-  Result<TransitionResult> MarkSent(std::span<const Ticket> ts) override {
-    std::lock_guard<std::mutex> l(t_.mu);
-    ++t_.marks;
-    for (const auto& t : ts) t_.attempts.erase(t.seq);
-    t_.claimed_at_once -= static_cast<std::int64_t>(ts.size());
-    return TransitionResult{ts.size(), {}};
-  }
-  Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) override {
-    std::lock_guard<std::mutex> l(t_.mu);
-    for (const auto& it : items) {
-      if (!it.attempt_counts) --t_.attempts[it.ticket.seq];
-    }
-    t_.claimed_at_once -= static_cast<std::int64_t>(items.size());
-    return TransitionResult{items.size(), {}};
-  }
-  Result<TransitionResult> MarkFailed(std::span<const FailItem> items) override {
-    std::lock_guard<std::mutex> l(t_.mu);
-    ADD_FAILURE() << "nothing may end FAILED here";
-    t_.claimed_at_once -= static_cast<std::int64_t>(items.size());
-    return TransitionResult{items.size(), {}};
-  }
-  Result<bool> WaitForWork(std::chrono::milliseconds timeout) override {
-    std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(20)));
-    return false;
-  }
-
- private:
-  FakeTable& t_;
-};
-
-// Acks after `delay`, or reports every event as "broker unavailable" while down.
-class FakeTransport final : public Transport {
- public:
-  std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) override {
-    ++publishes;
-    std::this_thread::sleep_for(delay.load());
-    std::vector<PublishResult> r(events.size());
-    for (auto& x : r) {
-      x = down ? PublishResult{PublishOutcome::kRetryable, "_MSG_TIMED_OUT", true}
-               : PublishResult{PublishOutcome::kAcked, "", false};
-    }
-    return r;
-  }
-  std::chrono::milliseconds MaxPublishTime() const override { return 1000ms; }
-  bool Healthy() const override { return !down; }
-  std::atomic<std::chrono::milliseconds> delay{0ms};
-  std::atomic<bool> down{false};
-  std::atomic<int> publishes{0};
-};
+using test_util::ClaimQueueWrapper;
+using test_util::DownClaimQueue;
+using test_util::FakeQueue;
+using test_util::FakeTable;
+using test_util::FakeTransport;
 
 RelayOptions Options() {
   RelayOptions o;
@@ -207,6 +134,37 @@ TEST(RelayEngine, AnOutageCountsNoAttemptsAndWorkersBackOffTogether) {
   (*relay)->RequestStop();
   runner.join();
   EXPECT_TRUE(table.attempts.empty()) << "delivered after the outage";
+}
+
+// The database refuses the first claims (a fault-injecting wrapper around the
+// fake queue): the workers back off, reconnect and deliver every row once; no
+// row's attempts are spent by a claim that never happened.
+TEST(RelayEngine, ClaimsFailingForAWhileDeliverEveryRowOnceAfterwards) {
+  Engine e(9);
+  std::atomic<int> claims_down{12};
+  StoreParts parts;
+  parts.queue = [&]() -> Result<std::unique_ptr<ClaimQueue>> {
+    return std::unique_ptr<ClaimQueue>(
+        new DownClaimQueue(std::make_unique<FakeQueue>(e.table), claims_down));
+  };
+  RelayOptions o = Options();
+  o.db_retry_max = 20ms;
+  auto relay = Relay::Create(o, std::move(parts), e.transport, e.metrics, e.logger);
+  ASSERT_TRUE(relay.ok()) << relay.status().ToString();
+  std::thread runner([&] { (void)(*relay)->Run(); });
+  for (int i = 0; i < 1000; ++i) {
+    {
+      std::lock_guard<std::mutex> l(e.table.mu);
+      if (e.table.attempts.empty()) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  (*relay)->RequestStop();
+  runner.join();
+  EXPECT_LE(claims_down.load(), 0) << "every refused claim was tried";
+  EXPECT_GE(e.metrics.db_errors.Value(), 1u);
+  std::lock_guard<std::mutex> l(e.table.mu);
+  EXPECT_TRUE(e.table.attempts.empty()) << "every row delivered after the database came back";
 }
 
 }  // namespace

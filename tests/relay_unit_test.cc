@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "config.h"
+#include "relay_config.h"
 #include "metrics_text.h"
 #include "outbox/kafka.h"
 #include "outbox/metrics.h"
@@ -232,7 +232,7 @@ workers = 3
   EXPECT_EQ(c->relay.max_attempts, 10);     // default
   EXPECT_EQ(c->kafka.properties.at("linger.ms"), "7");
   EXPECT_EQ(c->kafka.properties.at("bootstrap.servers"), "k:9092");
-  EXPECT_EQ(c->database.conninfo, "postgresql://u:pw@db/x");
+  EXPECT_EQ(c->database.url, "postgresql://u:pw@db/x");
 }
 
 // Secrets without the command line or a file the relay's user can list:
@@ -250,7 +250,7 @@ TEST(Config, KafkaPropertiesAndFileVariantsComeFromTheEnvironment) {
                                             {"OUTBOX_KAFKA_PROPERTIES_SASL_PASSWORD_FILE", pw_file}};
   auto c = daemon::LoadConfig("", "x", env, {});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->database.conninfo, "postgresql://u:secret@db/x") << "one trailing newline dropped";
+  EXPECT_EQ(c->database.url, "postgresql://u:secret@db/x") << "one trailing newline dropped";
   EXPECT_EQ(c->kafka.properties.at("security.protocol"), "SASL_SSL");
   EXPECT_EQ(c->kafka.properties.at("log_level"), "3");
   EXPECT_EQ(c->kafka.properties.at("sasl.password"), "s3cr3t");

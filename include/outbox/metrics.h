@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "outbox/thread_annotations.h"
+
 namespace outbox {
 
 class Counter {
@@ -86,11 +88,11 @@ class MetricsRegistry {
     Histogram* histogram = nullptr;
     std::function<GaugeSamples()> read;
   };
-  mutable std::mutex mu_;
-  std::vector<Entry> entries_;
-  std::deque<Counter> counters_;
-  std::deque<Gauge> gauges_;
-  std::deque<std::unique_ptr<Histogram>> histograms_;
+  mutable Mutex mu_;
+  std::vector<Entry> entries_ OUTBOX_GUARDED_BY(mu_);
+  std::deque<Counter> counters_ OUTBOX_GUARDED_BY(mu_);
+  std::deque<Gauge> gauges_ OUTBOX_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Histogram>> histograms_ OUTBOX_GUARDED_BY(mu_);
 };
 
 }  // namespace outbox

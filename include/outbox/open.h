@@ -33,6 +33,10 @@ struct StoreOptions {
   std::chrono::seconds connect_timeout{5};
 };
 
+// The URL with its password redacted, in either store's form (for logs and
+// --print-config); a URL that does not parse is not shown at all.
+std::string RedactDatabaseUrl(const std::string& url);
+
 // Opens the URL's store (connects at once; a failed connection is Unavailable).
 Result<std::unique_ptr<Store>> OpenStore(const StoreOptions& options);
 

@@ -41,6 +41,7 @@
 #include "outbox/metrics.h"
 #include "outbox/status.h"
 #include "outbox/store.h"
+#include "outbox/thread_annotations.h"
 #include "outbox/transport.h"
 
 namespace outbox {
@@ -259,6 +260,9 @@ class Relay {
   int StreamSlot() const { return options_.workers + 2; }
   // Sleeps up to `d` or until stop is requested; returns false if stopping.
   bool SleepFor(milliseconds d);
+  // Waits on cv_ until stopping, a wake after `seen`, or `until`.
+  void WaitForWake(MutexLock& lock, std::uint64_t seen, std::chrono::steady_clock::time_point until)
+      OUTBOX_REQUIRES(mu_);
   // Broker outage backoff, shared by all workers. BrokerTurn: true if this
   // worker may claim now (*probing: it is the one worker that tests the broker
   // after a backoff); false after waiting a while (call again).
@@ -268,7 +272,7 @@ class Relay {
   // `broker_answered` (anything acked) ends it.
   void EndBrokerRound(bool outage, bool broker_answered, bool probing);
   milliseconds NextOutageDelay() const;
-  milliseconds NextOutageDelayLocked() const;  // REQUIRES(mu_)
+  milliseconds NextOutageDelayLocked() const OUTBOX_REQUIRES(mu_);
   // Idle polling: one idle worker polls (sleeping `d` between claims), the
   // others wait until it finds work (EndIdle) or a notification arrives, so idle
   // workers do not each walk the rows held behind an in-flight hot aggregate.
@@ -286,7 +290,7 @@ class Relay {
   const int beat_slots_;                                       // workers + 3
   const std::unique_ptr<std::atomic<std::int64_t>[]> beats_;  // made by the constructor
   std::vector<std::thread> threads_;  // started and joined by Run(); ~Relay joins leftovers
-  int running_ = 0;                   // GUARDED_BY(mu_): threads not yet finished
+  int running_ OUTBOX_GUARDED_BY(mu_) = 0;  // threads not yet finished
   std::atomic<int> db_ok_workers_{0};
   std::atomic<bool> db_ok_housekeeping_{false};
   // cdc: housekeeping saw the slot over max_retained_wal_bytes (set), or the
@@ -296,17 +300,18 @@ class Relay {
   // (at most cdc.stream_stale_after) the sweepers wait, so that a starting
   // relay does not claim what its stream is about to publish.
   std::atomic<bool> stream_reported_{false};
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::uint64_t wake_seq_ = 0;  // GUARDED_BY(mu_): bumped by ListenLoop to end idle sleeps
-  // GUARDED_BY(mu_): 0 while the broker answers; else the current outage backoff.
-  milliseconds outage_delay_{0};
-  std::chrono::steady_clock::time_point outage_until_;  // GUARDED_BY(mu_)
-  bool probe_in_flight_ = false;                         // GUARDED_BY(mu_)
-  int idle_poller_ = -1;  // GUARDED_BY(mu_): the worker polling for the idle ones
-  // GUARDED_BY(mu_): the last PermissionDenied of the workers' claims and of
-  // housekeeping's stats, each until that side succeeds again.
-  std::string refused_by_workers_, refused_by_housekeeping_;
+  std::uint64_t wake_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped by ListenLoop to end idle sleeps
+  // 0 while the broker answers; else the current outage backoff.
+  milliseconds outage_delay_ OUTBOX_GUARDED_BY(mu_){0};
+  std::chrono::steady_clock::time_point outage_until_ OUTBOX_GUARDED_BY(mu_);
+  bool probe_in_flight_ OUTBOX_GUARDED_BY(mu_) = false;
+  int idle_poller_ OUTBOX_GUARDED_BY(mu_) = -1;  // the worker polling for the idle ones
+  // The last PermissionDenied of the workers' claims and of housekeeping's
+  // stats, each until that side succeeds again.
+  std::string refused_by_workers_ OUTBOX_GUARDED_BY(mu_);
+  std::string refused_by_housekeeping_ OUTBOX_GUARDED_BY(mu_);
 };
 
 }  // namespace outbox

@@ -67,7 +67,7 @@ double Histogram::Quantile(double q) const {
 
 Counter& MetricsRegistry::AddCounter(const std::string& name, const std::string& help,
                                      const std::string& labels) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   counters_.emplace_back();
   entries_.push_back({name, help, "counter", labels, &counters_.back(), nullptr, nullptr, {}});
   return counters_.back();
@@ -75,7 +75,7 @@ Counter& MetricsRegistry::AddCounter(const std::string& name, const std::string&
 
 Gauge& MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
                                  const std::string& labels) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   gauges_.emplace_back();
   entries_.push_back({name, help, "gauge", labels, nullptr, &gauges_.back(), nullptr, {}});
   return gauges_.back();
@@ -83,7 +83,7 @@ Gauge& MetricsRegistry::AddGauge(const std::string& name, const std::string& hel
 
 Histogram& MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
                                          std::vector<double> upper_bounds) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   histograms_.push_back(std::make_unique<Histogram>(std::move(upper_bounds)));
   entries_.push_back({name, help, "histogram", "", nullptr, nullptr, histograms_.back().get(), {}});
   return *histograms_.back();
@@ -91,13 +91,13 @@ Histogram& MetricsRegistry::AddHistogram(const std::string& name, const std::str
 
 void MetricsRegistry::AddGaugeFunction(const std::string& name, const std::string& help,
                                        std::function<GaugeSamples()> read) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   Entry e{name, help, "gauge", "", nullptr, nullptr, nullptr, std::move(read)};
   entries_.push_back(std::move(e));
 }
 
 std::string MetricsRegistry::RenderPrometheus() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::string out;
   std::set<std::string> described;
   for (const Entry& e : entries_) {

@@ -1,6 +1,7 @@
 // The inbox engine: the consumer loop over InboxSource and InboxStore. Its
 // decisions are in plan.cc; this file runs them, keeps the counters and metrics.
 #include "outbox/consumer.h"
+#include "outbox/thread_annotations.h"
 
 #include <algorithm>
 #include <atomic>
@@ -69,7 +70,7 @@ class Metrics {
     r->AddGaugeFunction("outbox_inbox_consumer_lag_messages",
                         "Messages behind the high watermark, per owned partition",
                         [live = live_] {
-                          std::lock_guard<std::mutex> l(live->mu);
+                          MutexLock l(live->mu);
                           return live->lag;
                         });
     r->AddGaugeFunction(
@@ -115,7 +116,7 @@ class Metrics {
                          std::to_string(p.tp.partition) + "\"",
                      static_cast<double>(p.lag));
     }
-    std::lock_guard<std::mutex> l(live_->mu);
+    MutexLock l(live_->mu);
     live_->lag = std::move(s);
   }
 
@@ -131,8 +132,8 @@ class Metrics {
   Counter* batches_failed_ = nullptr;
   Counter* parked_ = nullptr;
   struct Live {
-    std::mutex mu;
-    MetricsRegistry::GaugeSamples lag;  // GUARDED_BY(mu)
+    Mutex mu;
+    MetricsRegistry::GaugeSamples lag OUTBOX_GUARDED_BY(mu);
     std::atomic<std::int64_t> last_apply_ms{NowMs()};
   };
   std::shared_ptr<Live> live_ = std::make_shared<Live>();

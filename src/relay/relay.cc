@@ -330,7 +330,7 @@ Relay::~Relay() {
 
 void Relay::RequestStop() {
   stopping_ = true;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   cv_.notify_all();
 }
 
@@ -339,7 +339,7 @@ bool Relay::Ready() const { return db_ok_housekeeping_ && db_ok_workers_ > 0 && 
 std::string Relay::NotReadyReason() const {
   std::string why;
   if (!db_ok_housekeeping_ || db_ok_workers_ == 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const std::string& refused = db_ok_workers_ == 0 && !refused_by_workers_.empty() ? refused_by_workers_
                                                                                      : refused_by_housekeeping_;
     why = refused.empty() ? "database unreachable"
@@ -355,14 +355,14 @@ bool Relay::NoteDbError(const Status& st, std::string* refusal) {
   if (st.code() != Code::kPermissionDenied) return false;
   metrics_.db_permission_denied.Inc();
   if (refusal) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     *refusal = st.message();
   }
   return true;
 }
 
 void Relay::ClearRefusal(std::string* refusal) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   refusal->clear();
 }
 
@@ -381,29 +381,35 @@ bool Relay::Alive(milliseconds max_silence) const {
   return true;
 }
 
+// The condition variable's waits are loops here (not predicate lambdas) so
+// that the lock annotations see every guarded read under mu_.
+void Relay::WaitForWake(MutexLock& lock, std::uint64_t seen, Clock::time_point until) {
+  while (!stopping_ && wake_seq_ == seen) {
+    if (cv_.wait_until(lock.native(), until) == std::cv_status::timeout) return;
+  }
+}
+
 bool Relay::SleepFor(milliseconds d) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const std::uint64_t seen = wake_seq_;
-  cv_.wait_for(lock, d, [&] { return stopping_.load() || wake_seq_ != seen; });
+  MutexLock lock(mu_);
+  WaitForWake(lock, wake_seq_, Clock::now() + d);
   return !stopping_;
 }
 
 void Relay::IdleWait(int index, milliseconds d) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::uint64_t seen = wake_seq_;
-  auto woken = [&] { return stopping_.load() || wake_seq_ != seen; };
   if (idle_poller_ < 0 || idle_poller_ == index) {
     idle_poller_ = index;  // this worker polls for the idle ones
-    cv_.wait_for(lock, d, woken);
+    WaitForWake(lock, seen, Clock::now() + d);
     return;
   }
   // Another worker polls; wait for it to find work, for a notification, or (a
   // safety net) a few poll intervals.
-  cv_.wait_for(lock, std::max(d, options_.poll_max * 4), woken);
+  WaitForWake(lock, seen, Clock::now() + std::max(d, options_.poll_max * 4));
 }
 
 void Relay::EndIdle(int index) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (idle_poller_ == index) idle_poller_ = -1;
   ++wake_seq_;  // work found after idling: there may be more for the others
   cv_.notify_all();
@@ -415,12 +421,12 @@ milliseconds Relay::NextOutageDelayLocked() const {
 }
 
 milliseconds Relay::NextOutageDelay() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return NextOutageDelayLocked();
 }
 
 bool Relay::BrokerTurn(bool* probing) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (outage_delay_.count() == 0) return true;
   const auto now = Clock::now();
   if (now >= outage_until_ && !probe_in_flight_) {
@@ -429,18 +435,20 @@ bool Relay::BrokerTurn(bool* probing) {
     return true;
   }
   const auto until = probe_in_flight_ ? now + options_.poll_max : outage_until_;
-  cv_.wait_until(lock, until, [&] { return stopping_.load() || outage_delay_.count() == 0; });
+  while (!stopping_ && outage_delay_.count() != 0) {
+    if (cv_.wait_until(lock.native(), until) == std::cv_status::timeout) break;
+  }
   return false;
 }
 
 void Relay::EndBrokerProbe() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   probe_in_flight_ = false;
   cv_.notify_all();
 }
 
 void Relay::EndBrokerRound(bool outage, bool broker_answered, bool probing) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (probing) probe_in_flight_ = false;
   if (outage) {
     const milliseconds next = NextOutageDelayLocked();
@@ -480,7 +488,7 @@ void Relay::ListenLoop() {
     }
     backoff = milliseconds(200);
     if (*woken) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ++wake_seq_;
       cv_.notify_all();
     }
@@ -496,14 +504,14 @@ Status Relay::Run() {
                                   {"ordered", options_.ordered ? "true" : "false"}});
   auto spawn = [&](int slot, auto fn) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ++running_;
     }
     Beat(slot);
     threads_.emplace_back([this, slot, fn] {
       fn();
       beats_[static_cast<std::size_t>(slot)] = kIdleBeat;
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       --running_;
       cv_.notify_all();
     });
@@ -516,12 +524,15 @@ Status Relay::Run() {
   if (cdc) spawn(StreamSlot(), [this] { StreamLoop(); });
 
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return stopping_.load(); });
+    MutexLock lock(mu_);
+    while (!stopping_) cv_.wait(lock.native());
     logger_.Info("relay stopping: no new claims; finishing in-flight batches",
                  {{"timeout_ms", std::to_string(options_.shutdown_timeout.count())}});
     const auto deadline = Clock::now() + options_.shutdown_timeout;
-    if (!cv_.wait_until(lock, deadline, [&] { return running_ == 0; })) {
+    while (running_ != 0 &&
+           cv_.wait_until(lock.native(), deadline) != std::cv_status::timeout) {
+    }
+    if (running_ != 0) {
       // The threads keep running (they only touch members; ~Relay joins them).
       // The daemon exits the process now: the rows still in flight are safe,
       // their leases expire and another relay takes them.
@@ -682,7 +693,7 @@ void Relay::WorkerLoop(int index) {
     }
   }
   if (db_ok) --db_ok_workers_;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (idle_poller_ == index) idle_poller_ = -1;
 }
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "config.h"
+#include "relay_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

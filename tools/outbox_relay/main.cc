@@ -17,7 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "config.h"
+#include "relay_config.h"
 #include "systemd_notify.h"
 #include "outbox/version.h"
 #include "outbox/http.h"
@@ -87,14 +87,9 @@ int main(int argc, char** argv) {
     std::cerr << "outbox-relay: configuration error: " << transport.status().message() << "\n";
     return kExitConfig;
   }
-  const outbox::PostgresStoreOptions& db = cfg->database;
-  const outbox::StoreOptions store_options{.url = db.conninfo,
-                                           .schema = db.schema,
-                                           .sent_mode = db.sent_mode,
-                                           .statement_timeout = db.statement_timeout,
-                                           .connect_timeout = db.connect_timeout};
+  const outbox::StoreOptions& db = cfg->database;
   // The store follows the URL's scheme.
-  outbox::StoreFactory factory = [store_options]() { return outbox::OpenStore(store_options); };
+  outbox::StoreFactory factory = [db]() { return outbox::OpenStore(db); };
 
   outbox::MetricsRegistry registry;
   outbox::RelayMetrics metrics(registry, cfg->database.schema);
@@ -102,7 +97,7 @@ int main(int argc, char** argv) {
   outbox::RelayOptions relay_options = cfg->relay;
   if (relay_options.source == outbox::RelaySource::kCdc) {
     outbox::PostgresChangeStreamOptions so;
-    so.conninfo = db.conninfo;
+    so.conninfo = db.url;
     so.schema = db.schema;
     so.slot = relay_options.cdc.slot;
     so.publication = cfg->cdc_publication;

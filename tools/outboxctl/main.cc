@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "config.h"
+#include "config.h"  // outbox::config
 #include "ops.h"
 #include "serve.h"
 #include "outbox/kafka.h"
@@ -108,6 +108,28 @@ struct Options {
   // librdkafka properties `dlt replay` connects with (TLS, SASL).
   std::map<std::string, std::string> kafka;
 };
+
+// What outboxctl reads of the relay's configuration file (docs/relay.md):
+// [database] and [kafka.properties]. The relay's own sections are the relay's
+// to check (outbox-relay --print-config); here they are accepted and ignored.
+struct CtlConfig {
+  outbox::StoreOptions database;
+  std::map<std::string, std::string> kafka;
+};
+
+const outbox::config::Schema<CtlConfig>& CtlSchema() {
+  static const outbox::config::Schema<CtlConfig> schema = [] {
+    outbox::config::Schema<CtlConfig> s;
+    s.docs = "docs/relay.md";
+    outbox::config::AddDatabaseKeys<CtlConfig>(
+        s, [](CtlConfig& c) -> outbox::StoreOptions& { return c.database; });
+    outbox::config::AddKafkaProperties<CtlConfig>(
+        s, [](CtlConfig& c) -> std::map<std::string, std::string>& { return c.kafka; });
+    s.ignored_prefixes = {"relay.", "cdc.", "retention.", "http.", "log.", "kafka.topic_template"};
+    return s;
+  }();
+  return schema;
+}
 
 std::string Text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
@@ -609,7 +631,7 @@ int InboxPurge(const Options& o) {
 // never a flag's value (it would show in `ps`). Bad values exit 2.
 std::optional<int> LoadToken(const Options& o, std::string* token) {
   if (!o.token_file.empty()) {
-    auto text = outbox::daemon::ReadConfigFile(o.token_file);
+    auto text = outbox::config::ReadFile(o.token_file);
     if (!text.ok()) return Usage("--token-file: " + text.status().message());
     *token = *text;
   } else if (const char* env = std::getenv("OUTBOX_DASHBOARD_TOKEN")) {
@@ -837,15 +859,25 @@ int main(int argc, char** argv) {
     if (db_flag->count()) overrides.emplace_back("database.url", o.db);
     if (schema_flag->count()) overrides.emplace_back("database.schema", o.schema);
     if (bootstrap_flag->count()) overrides.emplace_back("kafka.properties.bootstrap.servers", o.bootstrap);
-    auto text = outbox::daemon::ReadConfigFile(o.config);
+    auto text = outbox::config::ReadFile(o.config);
     if (!text.ok()) return Usage("--config: " + text.status().message());
-    auto cfg = outbox::daemon::LoadConfig(*text, o.config.empty() ? "<none>" : o.config,
-                                          outbox::daemon::OutboxEnvironment(), overrides,
-                                          {/*database=*/false, /*bootstrap=*/false});
-    if (!cfg.ok()) return Usage("configuration: " + cfg.status().message());
-    o.db = cfg->database.conninfo;
-    o.schema = cfg->database.schema;
-    o.kafka = cfg->kafka.properties;
+    CtlConfig cfg;
+    outbox::Status loaded = outbox::config::Load(
+        CtlSchema(), {*text, o.config.empty() ? "<none>" : o.config,
+                      outbox::config::OutboxEnvironment(), overrides},
+        cfg);
+    if (!loaded.ok()) return Usage("configuration: " + loaded.message());
+    if (outbox::Status st = outbox::ValidateSchemaName(cfg.database.schema); !st.ok()) {
+      return Usage("configuration: config key database.schema: " + st.message());
+    }
+    if (outbox::IsMariaDbUrl(cfg.database.url)) {
+      if (outbox::Status st = outbox::ValidateMariaDbUrl(cfg.database.url); !st.ok()) {
+        return Usage("configuration: config key database.url: " + st.message());
+      }
+    }
+    o.db = cfg.database.url;
+    o.schema = cfg.database.schema;
+    o.kafka = cfg.kafka;
   }
 
   if (dlt_replay->parsed()) return DltReplay(o);

@@ -26,6 +26,10 @@ PostgresStoreOptions Postgres(const StoreOptions& o) {
 
 }  // namespace
 
+std::string RedactDatabaseUrl(const std::string& url) {
+  return IsMariaDbUrl(url) ? RedactMariaDbUrl(url) : RedactConninfo(url);
+}
+
 Result<std::unique_ptr<Store>> OpenStore(const StoreOptions& options) {
   if (IsMariaDbUrl(options.url)) return OpenMariaDbStore(Maria(options));
   return OpenPostgresStore(Postgres(options));

@@ -16,6 +16,7 @@
 
 #include "common.h"
 #include "outbox/kafka.h"
+#include "outbox/thread_annotations.h"
 #include "outbox/time.h"
 
 namespace outbox {
@@ -96,14 +97,15 @@ std::string ConfValue(rd_kafka_conf_t* conf, const char* name) {
 // One Publish call's results, shared with the delivery-report callback (which
 // may run after Publish gave up waiting, hence shared ownership).
 struct BatchState {
-  std::mutex mu;
+  explicit BatchState(std::size_t n) : results(n), done(n, false), remaining(n) {}
+  Mutex mu;
   std::condition_variable cv;
-  std::vector<PublishResult> results;
-  std::vector<bool> done;
-  std::size_t remaining = 0;
+  std::vector<PublishResult> results OUTBOX_GUARDED_BY(mu);
+  std::vector<bool> done OUTBOX_GUARDED_BY(mu);
+  std::size_t remaining OUTBOX_GUARDED_BY(mu);
 
-  void Complete(std::size_t i, PublishResult r) {
-    std::lock_guard<std::mutex> l(mu);
+  void Complete(std::size_t i, PublishResult r) OUTBOX_EXCLUDES(mu) {
+    MutexLock l(mu);
     if (done[i]) return;
     done[i] = true;
     results[i] = std::move(r);
@@ -162,10 +164,7 @@ class KafkaTransport final : public Transport {
 
   std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) override {
     if (fatal_) RecreateProducer();
-    auto batch = std::make_shared<BatchState>();
-    batch->results.resize(events.size());
-    batch->done.assign(events.size(), false);
-    batch->remaining = events.size();
+    auto batch = std::make_shared<BatchState>(events.size());
     const auto start = Clock::now();
     const auto deadline = start + MaxPublishTime();
     {
@@ -178,7 +177,7 @@ class KafkaTransport final : public Transport {
       LearnTopics(events, produce_by);
       std::uint64_t generation = 0;
       {
-        std::lock_guard<std::mutex> g(produce_mu_);
+        MutexLock g(produce_mu_);
         generation = purges_;
       }
       // Aggregates with an event that failed before reaching the broker: their
@@ -205,12 +204,17 @@ class KafkaTransport final : public Transport {
     // prefix of each partition's messages. The purge ends the messages of
     // every batch in flight, not only this one's (they come back retryable).
     const auto purge_at = std::min(Clock::now() + message_timeout_, deadline - kReportMargin);
-    std::unique_lock<std::mutex> l(batch->mu);
-    if (!batch->cv.wait_until(l, purge_at, [&] { return batch->remaining == 0; })) {
-      l.unlock();
+    MutexLock l(batch->mu);
+    while (batch->remaining != 0 &&
+           batch->cv.wait_until(l.native(), purge_at) != std::cv_status::timeout) {
+    }
+    if (batch->remaining != 0) {
+      l.native().unlock();  // PurgeQueues' reports complete this batch's messages
       PurgeQueues();
-      l.lock();
-      batch->cv.wait_until(l, deadline, [&] { return batch->remaining == 0; });
+      l.native().lock();
+      while (batch->remaining != 0 &&
+             batch->cv.wait_until(l.native(), deadline) != std::cv_status::timeout) {
+      }
     }
     for (std::size_t i = 0; i < events.size(); ++i) {
       if (!batch->done[i]) {
@@ -306,7 +310,7 @@ class KafkaTransport final : public Transport {
   // broker (idempotence); batches still producing stop (see Produce).
   void PurgeQueues() {
     std::shared_lock<std::shared_mutex> rk(rk_mu_);
-    std::lock_guard<std::mutex> l(produce_mu_);
+    MutexLock l(produce_mu_);
     if (rk_) rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     ++purges_;
   }
@@ -333,7 +337,7 @@ class KafkaTransport final : public Transport {
       if (left.count() <= 0) return;
       std::string topic = RenderTopic(options_.topic_template, ce.event);
       {
-        std::lock_guard<std::mutex> l(topics_mu_);
+        MutexLock l(topics_mu_);
         if (!known_topics_.insert(topic).second) continue;
       }
       if (!rk_) continue;
@@ -344,7 +348,7 @@ class KafkaTransport final : public Transport {
       if (rd_kafka_metadata(rk_, 0, rkt, &md, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_metadata_destroy(md);
       } else {
-        std::lock_guard<std::mutex> l(topics_mu_);
+        MutexLock l(topics_mu_);
         known_topics_.erase(topic);  // try again next time
       }
       rd_kafka_topic_destroy(rkt);
@@ -380,7 +384,7 @@ class KafkaTransport final : public Transport {
     for (;;) {
       rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
       {
-        std::lock_guard<std::mutex> l(produce_mu_);
+        MutexLock l(produce_mu_);
         if (purges_ != generation) {
           // A purge (another batch's deadline) may have removed this batch's
           // earlier messages: producing the rest could let them pass those.
@@ -470,12 +474,12 @@ class KafkaTransport final : public Transport {
   std::atomic<bool> stop_{false};
   std::atomic<bool> all_brokers_down_{false};
   std::atomic<bool> fatal_{false};
-  std::mutex topics_mu_;
-  std::set<std::string> known_topics_;  // GUARDED_BY(topics_mu_)
+  Mutex topics_mu_;
+  std::set<std::string> known_topics_ OUTBOX_GUARDED_BY(topics_mu_);
   // Orders every produce call against PurgeQueues(): a batch that began
   // before a purge produces nothing after it.
-  std::mutex produce_mu_;
-  std::uint64_t purges_ = 0;  // GUARDED_BY(produce_mu_)
+  Mutex produce_mu_;
+  std::uint64_t purges_ OUTBOX_GUARDED_BY(produce_mu_) = 0;
 };
 
 }  // namespace

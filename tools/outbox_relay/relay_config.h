@@ -1,7 +1,7 @@
 // outbox-relay configuration: TOML file < OUTBOX_* environment < flags.
 // Every key, its environment variable, default and meaning: docs/relay.md.
-#ifndef OUTBOX_TOOLS_OUTBOX_RELAY_CONFIG_H_
-#define OUTBOX_TOOLS_OUTBOX_RELAY_CONFIG_H_
+#ifndef OUTBOX_TOOLS_OUTBOX_RELAY_RELAY_CONFIG_H_
+#define OUTBOX_TOOLS_OUTBOX_RELAY_RELAY_CONFIG_H_
 
 #include <map>
 #include <string>
@@ -10,13 +10,13 @@
 
 #include "outbox/kafka.h"
 #include "outbox/log.h"
-#include "outbox/postgres.h"
+#include "outbox/open.h"
 #include "outbox/relay.h"
 
 namespace outbox::daemon {
 
 struct Config {
-  PostgresStoreOptions database;
+  StoreOptions database;
   KafkaTransportOptions kafka;
   RelayOptions relay;
   std::string cdc_slot;         // "" = outbox_<schema> (relay.cdc.slot is resolved from it)
@@ -69,4 +69,4 @@ std::string DefaultRelayId();
 
 }  // namespace outbox::daemon
 
-#endif  // OUTBOX_TOOLS_OUTBOX_RELAY_CONFIG_H_
+#endif  // OUTBOX_TOOLS_OUTBOX_RELAY_RELAY_CONFIG_H_

@@ -1,0 +1,325 @@
+// outbox::config: a tool's configuration from a TOML file, the OUTBOX_*
+// environment and command-line overrides (in increasing precedence) into typed
+// options, strictly: every value is parsed where it enters, an unknown key or a
+// bad value is an error naming the key (and its file or variable), and Print
+// writes the effective configuration back as TOML with secrets redacted.
+//
+// A tool describes its keys once, as a Schema of its own options struct T
+// (outbox-relay's in tools/outbox_relay/config.cc); the shared sections —
+// `[database]` (StoreOptions) and `[kafka.properties]` — come from
+// AddDatabaseKeys and AddKafkaProperties, so every tool reads them alike.
+//
+// Environment: a key's variable is OUTBOX_<SECTION>_<KEY> in upper case; an
+// OUTBOX_X_FILE variable stands for OUTBOX_X with the file's content (for
+// secrets); a map section takes OUTBOX_<PREFIX>_<NAME> with Confluent's
+// convention ("_" is ".", "__" is "_", "___" is "-").
+//
+// Internal to outbox's tools (not installed): the daemons and outboxctl link
+// outbox::config; no tool includes another tool's code.
+//
+// Thread-safety: a Schema is immutable once built and may be shared; Load and
+// Print keep no state.
+#ifndef OUTBOX_SRC_CONFIG_CONFIG_H_
+#define OUTBOX_SRC_CONFIG_CONFIG_H_
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "outbox/open.h"
+#include "outbox/status.h"
+#include "outbox/store.h"
+
+namespace outbox::config {
+
+// One key of T's configuration.
+template <class T>
+struct Key {
+  std::string name;  // "section.key"
+  std::string env;   // OUTBOX_SECTION_KEY
+  std::function<Status(T&, const std::string&)> set;  // errors name the key
+  std::function<std::string(const T&)> get;
+  bool quoted = true;   // printed as a TOML string
+  bool secret = false;  // printed as "***"
+};
+
+// A section whose keys are free-form names into a map (kafka.properties).
+template <class T>
+struct MapSection {
+  std::string prefix;      // "kafka.properties."
+  std::string env_prefix;  // "OUTBOX_KAFKA_PROPERTIES_"
+  std::function<std::map<std::string, std::string>&(T&)> field;
+  std::function<bool(const std::string&)> secret;  // names whose values Print redacts
+  std::string print_after;  // Print writes the section after this key ("" = at the end)
+};
+
+template <class T>
+struct Schema {
+  std::string docs;  // where the keys are documented, named in "unknown key" errors
+  std::vector<Key<T>> keys;
+  std::vector<MapSection<T>> maps;
+  // Variables accepted as another name of a key (OUTBOX_PG_URL -> database.url).
+  std::vector<std::pair<std::string, std::string>> env_aliases;
+  // Keys under these prefixes belong to another tool reading the same file
+  // (outboxctl reads the relay's): accepted and ignored.
+  std::vector<std::string> ignored_prefixes;
+};
+
+// Where values come from, in increasing precedence.
+struct Sources {
+  std::string file_text;  // the TOML document ("" = none)
+  std::string file_name;  // names it in errors
+  std::map<std::string, std::string> env;  // the process's OUTBOX_* variables
+  std::vector<std::pair<std::string, std::string>> overrides;  // --set KEY=VALUE, in order
+};
+
+// --- What Load builds on (not templates). ---
+
+// "config key NAME: invalid value "V" (WANT)".
+Status BadValue(const std::string& key, const std::string& value, const std::string& want);
+// The TOML document as (section.key, value) pairs in document order; nested
+// tables are flattened (kafka.properties' dotted names stay whole). A syntax
+// error names file:line:column; an array names its key.
+Result<std::vector<std::pair<std::string, std::string>>> FlattenToml(const std::string& text,
+                                                                     const std::string& file_name);
+// The environment with every OUTBOX_X_FILE replaced by OUTBOX_X = the file's
+// content (one trailing newline dropped). Both set, or an unreadable file, is
+// an error naming the variable.
+Result<std::map<std::string, std::string>> ResolveFileVariables(
+    const std::map<std::string, std::string>& env);
+// OUTBOX_KAFKA_PROPERTIES_SASL_PASSWORD with prefix OUTBOX_KAFKA_PROPERTIES_ -> sasl.password.
+std::string MapNameFromEnv(const std::string& var, const std::string& env_prefix);
+// The OUTBOX_* variables of this process's environment.
+std::map<std::string, std::string> OutboxEnvironment();
+// A file's text; "" for an empty path. InvalidArgument naming it when unreadable.
+Result<std::string> ReadFile(const std::string& path);
+// A TOML basic string.
+std::string Quote(const std::string& s);
+
+// --- Key builders: strict parsing, errors name the key. ---
+
+template <class T>
+Key<T> String(std::string name, std::string env, std::function<std::string&(T&)> field) {
+  return {name, env,
+          [field](T& c, const std::string& v) {
+            field(c) = v;
+            return Status::Ok();
+          },
+          [field](const T& c) { return field(const_cast<T&>(c)); }, true};
+}
+
+Result<long long> ParseIntegerValue(const std::string& key, const std::string& v, long long lo,
+                                    long long hi);
+Result<bool> ParseBoolValue(const std::string& key, const std::string& v);
+Result<double> ParseNumberValue(const std::string& key, const std::string& v, double lo, double hi);
+
+template <class T, class Rep>
+Key<T> Integer(std::string name, std::string env, long long lo, long long hi,
+               std::function<Rep&(T&)> field) {
+  return {name, env,
+          [name, lo, hi, field](T& c, const std::string& v) -> Status {
+            auto n = ParseIntegerValue(name, v, lo, hi);
+            if (!n.ok()) return n.status();
+            field(c) = static_cast<Rep>(*n);
+            return Status::Ok();
+          },
+          [field](const T& c) {
+            return std::to_string(static_cast<long long>(field(const_cast<T&>(c))));
+          },
+          false};
+}
+
+// A duration in the unit of `Duration` (the key's name says which: _ms, _s).
+template <class T, class Duration>
+Key<T> Span(std::string name, std::string env, long long lo, long long hi,
+            std::function<Duration&(T&)> field) {
+  return {name, env,
+          [name, lo, hi, field](T& c, const std::string& v) -> Status {
+            auto n = ParseIntegerValue(name, v, lo, hi);
+            if (!n.ok()) return n.status();
+            field(c) = Duration(*n);
+            return Status::Ok();
+          },
+          [field](const T& c) { return std::to_string(field(const_cast<T&>(c)).count()); },
+          false};
+}
+
+template <class T>
+Key<T> Boolean(std::string name, std::string env, std::function<bool&(T&)> field) {
+  return {name, env,
+          [name, field](T& c, const std::string& v) -> Status {
+            auto b = ParseBoolValue(name, v);
+            if (!b.ok()) return b.status();
+            field(c) = *b;
+            return Status::Ok();
+          },
+          [field](const T& c) { return std::string(field(const_cast<T&>(c)) ? "true" : "false"); },
+          false};
+}
+
+// One of named values ("update" or "delete").
+template <class T, class E>
+Key<T> Choice(std::string name, std::string env, std::vector<std::pair<std::string, E>> choices,
+              std::function<E&(T&)> field) {
+  std::string want;
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    want += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i].first;
+  }
+  return {name, env,
+          [name, choices, want, field](T& c, const std::string& v) -> Status {
+            for (const auto& [text, value] : choices) {
+              if (text == v) {
+                field(c) = value;
+                return Status::Ok();
+              }
+            }
+            return BadValue(name, v, want);
+          },
+          [choices, field](const T& c) {
+            for (const auto& [text, value] : choices) {
+              if (value == field(const_cast<T&>(c))) return text;
+            }
+            return std::string();
+          },
+          true};
+}
+
+// --- The shared sections. ---
+
+// [database]: url (redacted when printed), schema, sent_mode,
+// statement_timeout_ms, connect_timeout_s into a StoreOptions.
+template <class T>
+void AddDatabaseKeys(Schema<T>& s, std::function<StoreOptions&(T&)> db);
+// [kafka.properties]: librdkafka properties; those naming a password, secret,
+// key, token or credential are redacted when printed.
+template <class T>
+void AddKafkaProperties(Schema<T>& s, std::function<std::map<std::string, std::string>&(T&)> props,
+                        std::string print_after = "");
+
+// librdkafka properties that carry credentials: every password, secret, key or
+// token, and the SASL configurations that embed them.
+bool IsSecretKafkaProperty(const std::string& name);
+
+// --- Loading and printing. ---
+
+// Applies `key` = `value` to `out` (a map section's key, or a declared one).
+template <class T>
+Status Set(const Schema<T>& s, T& out, const std::string& key, const std::string& value) {
+  for (const MapSection<T>& m : s.maps) {
+    if (key.rfind(m.prefix, 0) == 0 && key.size() > m.prefix.size()) {
+      m.field(out)[key.substr(m.prefix.size())] = value;
+      return Status::Ok();
+    }
+  }
+  for (const Key<T>& k : s.keys) {
+    if (k.name == key) return k.set(out, value);
+  }
+  for (const std::string& p : s.ignored_prefixes) {
+    if (key.rfind(p, 0) == 0) return Status::Ok();
+  }
+  return Status::InvalidArgument("unknown config key " + key + " (see " + s.docs +
+                                 " for the keys)");
+}
+
+// file < env (and its aliases, and map sections' variables) < overrides, onto
+// `out` (which holds the defaults). Nothing is validated across keys here: the
+// tool does that after.
+template <class T>
+Status Load(const Schema<T>& s, const Sources& src, T& out) {
+  auto env = ResolveFileVariables(src.env);
+  if (!env.ok()) return env.status();
+  if (!src.file_text.empty()) {
+    auto pairs = FlattenToml(src.file_text, src.file_name);
+    if (!pairs.ok()) return pairs.status();
+    for (const auto& [key, value] : *pairs) {
+      Status st = Set(s, out, key, value);
+      if (!st.ok()) return Status::InvalidArgument(src.file_name + ": " + st.message());
+    }
+  }
+  auto from_env = [&](const std::string& var, const std::string& key) -> Status {
+    auto it = env->find(var);
+    if (it == env->end()) return Status::Ok();
+    Status st = Set(s, out, key, it->second);
+    return st.ok() ? st : Status::InvalidArgument("environment " + var + ": " + st.message());
+  };
+  for (const auto& [var, key] : s.env_aliases) OUTBOX_RETURN_IF_ERROR(from_env(var, key));
+  for (const Key<T>& k : s.keys) OUTBOX_RETURN_IF_ERROR(from_env(k.env, k.name));
+  for (const MapSection<T>& m : s.maps) {
+    for (const auto& [var, value] : *env) {
+      if (var.rfind(m.env_prefix, 0) != 0 || var.size() == m.env_prefix.size()) continue;
+      m.field(out)[MapNameFromEnv(var, m.env_prefix)] = value;
+    }
+  }
+  for (const auto& [key, value] : src.overrides) OUTBOX_RETURN_IF_ERROR(Set(s, out, key, value));
+  return Status::Ok();
+}
+
+// The effective configuration as TOML, sections in key order, secrets as "***".
+template <class T>
+std::string Print(const Schema<T>& s, const T& c) {
+  std::string out, section;
+  auto print_map = [&](const MapSection<T>& m) {
+    out += "\n[" + m.prefix.substr(0, m.prefix.size() - 1) + "]\n";
+    for (const auto& [name, value] : m.field(const_cast<T&>(c))) {
+      out += Quote(name) + " = " + Quote(m.secret && m.secret(name) ? "***" : value) + "\n";
+    }
+    section = m.prefix;
+  };
+  for (const Key<T>& k : s.keys) {
+    const auto dot = k.name.find('.');
+    const std::string sec = k.name.substr(0, dot);
+    if (sec != section) {
+      if (!section.empty()) out += "\n";
+      out += "[" + sec + "]\n";
+      section = sec;
+    }
+    const std::string v = k.secret ? "***" : k.get(c);
+    out += k.name.substr(dot + 1) + " = " + (k.quoted ? Quote(v) : v) + "\n";
+    for (const MapSection<T>& m : s.maps) {
+      if (m.print_after == k.name) print_map(m);
+    }
+  }
+  for (const MapSection<T>& m : s.maps) {
+    if (m.print_after.empty()) print_map(m);
+  }
+  return out;
+}
+
+// --- Definitions of the shared sections. ---
+
+template <class T>
+void AddDatabaseKeys(Schema<T>& s, std::function<StoreOptions&(T&)> db) {
+  constexpr long long kMaxMs = 24LL * 3600 * 1000;
+  Key<T> url = String<T>("database.url", "OUTBOX_DATABASE_URL",
+                         [db](T& c) -> std::string& { return db(c).url; });
+  url.get = [db](const T& c) { return RedactDatabaseUrl(db(const_cast<T&>(c)).url); };
+  s.keys.push_back(url);
+  s.keys.push_back(String<T>("database.schema", "OUTBOX_DATABASE_SCHEMA",
+                             [db](T& c) -> std::string& { return db(c).schema; }));
+  s.keys.push_back(Choice<T, SentMode>(
+      "database.sent_mode", "OUTBOX_DATABASE_SENT_MODE",
+      {{"update", SentMode::kUpdate}, {"delete", SentMode::kDelete}},
+      [db](T& c) -> SentMode& { return db(c).sent_mode; }));
+  s.keys.push_back(Span<T, std::chrono::milliseconds>(
+      "database.statement_timeout_ms", "OUTBOX_DATABASE_STATEMENT_TIMEOUT_MS", 100, kMaxMs,
+      [db](T& c) -> std::chrono::milliseconds& { return db(c).statement_timeout; }));
+  s.keys.push_back(Span<T, std::chrono::seconds>(
+      "database.connect_timeout_s", "OUTBOX_DATABASE_CONNECT_TIMEOUT_S", 1, 3600,
+      [db](T& c) -> std::chrono::seconds& { return db(c).connect_timeout; }));
+  s.env_aliases.emplace_back("OUTBOX_PG_URL", "database.url");  // scripts/testenv's name
+}
+
+template <class T>
+void AddKafkaProperties(Schema<T>& s, std::function<std::map<std::string, std::string>&(T&)> props,
+                        std::string print_after) {
+  s.maps.push_back({"kafka.properties.", "OUTBOX_KAFKA_PROPERTIES_", props, IsSecretKafkaProperty,
+                    std::move(print_after)});
+  s.env_aliases.emplace_back("OUTBOX_KAFKA_BOOTSTRAP", "kafka.properties.bootstrap.servers");
+}
+
+}  // namespace outbox::config
+
+#endif  // OUTBOX_SRC_CONFIG_CONFIG_H_
