@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "outbox/change_stream.h"
+#include "outbox/clock.h"
 #include "outbox/log.h"
 #include "outbox/metrics.h"
 #include "outbox/status.h"
@@ -98,6 +99,9 @@ struct CdcOptions {
 };
 
 struct RelayOptions {
+  // The relay's time (now, sleeps, waits); nullptr: the steady clock. Tests
+  // inject a fake one. Must outlive the Relay.
+  Clock* clock = nullptr;
   std::string relay_id;  // written into claimed rows; default host:pid (set by the daemon)
   // Concurrent claim->publish->mark loops (and DB sessions). 4 measured best on
   // 2 cores: while two wait for the broker, two claim or mark (docs/benchmarks.md).
@@ -234,7 +238,14 @@ class Relay {
  private:
   Relay(RelayOptions o, StoreParts s, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
         Logger& l);
+  struct Worker;  // one worker's loop state (relay.cc)
   void WorkerLoop(int index);
+  ClaimOptions WorkerClaimOptions();
+  void WorkerDbFailed(Worker& w, const Status& st);
+  void WorkerDbSucceeded(Worker& w);
+  // Publishes a claimed batch and records its outcomes: marks, metrics, logs.
+  void PublishAndSettle(Worker& w, ClaimQueue& store, std::vector<ClaimedEvent>& events,
+                        bool probing, std::chrono::steady_clock::time_point claimed_at);
   // A database call failed with `st`: counted (db_errors, and
   // db_permission_denied for a PermissionDenied). Returns true for a
   // PermissionDenied; `*refusal`, when given, then keeps its message for
@@ -281,6 +292,7 @@ class Relay {
 
   RelayOptions options_;
   StoreParts store_;
+  Clock& clock_;  // options_.clock or SystemClock()
   ChangeStreamFactory stream_factory_;  // empty unless source = kCdc
   Transport& transport_;
   RelayMetrics& metrics_;

@@ -219,9 +219,52 @@ class Engine final : public Consumer {
     }
   }
 
+  // The steps of a batch, each a plan the engine carries out: intake (what
+  // now, what waits), effects and stamps, forwards, offsets.
   Status HandleBatch(const std::vector<InboundMessage>& msgs) {
-    // 1. What to process now, with which key; what waits (retry not due).
     Intake in = PlanIntake(msgs, NowMs(), dedup_);
+    const std::map<TopicPartition, std::int64_t> rewind = PauseNotDue(in);
+    if (in.apply.empty() && std::none_of(in.outcomes.begin(), in.outcomes.end(),
+                                         [](const auto& o) { return o.has_value(); })) {
+      return Status::Ok();
+    }
+    if (Status st = ApplyEffects(msgs, in); !st.ok()) {
+      source_.Rewind(rewind);
+      return st;
+    }
+    // Failures to retry / dead-letter topics; wait for the acks.
+    Forwards fw = PlanForwards(msgs, in.outcomes, options_, NowMs(), Rfc3339Now());
+    if (!fw.messages.empty()) {
+      Status st = source_.Forward(fw.messages);
+      if (!st.ok()) {
+        // The effects are committed (the inbox absorbs them on redelivery); the
+        // failed messages must be consumed again, so no offset moves.
+        source_.Rewind(rewind);
+        return st;
+      }
+    }
+    CountOutcomes(in, fw);
+    if (OUTBOX_FAULT(fault::kInboxAfterCommitBeforeOffsetCommit)) {
+      source_.Rewind(rewind);
+      return Status::Internal("fault point Inbox::AfterCommitBeforeOffsetCommit", true);
+    }
+    // Offsets: everything taken is durable now.
+    Status cs = source_.Commit(PlanCommit(msgs, in.taken));
+    if (!cs.ok()) {
+      // Not fatal: the messages will be redelivered and absorbed as duplicates.
+      log_.Warn("offset commit failed", {{"error", cs.ToString()}});
+    }
+    log_.Log(LogLevel::kDebug, "batch done",
+             {{"messages", std::to_string(msgs.size())},
+              {"total_applied", std::to_string(applied_.load())},
+              {"total_duplicates", std::to_string(duplicates_.load())}});
+    return Status::Ok();
+  }
+
+  // Pauses the partitions whose next retry is not due yet; returns where to
+  // consume again if the batch fails (a partition held at its first message is
+  // already where the pause put it).
+  std::map<TopicPartition, std::int64_t> PauseNotDue(const Intake& in) {
     for (const auto& [tp, at] : in.pauses) {
       source_.Pause(tp, at.first);
       paused_[tp] = at.second;
@@ -230,19 +273,17 @@ class Engine final : public Consumer {
                 {"offset", std::to_string(at.first)},
                 {"due_in_ms", std::to_string(at.second - NowMs())}});
     }
-    // Where to consume again if the batch fails. A partition held at its first
-    // message is already where the pause put it.
     std::map<TopicPartition, std::int64_t> rewind = in.first_offsets;
     for (const auto& [tp, at] : in.pauses) {
       if (rewind[tp] == at.first) rewind.erase(tp);
     }
-    if (in.apply.empty() && std::none_of(in.outcomes.begin(), in.outcomes.end(),
-                                         [](const auto& o) { return o.has_value(); })) {
-      return Status::Ok();
-    }
+    return rewind;
+  }
 
-    // 2. Effects and stamps. Ordered mode: a message whose key has parked
-    //    messages is parked behind them instead.
+  // Effects and stamps, into `in.outcomes`. Ordered mode: a message whose key
+  // has parked messages is parked behind them instead, and the failed ones
+  // park with their followers. An error: nothing of it counts (rewind).
+  Status ApplyEffects(const std::vector<InboundMessage>& msgs, Intake& in) {
     std::vector<bool> pre_parked(msgs.size(), false);
     std::vector<std::string> dedup_keys(msgs.size());
     for (std::size_t j = 0; j < in.apply.size(); ++j) dedup_keys[in.apply[j]] = in.keys[j];
@@ -251,10 +292,7 @@ class Engine final : public Consumer {
       std::vector<std::string> order_keys;
       for (std::size_t i : apply) order_keys.push_back(OrderKey(msgs[i]));
       auto parked = store_.ParkedKeys(order_keys);
-      if (!parked.ok()) {
-        source_.Rewind(rewind);
-        return parked.status();
-      }
+      if (!parked.ok()) return parked.status();
       std::erase_if(apply, [&](std::size_t i) {
         if (!parked->count(OrderKey(msgs[i]))) return false;
         pre_parked[i] = true;
@@ -271,34 +309,21 @@ class Engine final : public Consumer {
         if (options_.ordered) order_keys.push_back(OrderKey(msgs[i]));
       }
       auto outcomes = store_.Apply(to_store, keys, order_keys);
-      if (!outcomes.ok()) {
-        source_.Rewind(rewind);
-        return outcomes.status();
-      }
+      if (!outcomes.ok()) return outcomes.status();
       for (std::size_t j = 0; j < apply.size(); ++j) {
         in.outcomes[apply[j]] = std::move((*outcomes)[j]);
       }
     }
     if (options_.ordered) {
       std::vector<ParkedMessage> park = PlanParking(msgs, in, dedup_keys, pre_parked, options_);
-      if (Status st = store_.Park(park); !st.ok()) {
-        source_.Rewind(rewind);
-        return st;
-      }
+      OUTBOX_RETURN_IF_ERROR(store_.Park(park));
       metrics_.Parked(park.size());
     }
+    return Status::Ok();
+  }
 
-    // 3. Forward failures to retry / dead-letter topics and wait for the acks.
-    Forwards fw = PlanForwards(msgs, in.outcomes, options_, NowMs(), Rfc3339Now());
-    if (!fw.messages.empty()) {
-      Status st = source_.Forward(fw.messages);
-      if (!st.ok()) {
-        // The effects are committed (the inbox absorbs them on redelivery); the
-        // failed messages must be consumed again, so no offset moves.
-        source_.Rewind(rewind);
-        return st;
-      }
-    }
+  // The batch's counts and metrics: applied, duplicates, retried, dead-lettered, cut.
+  void CountOutcomes(const Intake& in, const Forwards& fw) {
     std::uint64_t applied = 0, dups = 0;
     for (const auto& o : in.outcomes) {
       if (o && o->outcome == Outcome::kApplied) ++applied;
@@ -318,23 +343,6 @@ class Engine final : public Consumer {
     duplicates_ += dups;
     metrics_.Applied(applied);
     metrics_.Duplicates(dups);
-
-    if (OUTBOX_FAULT(fault::kInboxAfterCommitBeforeOffsetCommit)) {
-      source_.Rewind(rewind);
-      return Status::Internal("fault point Inbox::AfterCommitBeforeOffsetCommit", true);
-    }
-
-    // 4. Commit offsets: everything taken is durable now.
-    Status cs = source_.Commit(PlanCommit(msgs, in.taken));
-    if (!cs.ok()) {
-      // Not fatal: the messages will be redelivered and absorbed as duplicates.
-      log_.Warn("offset commit failed", {{"error", cs.ToString()}});
-    }
-    log_.Log(LogLevel::kDebug, "batch done",
-             {{"messages", std::to_string(msgs.size())},
-              {"total_applied", std::to_string(applied_.load())},
-              {"total_duplicates", std::to_string(duplicates_.load())}});
-    return Status::Ok();
   }
 
   // A forwarded copy that had to be cut (BoundForward): one line and a count.

@@ -13,7 +13,7 @@
 namespace outbox {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 using relay_internal::Plan;
 using relay_internal::PlanTransitions;
 using relay_internal::RecordPublish;
@@ -311,6 +311,7 @@ Relay::Relay(RelayOptions o, StoreParts s, ChangeStreamFactory c, Transport& t, 
              Logger& l)
     : options_(std::move(o)),
       store_(std::move(s)),
+      clock_(options_.clock != nullptr ? *options_.clock : SystemClock()),
       stream_factory_(std::move(c)),
       transport_(t),
       metrics_(m),
@@ -367,13 +368,13 @@ void Relay::ClearRefusal(std::string* refusal) {
 }
 
 void Relay::Beat(int slot) {
-  beats_[static_cast<std::size_t>(slot)].store(Clock::now().time_since_epoch().count(),
+  beats_[static_cast<std::size_t>(slot)].store(clock_.Now().time_since_epoch().count(),
                                                std::memory_order_relaxed);
 }
 
 bool Relay::Alive(milliseconds max_silence) const {
-  const auto now = Clock::now().time_since_epoch().count();
-  const auto limit = std::chrono::duration_cast<Clock::duration>(max_silence).count();
+  const auto now = clock_.Now().time_since_epoch().count();
+  const auto limit = std::chrono::duration_cast<Steady::duration>(max_silence).count();
   for (int i = 0; i < beat_slots_; ++i) {
     const std::int64_t b = beats_[static_cast<std::size_t>(i)].load(std::memory_order_relaxed);
     if (b != kIdleBeat && now - b > limit) return false;
@@ -383,15 +384,15 @@ bool Relay::Alive(milliseconds max_silence) const {
 
 // The condition variable's waits are loops here (not predicate lambdas) so
 // that the lock annotations see every guarded read under mu_.
-void Relay::WaitForWake(MutexLock& lock, std::uint64_t seen, Clock::time_point until) {
+void Relay::WaitForWake(MutexLock& lock, std::uint64_t seen, Steady::time_point until) {
   while (!stopping_ && wake_seq_ == seen) {
-    if (cv_.wait_until(lock.native(), until) == std::cv_status::timeout) return;
+    if (clock_.WaitUntil(cv_, lock.native(), until) == std::cv_status::timeout) return;
   }
 }
 
 bool Relay::SleepFor(milliseconds d) {
   MutexLock lock(mu_);
-  WaitForWake(lock, wake_seq_, Clock::now() + d);
+  WaitForWake(lock, wake_seq_, clock_.Now() + d);
   return !stopping_;
 }
 
@@ -400,12 +401,12 @@ void Relay::IdleWait(int index, milliseconds d) {
   const std::uint64_t seen = wake_seq_;
   if (idle_poller_ < 0 || idle_poller_ == index) {
     idle_poller_ = index;  // this worker polls for the idle ones
-    WaitForWake(lock, seen, Clock::now() + d);
+    WaitForWake(lock, seen, clock_.Now() + d);
     return;
   }
   // Another worker polls; wait for it to find work, for a notification, or (a
   // safety net) a few poll intervals.
-  WaitForWake(lock, seen, Clock::now() + std::max(d, options_.poll_max * 4));
+  WaitForWake(lock, seen, clock_.Now() + std::max(d, options_.poll_max * 4));
 }
 
 void Relay::EndIdle(int index) {
@@ -428,7 +429,7 @@ milliseconds Relay::NextOutageDelay() const {
 bool Relay::BrokerTurn(bool* probing) {
   MutexLock lock(mu_);
   if (outage_delay_.count() == 0) return true;
-  const auto now = Clock::now();
+  const auto now = clock_.Now();
   if (now >= outage_until_ && !probe_in_flight_) {
     probe_in_flight_ = true;
     *probing = true;
@@ -436,7 +437,7 @@ bool Relay::BrokerTurn(bool* probing) {
   }
   const auto until = probe_in_flight_ ? now + options_.poll_max : outage_until_;
   while (!stopping_ && outage_delay_.count() != 0) {
-    if (cv_.wait_until(lock.native(), until) == std::cv_status::timeout) break;
+    if (clock_.WaitUntil(cv_, lock.native(), until) == std::cv_status::timeout) break;
   }
   return false;
 }
@@ -452,7 +453,7 @@ void Relay::EndBrokerRound(bool outage, bool broker_answered, bool probing) {
   if (probing) probe_in_flight_ = false;
   if (outage) {
     const milliseconds next = NextOutageDelayLocked();
-    const auto until = Clock::now() + next;
+    const auto until = clock_.Now() + next;
     // Several workers may report the same outage at once: the backoff only
     // ever moves later, it is not shortened by a report that started earlier.
     if (until > outage_until_) {
@@ -528,9 +529,9 @@ Status Relay::Run() {
     while (!stopping_) cv_.wait(lock.native());
     logger_.Info("relay stopping: no new claims; finishing in-flight batches",
                  {{"timeout_ms", std::to_string(options_.shutdown_timeout.count())}});
-    const auto deadline = Clock::now() + options_.shutdown_timeout;
+    const auto deadline = clock_.Now() + options_.shutdown_timeout;
     while (running_ != 0 &&
-           cv_.wait_until(lock.native(), deadline) != std::cv_status::timeout) {
+           clock_.WaitUntil(cv_, lock.native(), deadline) != std::cv_status::timeout) {
     }
     if (running_ != 0) {
       // The threads keep running (they only touch members; ~Relay joins them).
@@ -546,9 +547,27 @@ Status Relay::Run() {
   return Status::Ok();
 }
 
-void Relay::WorkerLoop(int index) {
-  const std::string who = options_.relay_id + "/" + std::to_string(index);
-  std::mt19937_64 rng(std::random_device{}() ^ static_cast<std::uint64_t>(index));
+// One worker's loop state: its name, its random source, and what it last
+// logged and waited.
+struct Relay::Worker {
+  Worker(int i, const std::string& relay_id, milliseconds poll_min)
+      : index(i),
+        who(relay_id + "/" + std::to_string(i)),
+        rng(std::random_device{}() ^ static_cast<std::uint64_t>(i)),
+        idle(poll_min) {}
+  const int index;
+  const std::string who;
+  std::mt19937_64 rng;
+  bool db_ok = false;
+  bool logged_down = false;
+  std::string logged_refusal;  // a refusal is logged again when it changes
+  bool logged_outage = false;
+  bool was_idle = false;
+  milliseconds db_backoff{100};
+  milliseconds idle;
+};
+
+ClaimOptions Relay::WorkerClaimOptions() {
   ClaimOptions co;
   co.batch_size = options_.batch_size;
   co.batch_bytes = options_.batch_bytes;
@@ -562,139 +581,144 @@ void Relay::WorkerLoop(int index) {
     co.stream_stale_after = options_.cdc.stream_stale_after;
     // Until the stream has announced itself (its progress row), every unsent
     // row would look like the sweeper's (no progress row = no stream).
-    const auto until = Clock::now() + options_.cdc.stream_stale_after;
-    while (!stopping_ && !stream_reported_ && Clock::now() < until) SleepFor(milliseconds(50));
+    const auto until = clock_.Now() + options_.cdc.stream_stale_after;
+    while (!stopping_ && !stream_reported_ && clock_.Now() < until) SleepFor(milliseconds(50));
   }
+  return co;
+}
 
+void Relay::WorkerDbFailed(Worker& w, const Status& st) {
+  const bool refused = NoteDbError(st, &refused_by_workers_);
+  if (w.db_ok) --db_ok_workers_;
+  w.db_ok = false;
+  if (!w.logged_down || (refused && st.message() != w.logged_refusal)) {
+    if (refused) {
+      w.logged_refusal = st.message();
+      logger_.Error("database refused the relay's role: a missing privilege or a failed "
+                    "authentication, a configuration error (not an outage); retrying with "
+                    "backoff until it is granted",
+                    {{"worker", w.who}, {"error", st.ToString()}});
+    } else {
+      logger_.Warn("database unavailable; retrying with backoff",
+                   {{"worker", w.who}, {"error", st.ToString()}});
+    }
+    w.logged_down = true;
+  }
+  SleepFor(w.db_backoff);
+  w.db_backoff = std::min(w.db_backoff * 2, options_.db_retry_max);
+}
+
+void Relay::WorkerDbSucceeded(Worker& w) {
+  if (!w.db_ok) {
+    ClearRefusal(&refused_by_workers_);
+    ++db_ok_workers_;
+    if (w.logged_down) logger_.Info("database reachable again", {{"worker", w.who}});
+  }
+  w.db_ok = true;
+  w.logged_down = false;
+  w.logged_refusal.clear();
+  w.db_backoff = milliseconds(100);
+}
+
+// The steps of a worker's round: its turn with the broker, a claim, then an
+// empty claim's idle wait or the batch's publish and settlement.
+void Relay::WorkerLoop(int index) {
+  Worker w(index, options_.relay_id, options_.poll_min);
+  const ClaimOptions co = WorkerClaimOptions();
   std::unique_ptr<ClaimQueue> store;
-  bool db_ok = false;
-  bool logged_down = false;
-  std::string logged_refusal;  // a refusal is logged again when it changes
-  bool logged_outage = false;
-  bool was_idle = false;
-  milliseconds db_backoff{100};
-  milliseconds idle = options_.poll_min;
-  auto db_failed = [&](const Status& st) {
-    const bool refused = NoteDbError(st, &refused_by_workers_);
-    if (db_ok) --db_ok_workers_;
-    db_ok = false;
-    if (!logged_down || (refused && st.message() != logged_refusal)) {
-      if (refused) {
-        logged_refusal = st.message();
-        logger_.Error("database refused the relay's role: a missing privilege or a failed "
-                      "authentication, a configuration error (not an outage); retrying with "
-                      "backoff until it is granted",
-                      {{"worker", who}, {"error", st.ToString()}});
-      } else {
-        logger_.Warn("database unavailable; retrying with backoff",
-                     {{"worker", who}, {"error", st.ToString()}});
-      }
-      logged_down = true;
-    }
-    SleepFor(db_backoff);
-    db_backoff = std::min(db_backoff * 2, options_.db_retry_max);
-  };
-  auto db_succeeded = [&] {
-    if (!db_ok) {
-      ClearRefusal(&refused_by_workers_);
-      ++db_ok_workers_;
-      if (logged_down) logger_.Info("database reachable again", {{"worker", who}});
-    }
-    db_ok = true;
-    logged_down = false;
-    logged_refusal.clear();
-    db_backoff = milliseconds(100);
-  };
-
   while (!stopping_) {
     Beat(index);
     if (!store) {
       auto s = store_.queue();
       if (!s.ok()) {
-        db_failed(s.status());
+        WorkerDbFailed(w, s.status());
         continue;
       }
       store = std::move(s).value();
     }
     bool probing = false;
     if (!BrokerTurn(&probing)) continue;
-    const auto claimed_at = Clock::now();
+    const auto claimed_at = clock_.Now();
     auto claim = store->Claim(co);
     if (!claim.ok()) {
       if (probing) EndBrokerProbe();
-      db_failed(claim.status());
+      WorkerDbFailed(w, claim.status());
       continue;
     }
-    db_succeeded();
+    WorkerDbSucceeded(w);
     if (!claim->expired_to_failed.empty()) {
       metrics_.failed_expired.Inc(claim->expired_to_failed.size());
       logger_.Warn("rows claimed max_attempts times without finishing marked FAILED",
                    {{"seqs", SeqList(claim->expired_to_failed)},
                     {"max_attempts", std::to_string(options_.max_attempts)}});
     }
-    std::vector<ClaimedEvent>& events = claim->events;
-    if (events.empty()) {
+    if (claim->events.empty()) {
       if (probing) EndBrokerProbe();
       // An empty claim can be costly (it walked rows held behind in-flight
       // events): the idle poller waits at least as long as its last one took.
-      const auto claim_cost =
-          std::chrono::duration_cast<milliseconds>(Clock::now() - claimed_at);
-      IdleWait(index, std::max(idle, claim_cost));
-      idle = std::min(idle * 2, options_.poll_max);
-      was_idle = true;
+      const auto claim_cost = std::chrono::duration_cast<milliseconds>(clock_.Now() - claimed_at);
+      IdleWait(index, std::max(w.idle, claim_cost));
+      w.idle = std::min(w.idle * 2, options_.poll_max);
+      w.was_idle = true;
       continue;
     }
-    if (was_idle) EndIdle(index);
-    was_idle = false;
-    idle = options_.poll_min;
-    (void)OUTBOX_FAULT(fault::kRelayAfterClaim);
-    metrics_.claims.Inc();
-    metrics_.batch_size.Observe(static_cast<double>(events.size()));
-
-    const auto published_at = Clock::now();
-    std::vector<PublishResult> results = transport_.Publish(events);
-    const auto acked_at = Clock::now();
-    (void)OUTBOX_FAULT_TAGGED(fault::kRelayAfterPublishBeforeMarkSent,
-                              AckedEventTypes(events, results));
-    Plan plan = PlanTransitions(events, results, options_, NextOutageDelay(), rng);
-    EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, probing);
-    RecordPublish(metrics_, logger_, who, events, results, plan, acked_at - claimed_at, &logged_outage);
-
-    // Transitions: retried on database errors until the lease is about to lapse
-    // (or the shutdown deadline). A mark that cannot be done is left to lease
-    // expiry: the row is published again and the inbox absorbs it — it is never
-    // marked FAILED for a failure of ours.
-    const auto lease_deadline = claimed_at + options_.lease - std::chrono::seconds(1);
-    auto apply = [&](const char* what, const std::function<Result<TransitionResult>()>& call,
-                     std::size_t n, std::string_view fault_point) {
-      if (ApplyTransition(who, what, call, n, fault_point, lease_deadline)) db_succeeded();
-    };
-    apply("mark sent", [&] { return store->MarkSent(plan.sent); }, plan.sent.size(),
-          fault::kRelayMarkSent);
-    apply("reschedule", [&] { return store->Reschedule(plan.reschedule); }, plan.reschedule.size(),
-          std::string_view{});
-    apply("mark failed", [&] { return store->MarkFailed(plan.failed); }, plan.failed.size(),
-          fault::kRelayMarkFailed);
-    auto ms = [](auto d) {
-      return std::to_string(std::chrono::duration<double, std::milli>(d).count());
-    };
-    logger_.Log(LogLevel::kDebug, "batch done",
-                {{"worker", who}, {"rows", std::to_string(events.size())},
-                 {"claim_ms", ms(published_at - claimed_at)},
-                 {"publish_ms", ms(acked_at - published_at)},
-                 {"mark_ms", ms(Clock::now() - acked_at)}});
-    metrics_.rescheduled.Inc(plan.reschedule.size());
-    metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
-    metrics_.failed_max_attempts.Inc(plan.max_attempts);
-    if (!plan.failed.empty()) {
-      logger_.Warn("rows marked FAILED", {{"worker", who},
-                                          {"rows", std::to_string(plan.failed.size())},
-                                          {"first_error", plan.failed.front().error}});
-    }
+    if (w.was_idle) EndIdle(index);
+    w.was_idle = false;
+    w.idle = options_.poll_min;
+    PublishAndSettle(w, *store, claim->events, probing, claimed_at);
   }
-  if (db_ok) --db_ok_workers_;
+  if (w.db_ok) --db_ok_workers_;
   MutexLock lock(mu_);
   if (idle_poller_ == index) idle_poller_ = -1;
+}
+
+void Relay::PublishAndSettle(Worker& w, ClaimQueue& store, std::vector<ClaimedEvent>& events,
+                             bool probing, Steady::time_point claimed_at) {
+  (void)OUTBOX_FAULT(fault::kRelayAfterClaim);
+  metrics_.claims.Inc();
+  metrics_.batch_size.Observe(static_cast<double>(events.size()));
+
+  const auto published_at = clock_.Now();
+  std::vector<PublishResult> results = transport_.Publish(events);
+  const auto acked_at = clock_.Now();
+  (void)OUTBOX_FAULT_TAGGED(fault::kRelayAfterPublishBeforeMarkSent,
+                            AckedEventTypes(events, results));
+  Plan plan = PlanTransitions(events, results, options_, NextOutageDelay(), w.rng);
+  EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, probing);
+  RecordPublish(metrics_, logger_, w.who, events, results, plan, acked_at - claimed_at,
+                &w.logged_outage);
+
+  // Transitions: retried on database errors until the lease is about to lapse
+  // (or the shutdown deadline). A mark that cannot be done is left to lease
+  // expiry: the row is published again and the inbox absorbs it — it is never
+  // marked FAILED for a failure of ours.
+  const auto lease_deadline = claimed_at + options_.lease - std::chrono::seconds(1);
+  auto apply = [&](const char* what, const std::function<Result<TransitionResult>()>& call,
+                   std::size_t n, std::string_view fault_point) {
+    if (ApplyTransition(w.who, what, call, n, fault_point, lease_deadline)) WorkerDbSucceeded(w);
+  };
+  apply("mark sent", [&] { return store.MarkSent(plan.sent); }, plan.sent.size(),
+        fault::kRelayMarkSent);
+  apply("reschedule", [&] { return store.Reschedule(plan.reschedule); }, plan.reschedule.size(),
+        std::string_view{});
+  apply("mark failed", [&] { return store.MarkFailed(plan.failed); }, plan.failed.size(),
+        fault::kRelayMarkFailed);
+  auto ms = [](auto d) {
+    return std::to_string(std::chrono::duration<double, std::milli>(d).count());
+  };
+  logger_.Log(LogLevel::kDebug, "batch done",
+              {{"worker", w.who}, {"rows", std::to_string(events.size())},
+               {"claim_ms", ms(published_at - claimed_at)},
+               {"publish_ms", ms(acked_at - published_at)},
+               {"mark_ms", ms(clock_.Now() - acked_at)}});
+  metrics_.rescheduled.Inc(plan.reschedule.size());
+  metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
+  metrics_.failed_max_attempts.Inc(plan.max_attempts);
+  if (!plan.failed.empty()) {
+    logger_.Warn("rows marked FAILED", {{"worker", w.who},
+                                        {"rows", std::to_string(plan.failed.size())},
+                                        {"first_error", plan.failed.front().error}});
+  }
 }
 
 bool Relay::ApplyTransition(const std::string& who, const char* what,
@@ -722,14 +746,14 @@ bool Relay::ApplyTransition(const std::string& who, const char* what,
       return true;
     }
     (void)NoteDbError(r.status());  // a refused mark is counted; its line follows
-    if (!r.status().retryable() || Clock::now() + backoff >= deadline) {
+    if (!r.status().retryable() || clock_.Now() + backoff >= deadline) {
       logger_.Error("could not record transition; leaving rows to lease expiry",
                     {{"worker", who}, {"op", what}, {"rows", std::to_string(n)},
                      {"error", r.status().ToString()}});
       return false;
     }
     metrics_.mark_retries.Inc();
-    std::this_thread::sleep_for(backoff);
+    clock_.SleepFor(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));
   }
 }
@@ -758,7 +782,7 @@ void Relay::WatchSlot(StreamLedger& ledger, const StoreStats* stats) {
 void Relay::HousekeepingLoop() {
   std::unique_ptr<OutboxView> store;
   std::unique_ptr<StreamLedger> ledger;  // cdc: the slot's gauges and the WAL cap
-  auto next_purge = Clock::now() + std::chrono::seconds(5);
+  auto next_purge = clock_.Now() + std::chrono::seconds(5);
   while (!stopping_) {
     Beat(HousekeepingSlot());
     if (!store_.view) {  // no view (engine tests): no gauges, no purge
@@ -807,9 +831,9 @@ void Relay::HousekeepingLoop() {
     // kPurgeBudget; if rows are left it goes on next round (every stats
     // interval) instead of waiting a whole purge_interval, so it keeps up with
     // any ingest the database can take.
-    if (Clock::now() >= next_purge) {
+    if (clock_.Now() >= next_purge) {
       constexpr auto kPurgeBudget = std::chrono::seconds(1);
-      const auto stop_at = Clock::now() + kPurgeBudget;
+      const auto stop_at = clock_.Now() + kPurgeBudget;
       std::int64_t total = 0;
       bool more = false;
       while (!stopping_) {
@@ -825,12 +849,12 @@ void Relay::HousekeepingLoop() {
         total += *p;
         metrics_.purged.Inc(static_cast<std::uint64_t>(*p));
         if (*p < options_.purge_batch) break;
-        if (Clock::now() >= stop_at) {
+        if (clock_.Now() >= stop_at) {
           more = true;
           break;
         }
       }
-      next_purge = more ? Clock::now() : Clock::now() + options_.purge_interval;
+      next_purge = more ? clock_.Now() : clock_.Now() + options_.purge_interval;
       if (total > 0) logger_.Log(LogLevel::kDebug, "purged sent rows", {{"rows", std::to_string(total)}});
     }
     metrics_.ready.Set(Ready() ? 1 : 0);

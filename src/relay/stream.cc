@@ -35,9 +35,9 @@
 namespace outbox {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 
-std::string Ms(Clock::duration d) {
+std::string Ms(Steady::duration d) {
   return std::to_string(std::chrono::duration<double, std::milli>(d).count());
 }
 
@@ -66,8 +66,8 @@ void Relay::StreamLoop() {
   // sweep_after (or past a bound) they are the sweeper's. Memory only: the
   // rows are PENDING in the table whatever happens to the relay.
   std::vector<ClaimedEvent> parked;
-  std::map<std::int64_t, Clock::time_point> parked_since;
-  std::map<std::int64_t, Clock::time_point> parked_seen;  // arrival of the batch it was last checked in
+  std::map<std::int64_t, Steady::time_point> parked_since;
+  std::map<std::int64_t, Steady::time_point> parked_seen;  // arrival of the batch it was last checked in
   const std::size_t max_parked = 4 * static_cast<std::size_t>(cdc.batch_size);
   std::unique_ptr<ClaimQueue> mark_store;  // the helper's session
   std::future<bool> marking;          // the previous batch's transitions
@@ -76,7 +76,7 @@ void Relay::StreamLoop() {
   std::vector<std::int64_t> acked_unmarked;  // the marking batch's acked rows (seqs)
   std::uint64_t settled = 0;      // confirmable: every batch up to it is settled
   std::int64_t covered_us = 0;    // database time up to which every commit is settled
-  Clock::time_point last_status, last_activity;
+  Steady::time_point last_status, last_activity;
   bool logged_standby = false, logged_down = false, logged_outage = false;
   bool cap_handled = false;  // this cap episode's slot drop is done (or another relay's)
   milliseconds backoff{200};
@@ -89,7 +89,7 @@ void Relay::StreamLoop() {
     std::future<std::vector<PublishResult>> results;
     std::uint64_t lsn = 0;
     std::int64_t covered = 0;
-    Clock::time_point received_at, check_at, checked_at;
+    Steady::time_point received_at, check_at, checked_at;
     std::size_t fresh = 0, decoded = 0;
     std::chrono::microseconds oldest{0};  // the largest commit-to-read age in the batch
     bool probing = false;
@@ -186,7 +186,7 @@ void Relay::StreamLoop() {
       }
     }
     metrics_.cdc_confirmed_lsn.Set(static_cast<double>(settled));
-    last_status = Clock::now();
+    last_status = clock_.Now();
     return true;
   };
 
@@ -203,7 +203,7 @@ void Relay::StreamLoop() {
       return StepResult::kGoOn;
     }
     const std::vector<PublishResult> results = f.results.get();
-    const auto acked_at = Clock::now();
+    const auto acked_at = clock_.Now();
     (void)OUTBOX_FAULT(fault::kStreamAfterPublish);
     const std::vector<ClaimedEvent>& events = *f.events;
     relay_internal::Plan plan =
@@ -219,9 +219,9 @@ void Relay::StreamLoop() {
       metrics_.cdc_restarts.Inc();
       return StepResult::kOutage;
     }
-    const auto mark_wait_from = Clock::now();
+    const auto mark_wait_from = clock_.Now();
     bool recorded = finish_marking();
-    const auto mark_waited = Clock::now() - mark_wait_from;
+    const auto mark_waited = clock_.Now() - mark_wait_from;
     if (recorded && !mark_store && !(mark_store = OpenOrNull(store_.queue))) {
       metrics_.db_errors.Inc();
       recorded = false;
@@ -256,7 +256,7 @@ void Relay::StreamLoop() {
       // cannot be confirmed — and a PostgreSQL shutdown waits for that
       // confirmation (up to wal_sender_timeout).
       const auto deadline =
-          Clock::now() + std::clamp<milliseconds>(options_.cdc.status_interval * 5,
+          clock_.Now() + std::clamp<milliseconds>(options_.cdc.status_interval * 5,
                                                   milliseconds(500), milliseconds(5000));
       return ApplyTransition(who, "mark sent", [&] { return ms->MarkSent(plan.sent); },
                              plan.sent.size(), fault::kStreamMarkSent, deadline) &&
@@ -373,8 +373,8 @@ void Relay::StreamLoop() {
       metrics_.cdc_streaming.Set(1);
       // Report at once, asking for the server's position (a keepalive), so
       // that progress is known without waiting for the first commit.
-      last_activity = Clock::now() - cdc.heartbeat_interval;
-      last_status = Clock::now() - cdc.status_interval;
+      last_activity = clock_.Now() - cdc.heartbeat_interval;
+      last_status = clock_.Now() - cdc.status_interval;
     }
 
     // Settle the batches whose acks are in, oldest first. Wait for the oldest
@@ -408,7 +408,7 @@ void Relay::StreamLoop() {
     if (!BrokerTurn(&probing)) continue;
     limits.wait = parked.empty() && in_flight.empty() ? milliseconds(100) : milliseconds(5);
     auto batch = stream->Next(limits);
-    const auto received_at = Clock::now();
+    const auto received_at = clock_.Now();
     if (!batch.ok()) {
       if (probing) EndBrokerProbe();
       close_stream("read", batch.status());
@@ -427,7 +427,7 @@ void Relay::StreamLoop() {
       batch->events.clear();
     } else if (!parked.empty()) {
       // Parked rows precede the new ones in commit order.
-      const auto now = Clock::now();
+      const auto now = clock_.Now();
       std::vector<ClaimedEvent> merged;
       merged.reserve(parked.size() + batch->events.size());
       for (ClaimedEvent& e : parked) {
@@ -466,12 +466,12 @@ void Relay::StreamLoop() {
         f.oldest = std::max(f.oldest, e.age_at_claim);
       }
       metrics_.cdc_streamed.Inc(fresh);
-      f.check_at = Clock::now();
+      f.check_at = clock_.Now();
       // Rows in flight are PENDING in the table: they hold their aggregates
       // here, so a later row of theirs waits (parked) until their outcome is
       // recorded. Rows acked and being marked do not hold.
       auto states = store->StreamStates(seqs, holds, acked_unmarked);
-      f.checked_at = Clock::now();
+      f.checked_at = clock_.Now();
       if (!states.ok()) {
         if (probing) EndBrokerProbe();
         metrics_.db_errors.Inc();
@@ -484,8 +484,8 @@ void Relay::StreamLoop() {
           std::move(batch->events), *states, options_.ordered, holds);
       metrics_.cdc_left_to_sweeper.Inc(pick.left_to_sweeper);
       {
-        std::map<std::int64_t, Clock::time_point> since, seen;
-        const auto now = Clock::now();
+        std::map<std::int64_t, Steady::time_point> since, seen;
+        const auto now = clock_.Now();
         for (ClaimedEvent& e : pick.park) {
           if (parked.size() >= max_parked) {
             metrics_.cdc_left_to_sweeper.Inc();
@@ -520,7 +520,7 @@ void Relay::StreamLoop() {
         continue;
       }
     }
-    const auto now = Clock::now();
+    const auto now = clock_.Now();
     if (now - last_status >= cdc.status_interval) {
       const bool heartbeat = now - last_activity >= cdc.heartbeat_interval;
       if (heartbeat) last_activity = now;

@@ -7,6 +7,18 @@
 
 namespace outbox::test_util {
 
+std::cv_status FakeClock::WaitUntil(std::condition_variable& cv,
+                                    std::unique_lock<std::mutex>& lock, time_point until) {
+  if (Now() >= until) return std::cv_status::timeout;
+  cv.wait_for(lock, std::chrono::milliseconds(1));
+  return Now() >= until ? std::cv_status::timeout : std::cv_status::no_timeout;
+}
+
+void FakeClock::SleepFor(std::chrono::nanoseconds d) {
+  const time_point until = Now() + d;
+  while (Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 Result<ClaimResult> FakeQueue::Claim(const ClaimOptions& o) {
   std::lock_guard<std::mutex> l(t_.mu);
   ++t_.claims;

@@ -19,12 +19,31 @@
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/consumer.h"
 #include "outbox/inbox.h"
 #include "outbox/store.h"
 #include "outbox/transport.h"
 
 namespace outbox::test_util {
+
+// --- Time. ---
+
+// A clock that moves only when the test says: Advance(). Waits return when the
+// fake time passes their deadline (they look again every real millisecond, so
+// a notification is seen at once and an Advance within a millisecond).
+class FakeClock final : public Clock {
+ public:
+  time_point Now() const override { return start_ + std::chrono::nanoseconds(offset_ns_.load()); }
+  std::cv_status WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                           time_point until) override;
+  void SleepFor(std::chrono::nanoseconds d) override;
+  void Advance(std::chrono::nanoseconds d) { offset_ns_ += d.count(); }
+
+ private:
+  const time_point start_ = std::chrono::steady_clock::now();
+  std::atomic<std::int64_t> offset_ns_{0};
+};
 
 // --- The relay's side. ---
 
