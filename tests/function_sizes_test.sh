@@ -23,7 +23,7 @@ for raw in sys.stdin:
     if d.get("kind") != "function" or "end" not in d:
         continue
     scope = d.get("scope", "")
-    if "__anon" in scope.split("::")[-1]:
+    if d["name"].startswith("__anon"):
         continue  # a lambda: counted in the function that holds it
     seen += 1
     n = d["end"] - d["line"] + 1

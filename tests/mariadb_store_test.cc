@@ -414,8 +414,6 @@ class MariaDbInboxTest : public MariaDbTest {
     if (HasFatalFailure() || IsSkipped()) return;
     Run(*conn_, "CREATE TABLE effects (id VARCHAR(64) PRIMARY KEY, payload TEXT)");
   }
-  // A handler that inserts one effect row; payload "fail-transient" /
-  // "fail-permanent" fail after writing, "throw" throws.
   // The operators' side of the same inbox (summary, find, purge).
   std::unique_ptr<InboxView> OpenView(const std::string& consumer = "c1") {
     MariaDbInboxOptions o;
@@ -426,6 +424,8 @@ class MariaDbInboxTest : public MariaDbTest {
     return view.ok() ? std::move(view).value() : nullptr;
   }
 
+  // A handler that inserts one effect row; payload "fail-transient" /
+  // "fail-permanent" fail after writing, "throw" throws.
   std::unique_ptr<InboxStore> OpenInbox(const std::string& consumer = "c1") {
     MariaDbInboxOptions o;
     o.url = url_;

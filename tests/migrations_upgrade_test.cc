@@ -5,6 +5,14 @@
 // catalog must equal a fresh install's, and a real outbox-relay must deliver
 // every unsent row in order per aggregate, publish no SENT row again, and
 // leave the FAILED row's followers held. PostgreSQL and MariaDB.
+//
+// What each half proves: the catalog half, that a migration run over a table
+// with rows in flight builds what a fresh install builds (a migration whose
+// DDL depends on the rows — a NOT NULL column without a default, a unique
+// index the rows break — fails here); with today's files both paths run the
+// same files in the same order, so it cannot catch a change of a released file
+// (the manifest does). The delivery half, that the head's claim and relay take
+// over rows written by version k's.
 #include <gtest/gtest.h>
 #include <mysql.h>
 

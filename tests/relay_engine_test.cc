@@ -152,8 +152,8 @@ TEST(RelayEngine, AnOutageCountsNoAttemptsAndWorkersBackOffTogether) {
 }
 
 // The database refuses the first claims (a fault-injecting wrapper around the
-// fake queue): the workers back off, reconnect and deliver every row once; no
-// row's attempts are spent by a claim that never happened.
+// fake queue): the workers back off, reopen their queues and deliver every row
+// afterwards.
 TEST(RelayEngine, ClaimsFailingForAWhileDeliverEveryRowOnceAfterwards) {
   Engine e(9);
   std::atomic<int> claims_down{12};

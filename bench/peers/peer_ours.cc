@@ -33,7 +33,7 @@ namespace {
 
 using namespace outbox;
 using namespace outbox::bench;
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 
 const std::string kSchema = "bench_peer_ours";
 
@@ -41,7 +41,7 @@ const std::string kSchema = "bench_peer_ours";
 class HandlerTransport final : public Transport {
  public:
   std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) override {
-    const auto now = Clock::now();
+    const auto now = Steady::now();
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& e : events) {
       if (record_) handled_at_.emplace(e.event_id, now);
@@ -58,11 +58,11 @@ class HandlerTransport final : public Transport {
     std::lock_guard<std::mutex> lock(mu_);
     return handled_;
   }
-  Clock::time_point last() const {
+  Steady::time_point last() const {
     std::lock_guard<std::mutex> lock(mu_);
     return last_;
   }
-  std::unordered_map<std::string, Clock::time_point> TakeHandled() {
+  std::unordered_map<std::string, Steady::time_point> TakeHandled() {
     std::lock_guard<std::mutex> lock(mu_);
     return std::move(handled_at_);
   }
@@ -71,8 +71,8 @@ class HandlerTransport final : public Transport {
   mutable std::mutex mu_;
   bool record_ = false;
   std::size_t handled_ = 0;
-  Clock::time_point last_;
-  std::unordered_map<std::string, Clock::time_point> handled_at_;
+  Steady::time_point last_;
+  std::unordered_map<std::string, Steady::time_point> handled_at_;
 };
 
 double Percentile(std::vector<double>& sorted, double p) {
@@ -130,18 +130,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "relay: %s\n", relay.status().ToString().c_str());
     return 1;
   }
-  const auto t0 = Clock::now();
+  const auto t0 = Steady::now();
   std::thread runner([&] { (void)(*relay)->Run(); });
   const double seconds = f.Int("seconds");
   std::string out;
   char buf[512];
   if (f.Str("mode") == "drain") {
     const auto deadline = t0 + std::chrono::duration<double>(seconds);
-    while (transport.handled() < static_cast<std::size_t>(rows) && Clock::now() < deadline) {
+    while (transport.handled() < static_cast<std::size_t>(rows) && Steady::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     const std::size_t handled = transport.handled();
-    const auto end = handled >= static_cast<std::size_t>(rows) ? transport.last() : Clock::now();
+    const auto end = handled >= static_cast<std::size_t>(rows) ? transport.last() : Steady::now();
     const double window = std::chrono::duration<double>(end - t0).count();
     std::snprintf(buf, sizeof buf,
                   "{\"side\":\"ours\",\"source\":\"%s\",\"mode\":\"drain\",\"rows\":%ld,\"handled\":%zu,"
@@ -154,9 +154,9 @@ int main(int argc, char** argv) {
     const long total = static_cast<long>(rate * seconds);
     const int producers = 4;  // like the peer's pool of 4 connections
     std::mutex mu;
-    std::unordered_map<std::string, Clock::time_point> committed;
+    std::unordered_map<std::string, Steady::time_point> committed;
     std::atomic<long> next{0};
-    const auto start = Clock::now();
+    const auto start = Steady::now();
     auto produce = [&] {
       PGconn* c = MustConnect(url);
       if (f.Str("notify") == "on") MustExec(c, "SET outbox.notify = on");
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
           std::exit(1);
         }
         MustExec(c, "COMMIT");
-        const auto now = Clock::now();
+        const auto now = Steady::now();
         std::lock_guard<std::mutex> lock(mu);
         committed.emplace(r->event_id, now);
       }
@@ -186,9 +186,9 @@ int main(int argc, char** argv) {
     std::vector<std::thread> threads;
     for (int i = 0; i < producers; ++i) threads.emplace_back(produce);
     for (auto& t : threads) t.join();
-    const double produce_secs = std::chrono::duration<double>(Clock::now() - start).count();
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (transport.handled() < static_cast<std::size_t>(total) && Clock::now() < deadline) {
+    const double produce_secs = std::chrono::duration<double>(Steady::now() - start).count();
+    const auto deadline = Steady::now() + std::chrono::seconds(30);
+    while (transport.handled() < static_cast<std::size_t>(total) && Steady::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     auto handled_at = transport.TakeHandled();

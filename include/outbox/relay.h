@@ -19,8 +19,11 @@
 //
 // Ownership and lifetimes: the Relay borrows the transport, the metrics and the
 // logger — all three must outlive it (destroy the Relay first). It keeps the
-// store factory and owns every Store the factory returns (one per worker, one
-// for housekeeping, one for LISTEN).
+// StoreParts' factories and owns every part they return: a ClaimQueue per
+// worker and one for LISTEN; an OutboxView for housekeeping (gauges, purge)
+// and, with source = kCdc, a StreamLedger for housekeeping (the slot's
+// gauges) and one plus a ClaimQueue for the stream. A Clock in RelayOptions
+// must outlive it too.
 #ifndef OUTBOX_RELAY_H_
 #define OUTBOX_RELAY_H_
 

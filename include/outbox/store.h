@@ -1,4 +1,7 @@
-// Store: the relay's view of an outbox table, whatever database holds it.
+// The outbox table, whatever database holds it, as each of its users sees it:
+// ClaimQueue (the relay's workers), OutboxView (operators, the relay's gauges
+// and purge), StreamLedger (a change stream's bookkeeping); a Store is one
+// database session's queue and view (and ledger, where the database streams).
 //
 // Life cycle of a row (see docs/design.md):
 //   PENDING --Claim--> PROCESSING --MarkSent--> SENT (or deleted) --Purge--> gone
@@ -14,9 +17,10 @@
 // Lease expiry and next-attempt times come from the database's clock, never from
 // the relay host's, so clock skew between hosts cannot cause a double claim.
 //
-// Thread-safety: a Store is NOT safe for concurrent use; it owns one database
-// session. Open one per thread. Different Store objects (in one process or many)
-// may work on the same table at once — that is the point of the claim.
+// Thread-safety: a Store, and each part of one, is NOT safe for concurrent
+// use; it owns one database session. Open one per thread. Different Store
+// objects (in one process or many) may work on the same table at once — that
+// is the point of the claim.
 #ifndef OUTBOX_STORE_H_
 #define OUTBOX_STORE_H_
 
@@ -185,7 +189,7 @@ struct ListFilter {
 };
 
 // Change data capture: what the table says about a row the change stream
-// decoded (Store::StreamStates).
+// decoded (StreamLedger::StreamStates).
 struct StreamRowState {
   std::int64_t seq = 0;
   RowState state = RowState::kPending;
@@ -244,6 +248,7 @@ struct ActivityReport {
 // tool takes only the part it calls, and a fake implements only that part.
 
 // The engine's queue: claim due rows, then settle them with the claim's tickets.
+// Not thread-safe (one session); one per worker.
 class ClaimQueue {
  public:
   virtual ~ClaimQueue() = default;
@@ -266,6 +271,7 @@ class ClaimQueue {
 };
 
 // The operators' view: read the table, and the few writes an operator makes.
+// Not thread-safe (one session).
 class OutboxView {
  public:
   virtual ~OutboxView() = default;
@@ -303,6 +309,7 @@ class OutboxView {
 // transitions go through the ClaimQueue's MarkSent / Reschedule / MarkFailed
 // with ticket token 0: they apply while the row is PENDING (nobody holds it)
 // and are refused otherwise. Only stores that can stream have one (PostgreSQL).
+// Not thread-safe (one session).
 class StreamLedger {
  public:
   virtual ~StreamLedger() = default;

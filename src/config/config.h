@@ -5,7 +5,7 @@
 // writes the effective configuration back as TOML with secrets redacted.
 //
 // A tool describes its keys once, as a Schema of its own options struct T
-// (outbox-relay's in tools/outbox_relay/config.cc); the shared sections —
+// (outbox-relay's in tools/outbox_relay/relay_config.cc); the shared sections —
 // `[database]` (StoreOptions) and `[kafka.properties]` — come from
 // AddDatabaseKeys and AddKafkaProperties, so every tool reads them alike.
 //

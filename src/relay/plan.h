@@ -58,7 +58,7 @@ void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who
                    bool* logged_outage);
 
 // The change stream's decision for one decoded batch: which events to publish
-// now, given what the table says about their rows (Store::StreamStates).
+// now, given what the table says about their rows (StreamLedger::StreamStates).
 struct StreamPick {
   std::vector<ClaimedEvent> publish;  // in commit order, attempts = the row's + 1
   std::size_t already_done = 0;  // SENT or SKIPPED: nothing to do
@@ -80,7 +80,7 @@ struct StreamPick {
 // may be gone (purged, deleted when sent) or committed but not yet visible to
 // the check's snapshot.
 // `states[i].held` already leaves out the stream's own acked rows whose SENT
-// mark is not written yet (Store::StreamStates' `acked`).
+// mark is not written yet (StreamLedger::StreamStates' `acked`).
 StreamPick PickStreamed(std::vector<ClaimedEvent> events, std::span<const StreamRowState> states,
                         bool ordered, bool failed_holds);
 

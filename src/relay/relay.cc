@@ -783,10 +783,25 @@ void Relay::HousekeepingLoop() {
   std::unique_ptr<OutboxView> store;
   std::unique_ptr<StreamLedger> ledger;  // cdc: the slot's gauges and the WAL cap
   auto next_purge = clock_.Now() + std::chrono::seconds(5);
+  // cdc: the slot's gauges and the WAL cap, on the ledger's own session (one
+  // more than polling needs: the view's store may be another database's part).
+  auto watch_slot = [&](const StoreStats* stats) {
+    if (options_.source != RelaySource::kCdc || !store_.ledger) return;
+    if (!ledger) {
+      auto l = store_.ledger();
+      if (!l.ok()) {
+        (void)NoteDbError(l.status());
+        return;
+      }
+      ledger = std::move(l).value();
+    }
+    WatchSlot(*ledger, stats);
+  };
   while (!stopping_) {
     Beat(HousekeepingSlot());
     if (!store_.view) {  // no view (engine tests): no gauges, no purge
       db_ok_housekeeping_ = true;
+      watch_slot(nullptr);
       metrics_.ready.Set(Ready() ? 1 : 0);
       SleepFor(options_.stats_interval);
       continue;
@@ -816,17 +831,7 @@ void Relay::HousekeepingLoop() {
       db_ok_housekeeping_ = false;
       (void)NoteDbError(st.status(), &refused_by_housekeeping_);
     }
-    if (options_.source == RelaySource::kCdc) {
-      if (!ledger) {
-        auto l = store_.ledger();
-        if (l.ok()) {
-          ledger = std::move(l).value();
-        } else {
-          metrics_.db_errors.Inc();
-        }
-      }
-      if (ledger) WatchSlot(*ledger, st.ok() ? &*st : nullptr);
-    }
+    watch_slot(st.ok() ? &*st : nullptr);
     // Purge does not depend on Stats. Each round deletes batches for at most
     // kPurgeBudget; if rows are left it goes on next round (every stats
     // interval) instead of waiting a whole purge_interval, so it keeps up with

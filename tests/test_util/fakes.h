@@ -32,6 +32,8 @@ namespace outbox::test_util {
 // A clock that moves only when the test says: Advance(). Waits return when the
 // fake time passes their deadline (they look again every real millisecond, so
 // a notification is seen at once and an Advance within a millisecond).
+// SleepFor blocks until the test advances past it: a relay on a stopped fake
+// clock that must retry a mark (after a store error) waits for the test.
 class FakeClock final : public Clock {
  public:
   time_point Now() const override { return start_ + std::chrono::nanoseconds(offset_ns_.load()); }
@@ -71,8 +73,8 @@ class FakeQueue final : public ClaimQueue {
   FakeTable& t_;
 };
 
-// Forwards every call to `base`; a test derives and overrides the call it
-// breaks. `base` must outlive the wrapper.
+// Forwards every call to `base` (owned); a test derives and overrides the call
+// it breaks.
 class ClaimQueueWrapper : public ClaimQueue {
  public:
   explicit ClaimQueueWrapper(std::unique_ptr<ClaimQueue> base) : base_(std::move(base)) {}

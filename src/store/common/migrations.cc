@@ -126,6 +126,7 @@ std::vector<std::string> CompareCatalogs(const Catalog& live, const Catalog& ref
 }
 
 std::string ReplaceAll(std::string text, std::string_view from, std::string_view to) {
+  if (from.empty()) return text;
   for (std::size_t pos = text.find(from); pos != std::string::npos;
        pos = text.find(from, pos + to.size())) {
     text.replace(pos, from.size(), to);

@@ -1,5 +1,6 @@
 // `outboxctl migrate --check` for MariaDB: the URL's database against what its
 // recorded migrations install, built in a scratch database dropped afterwards.
+#include <cctype>
 #include <random>
 #include <regex>
 
@@ -36,7 +37,9 @@ Result<store::Catalog> ReadCatalog(MYSQL* c, const std::string& db) {
   for (const auto& r : *routines) {
     auto def = maria::Query(c, "migrate --check: " + *r[0], maria::sql::ShowCreate(*r[1], db, *r[0]));
     if (!def.ok()) return def.status();
-    out["procedure " + *r[0]] = std::regex_replace((*def)[0][2].value_or(""), kDefiner, "");
+    std::string kind = r[1].value_or("ROUTINE");
+    for (char& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    out[kind + " " + *r[0]] = std::regex_replace((*def)[0][2].value_or(""), kDefiner, "");
   }
   return out;
 }
@@ -72,7 +75,17 @@ Result<std::vector<Set>> RecordedSets(MYSQL* c, const std::string& db) {
 Result<store::Catalog> Reference(MYSQL* c, const std::vector<Set>& sets, const std::string& live_db) {
   std::random_device rd;
   const std::string scratch = "outbox_check_" + std::to_string(rd() % 1000000000u);
-  auto made = maria::Exec(c, "migrate --check: scratch database", "CREATE DATABASE " + scratch);
+  // The live database's character set and collation: tables that name none
+  // take the database's, and SHOW CREATE TABLE shows it.
+  auto charset = maria::Query(c, "migrate --check: character set",
+                              maria::sql::DatabaseCharset(maria::Quote(c, live_db)));
+  if (!charset.ok()) return charset.status();
+  std::string options;
+  if (!charset->empty() && (*charset)[0][0] && (*charset)[0][1]) {
+    options = " CHARACTER SET " + *(*charset)[0][0] + " COLLATE " + *(*charset)[0][1];
+  }
+  auto made = maria::Exec(c, "migrate --check: scratch database",
+                          "CREATE DATABASE " + scratch + options);
   if (!made.ok()) return made.status();
   auto run = [&]() -> Result<store::Catalog> {
     auto used = maria::Exec(c, "migrate --check: use", "USE " + scratch);
@@ -106,6 +119,9 @@ Result<SchemaCheck> CheckMariaDbSchema(const MariaDbOptions& options) {
   if (!sets.ok()) return sets.status();
   SchemaCheck check;
   store::CompareVersions((*sets)[0].files, (*sets)[0].applied, &check);
+  // A newer release's objects cannot be built from this binary's files: its
+  // versions are the finding, not drift.
+  if (!check.unknown.empty()) return check;
   auto live = ReadCatalog(c, url->database);
   if (!live.ok()) return live.status();
   auto reference = Reference(c, *sets, url->database);

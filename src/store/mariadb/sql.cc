@@ -397,6 +397,11 @@ std::string HasTable(const std::string& db, const std::string& table) {
          " AND table_name = " + table;
 }
 
+std::string DatabaseCharset(const std::string& db) {
+  return "SELECT default_character_set_name, default_collation_name FROM "
+         "information_schema.schemata WHERE schema_name = " + db;
+}
+
 std::string ShowCreate(const std::string& kind, const std::string& db, const std::string& name) {
   auto tick = [](const std::string& id) {
     std::string out = "`";

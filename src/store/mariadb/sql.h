@@ -140,6 +140,8 @@ std::string InboxReschedule(const std::string& consumer, std::int64_t id, int at
 std::string CatalogTables(const std::string& db);
 std::string CatalogRoutines(const std::string& db);
 std::string HasTable(const std::string& db, const std::string& table);
+// The database's default character set and collation (one row of two).
+std::string DatabaseCharset(const std::string& db);
 // SHOW CREATE <kind> `db`.`name` (names from the catalog, backquoted here).
 std::string ShowCreate(const std::string& kind, const std::string& db, const std::string& name);
 
