@@ -8,6 +8,8 @@
 #include <librdkafka/rdkafka.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -102,7 +104,10 @@ struct Message {
 };
 
 // Reads `topic` (partitions 0..partitions-1) from the beginning until `expected`
-// messages arrived and then `quiet` passed without more, or `timeout`.
+// messages arrived, `quiet` passed without more and every partition was read up
+// to its high watermark, or `timeout`. The watermark check matters when the
+// topic holds duplicates: `expected` copies can arrive before a slow partition's
+// first fetch does.
 inline std::vector<Message> ReadTopic(const std::string& bootstrap, const std::string& topic,
                                       int partitions, std::size_t expected,
                                       std::chrono::milliseconds timeout,
@@ -128,10 +133,27 @@ inline std::vector<Message> ReadTopic(const std::string& bootstrap, const std::s
   }
   rd_kafka_assign(c, parts);
   rd_kafka_topic_partition_list_destroy(parts);
+  std::vector<long long> next(static_cast<std::size_t>(partitions), 0);
+  // True when each partition was read to the high watermark it has now (or the
+  // watermarks cannot be asked: then the quiet period alone decides, as before).
+  auto caught_up = [&] {
+    for (int p = 0; p < partitions; ++p) {
+      int64_t low = 0, high = 0;
+      if (rd_kafka_query_watermark_offsets(c, topic.c_str(), p, &low, &high, 2000) !=
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+        return true;
+      }
+      if (std::max<long long>(next[static_cast<std::size_t>(p)], low) < high) return false;
+    }
+    return true;
+  };
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto last = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() < deadline) {
-    if (out.size() >= expected && std::chrono::steady_clock::now() - last >= quiet) break;
+    if (out.size() >= expected && std::chrono::steady_clock::now() - last >= quiet) {
+      if (caught_up()) break;
+      last = std::chrono::steady_clock::now();
+    }
     rd_kafka_message_t* m = rd_kafka_consumer_poll(c, 100);
     if (!m) continue;
     if (!m->err) {
@@ -144,6 +166,9 @@ inline std::vector<Message> ReadTopic(const std::string& bootstrap, const std::s
       }
       msg.partition = m->partition;
       msg.offset = m->offset;
+      if (m->partition >= 0 && m->partition < partitions) {
+        next[static_cast<std::size_t>(m->partition)] = m->offset + 1;
+      }
       rd_kafka_headers_t* hdrs = nullptr;
       if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
         const char* name;
