@@ -253,18 +253,39 @@ class InboxEngineTest : public ::testing::Test {
       o.ordered = true;
       o.retry_delays = {20ms, 20ms, 20ms};
     }
+    o.clock = &clock_;
     auto c = Consumer::Create(o, source_, store_, std::move(dedup), log_, &metrics_);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     Status result;
     std::thread t([&] { result = (*c)->Run(); });
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-    (*c)->Stop();
-    t.join();
+    // The engine's time moves 1 ms per step, whatever the machine's load.
+    for (int i = 0; i < 10'000 && !done(); ++i) {
+      clock_.Advance(1ms);
+      std::this_thread::sleep_for(1ms);
+    }
+    StopAndJoin(**c, t);
     EXPECT_TRUE(result.ok()) << "Run() returns, it does not throw or fail: " << result.ToString();
     counters_ = (*c)->counters();
   }
 
+  void SetUp() override { store_.clock = &clock_; }
+
+  // Stops the consumer, moving its clock on while it finishes a backoff sleep.
+  void StopAndJoin(Consumer& c, std::thread& t) {
+    std::atomic<bool> joined{false};
+    std::thread ticker([&] {
+      while (!joined) {
+        clock_.Advance(10ms);
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+    c.Stop();
+    t.join();
+    joined = true;
+    ticker.join();
+  }
+
+  test_util::FakeClock clock_;
   FakeSource source_;
   FakeStore store_;
   NullLog log_;
@@ -417,6 +438,38 @@ TEST_F(InboxEngineTest, OrderedModeHoldsOnlyTheKeyOfAFailedMessage) {
   for (const auto& f : source_.forwarded) {
     EXPECT_EQ(f.topic.find(".retry."), std::string::npos) << "ordered mode uses no retry topics";
   }
+}
+
+// Ordered mode on the engine's clock: a failed head waits for its retry time
+// (20 s here) on a stopped clock however long the machine takes, and goes as
+// soon as that time has passed — no test sleeps 20 s.
+TEST_F(InboxEngineTest, AParkedHeadIsRetriedWhenItsTimeComesOnTheEnginesClock) {
+  InboundMessage m = Msg("t", 0, 0, "x1", "fail-1");
+  m.key = "X";
+  source_.Add(m);
+  ConsumerOptions o;
+  o.topics = {"t"};
+  o.ordered = true;
+  o.retry_delays = {20s};
+  o.clock = &clock_;
+  auto c = Consumer::Create(o, source_, store_, DedupByEventId(), log_, &metrics_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::thread t([&] { (void)(*c)->Run(); });
+  auto wait = [](const std::function<bool()>& f) {
+    for (int i = 0; i < 5000 && !f(); ++i) std::this_thread::sleep_for(1ms);
+    return f();
+  };
+  EXPECT_TRUE(wait([&] { return store_.Parked() == 1; })) << "the failed head is parked";
+  std::this_thread::sleep_for(200ms);  // real time; the engine's is stopped
+  EXPECT_EQ(store_.Parked(), 1u);
+  EXPECT_TRUE(store_.Applied().empty()) << "not retried before its time";
+  clock_.Advance(19s);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(store_.Applied().empty()) << "19 s is not 20 s";
+  clock_.Advance(1s);
+  EXPECT_TRUE(wait([&] { return store_.Applied().size() == 1; })) << "retried once due";
+  StopAndJoin(**c, t);
+  EXPECT_EQ(store_.Parked(), 0u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ namespace {
 
 class RelayCdcTest : public RelayE2ETest {
  protected:
+  void LongProducerTransactionIsStreamedNotSwept(int depth);
   std::string Slot() const { return DefaultStreamName(schema_); }
   std::string SlotLsn() {
     return Exec(admin_.get(), "SELECT coalesce(confirmed_flush_lsn::text, '') FROM "
@@ -90,10 +91,14 @@ TEST_F(RelayCdcTest, StreamsEverythingInOrderWithTheSameIdsKeysAndHeadersAndClai
 // take them (before migration 6 it did: one extra copy each, seen in a TSan CI
 // run). The stream is slowed after each publish, which leaves a sweeper a
 // whole second to take rows the stream has published but not marked.
-TEST_F(RelayCdcTest, ALongProducerTransactionIsStreamedNotSwept) {
+// `depth`: cdc.batches_in_flight. With 4, the long transaction's first rows
+// can be in flight when the rest are checked: those are parked behind them,
+// and neither the slot nor the sweepers' horizon may pass them meanwhile.
+void RelayCdcTest::LongProducerTransactionIsStreamedNotSwept(int depth) {
   OUTBOX_REQUIRE_FAULT_POINTS();
   Subprocess& relay =
-      StartRelay(CdcSets({"cdc.stream_stale_after_ms=30000"}),
+      StartRelay(CdcSets({"cdc.stream_stale_after_ms=30000",
+                          "cdc.batches_in_flight=" + std::to_string(depth)}),
                  {{"OUTBOX_FAULTS", std::string(fault::kStreamAfterPublish) + "=delay:1000"}});
   ASSERT_TRUE(WaitForLog(relay, "streaming")) << relay.Log();
   PgConn long_tx = Connect(url_);
@@ -138,6 +143,14 @@ TEST_F(RelayCdcTest, ALongProducerTransactionIsStreamedNotSwept) {
                                    ".outbox WHERE aggregate_id = 'long' AND lease_token IS NOT NULL"),
             "0")
       << "the sweeper took rows the stream had not passed";
+}
+
+TEST_F(RelayCdcTest, ALongProducerTransactionIsStreamedNotSwept) {
+  LongProducerTransactionIsStreamedNotSwept(1);
+}
+
+TEST_F(RelayCdcTest, ALongProducerTransactionIsStreamedNotSweptWithFourBatchesInFlight) {
+  LongProducerTransactionIsStreamedNotSwept(4);
 }
 
 TEST_F(RelayCdcTest, RowsCommittedBeforeTheSlotExistedAreSweptInOrder) {

@@ -162,9 +162,10 @@ class RelayE2ETest : public ::testing::Test {
     return ok;
   }
 
-  // `producers` threads, each on its own connection, enqueue `per_aggregate`
-  // events for each of its `aggregates_each` aggregates, 50 per transaction.
-  void EnqueueMany(int producers, int aggregates_each, int per_aggregate) {
+  // `producers` threads, each on its own connection, enqueue events
+  // `from`..`per_aggregate`-1 ("agg#n") for each of its `aggregates_each`
+  // aggregates, 50 per transaction.
+  void EnqueueMany(int producers, int aggregates_each, int per_aggregate, int from = 0) {
     std::vector<std::thread> ts;
     std::atomic<int> failures{0};
     for (int p = 0; p < producers; ++p) {
@@ -181,7 +182,7 @@ class RelayE2ETest : public ::testing::Test {
           Exec(c.get(), r.ok() ? "COMMIT" : "ROLLBACK");
           batch.clear();
         };
-        for (int n = 0; n < per_aggregate; ++n) {
+        for (int n = from; n < per_aggregate; ++n) {
           for (int a = 0; a < aggregates_each; ++a) {
             const std::string agg = "agg-" + std::to_string(p) + "-" + std::to_string(a);
             Event e;

@@ -7,7 +7,11 @@
 #ifndef OUTBOX_TESTS_WEBDRIVER_H_
 #define OUTBOX_TESTS_WEBDRIVER_H_
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -30,17 +34,31 @@ class WebDriver {
   static bool Installed() { return std::filesystem::exists(kChromeDriver) && std::filesystem::exists("/usr/bin/chromium"); }
 
   // Starts chromedriver and a headless browser session; ok() says whether it did.
+  // chromedriver's own --port=0 draws a port at random and exits when it is
+  // taken ("IPv4 port not available", seen in CI): the kernel picks a free one
+  // here, and a port taken again in the meantime is tried once more.
   explicit WebDriver(const std::string& log_name) {
-    driver_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kChromeDriver, "--port=0"}, std::map<std::string, std::string>{},
-        (std::filesystem::temp_directory_path() / log_name).string());
-    const bool up = WaitFor([&] {
-      const std::string log = driver_->Log();
-      const auto at = log.find("started successfully on port ");
-      if (at == std::string::npos) return false;
-      port_ = std::stoi(log.substr(at + 29));
-      return true;
-    }, std::chrono::seconds(60));
+    bool up = false;
+    for (int attempt = 0; attempt < 3 && !up; ++attempt) {
+      const int port = FreeTcpPort();
+      const auto log_path = std::filesystem::temp_directory_path() / log_name;
+      driver_.reset();
+      std::filesystem::remove(log_path);
+      driver_ = std::make_unique<Subprocess>(
+          std::vector<std::string>{kChromeDriver, "--port=" + std::to_string(port)},
+          std::map<std::string, std::string>{}, log_path.string());
+      bool refused = false;
+      WaitFor([&] {
+        const std::string log = driver_->Log();
+        if (log.find("started successfully on port ") != std::string::npos) {
+          port_ = port;
+          up = true;
+        }
+        refused = log.find("port not available") != std::string::npos;
+        return up || refused;
+      }, std::chrono::seconds(60));
+      if (!up && !refused) return;
+    }
     if (!up) return;
     json caps = {{"capabilities",
                   {{"alwaysMatch",
@@ -59,6 +77,22 @@ class WebDriver {
       (void)driver_->Wait(std::chrono::seconds(5));
       ::kill(-driver_->pid(), SIGKILL);  // whatever of the browser is left in its group
     }
+  }
+  // A TCP port on 127.0.0.1 that was free a moment ago (0 when none).
+  static int FreeTcpPort() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin_port);
+    }
+    ::close(fd);
+    return port;
   }
   WebDriver(const WebDriver&) = delete;
   WebDriver& operator=(const WebDriver&) = delete;

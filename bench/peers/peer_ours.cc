@@ -115,14 +115,14 @@ int main(int argc, char** argv) {
   PostgresStoreOptions so;
   so.conninfo = url;
   so.schema = kSchema;
-  ChangeStreamFactory streams;
+  ChangeSource streams;
   if (cdc) {
     ro.source = RelaySource::kCdc;
     ro.cdc.slot = slot;
     PostgresChangeStreamOptions co;
     co.conninfo = url;
     co.schema = kSchema;
-    streams = [co] { return OpenPostgresChangeStream(co); };
+    streams = PostgresChangeSource(co);
   }
   auto relay = Relay::Create(ro, PartsOf([so] { return OpenPostgresStore(so); }), streams, transport,
                              metrics, logger);

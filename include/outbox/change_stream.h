@@ -80,6 +80,18 @@ class ChangeStream {
 // to do. Called from the relay's stream thread only.
 using ChangeStreamFactory = std::function<Result<std::unique_ptr<ChangeStream>>()>;
 
+// A replication slot as the relay sees it: streams are opened on it, and it
+// is retired when it retains too much WAL (CdcOptions::max_retained_wal_bytes:
+// streaming stops, the sweepers drain by polling, a later open creates it
+// again). Both are called from the relay's stream thread only.
+struct ChangeSource {
+  ChangeStreamFactory open;
+  // Drops the slot so that it stops pinning WAL. OK when there is no such
+  // slot; Fenced while a reader (maybe this relay's own, still exiting) holds
+  // it. Empty: the relay never drops the slot (the cap only stops streaming).
+  std::function<Status()> retire_slot;
+};
+
 }  // namespace outbox
 
 #endif  // OUTBOX_CHANGE_STREAM_H_

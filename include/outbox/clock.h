@@ -1,6 +1,6 @@
-// Clock: the engines' time, injected (STYLE.md 18). The relay reads the time,
-// sleeps and waits on its condition variable only through one, so its tests
-// run on a fake clock they advance instead of sleeping (tests/test_util).
+// Clock: the engines' time, injected (STYLE.md 18). The relay and the consumer
+// read the time, sleep and wait only through one, so their tests run on a
+// fake clock they advance instead of sleeping (tests/test_util).
 //
 // Thread-safety: a Clock is called from every thread of the engine that uses
 // it; implementations must be safe for that. Lifetime: must outlive the engine.
@@ -26,9 +26,12 @@ class Clock {
   virtual std::cv_status WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                                    time_point until) = 0;
   virtual void SleepFor(std::chrono::nanoseconds d) = 0;
+  // Wall time, for what travels between processes: a retry's due time in a
+  // message, a failure's timestamp. It moves with Now() on a fake clock.
+  virtual std::chrono::system_clock::time_point WallNow() const = 0;
 };
 
-// The steady clock; what engines use unless told otherwise.
+// The steady and the system clock; what engines use unless told otherwise.
 Clock& SystemClock();
 
 }  // namespace outbox

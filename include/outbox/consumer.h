@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/inbox.h"
 #include "outbox/log.h"
 #include "outbox/metrics.h"
@@ -164,6 +165,9 @@ struct ConsumerOptions {
   // message.max.bytes; lower it to the dead-letter topics' max.message.bytes
   // if those are smaller.
   std::size_t forward_max_bytes = kMaxForwardMaxBytes;
+  // The engine's time (retry due times, purge and lag intervals, backoff);
+  // nullptr = SystemClock(). Not owned; must outlive the consumer.
+  Clock* clock = nullptr;
 };
 
 // The topics a consumer with these options subscribes to: each main topic, then

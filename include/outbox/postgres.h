@@ -74,6 +74,10 @@ Result<std::unique_ptr<ChangeStream>> OpenPostgresChangeStream(
 // attached; OK when there is no such slot.
 Status DropPostgresSlot(const PostgresChangeStreamOptions& options);
 
+// The relay's change source on PostgreSQL: OpenPostgresChangeStream and
+// DropPostgresSlot with these options.
+ChangeSource PostgresChangeSource(const PostgresChangeStreamOptions& options);
+
 // The slot and publication names for a schema: outbox_<schema>.
 std::string DefaultStreamName(const std::string& schema);
 // True when `name` may name a slot or publication: [a-z_][a-z0-9_]{0,62}, not

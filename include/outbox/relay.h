@@ -97,8 +97,6 @@ struct CdcOptions {
   // slot (releasing the WAL) and leaves the outbox to the sweepers until they
   // have drained it; then a new slot starts. 0 = no cap.
   std::int64_t max_retained_wal_bytes = std::int64_t{1} << 30;
-  // Drop the slot only when this returns OK (see DropPostgresSlot).
-  std::function<Status()> drop_slot;
 };
 
 struct RelayOptions {
@@ -211,7 +209,7 @@ class Relay {
                                                Logger& logger);
   // source = kCdc: also a change stream (one reader per slot; see CdcOptions).
   static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreParts store,
-                                               ChangeStreamFactory stream_factory,
+                                               ChangeSource source,
                                                Transport& transport, RelayMetrics& metrics,
                                                Logger& logger);
   ~Relay();  // stops and joins every thread Run() started
@@ -239,7 +237,7 @@ class Relay {
   bool Alive(milliseconds max_silence) const;
 
  private:
-  Relay(RelayOptions o, StoreParts s, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
+  Relay(RelayOptions o, StoreParts s, ChangeSource c, Transport& t, RelayMetrics& m,
         Logger& l);
   struct Worker;  // one worker's loop state (relay.cc)
   void WorkerLoop(int index);
@@ -255,6 +253,7 @@ class Relay {
   // NotReadyReason().
   bool NoteDbError(const Status& st, std::string* refusal = nullptr);
   void ClearRefusal(std::string* refusal);
+  class StreamPump;   // the stream thread's state and steps (stream.cc)
   void StreamLoop();  // stream.cc
   // cdc: the slot's gauges, and the WAL cap (sets / clears wal_capped_).
   void WatchSlot(StreamLedger& ledger, const StoreStats* stats);
@@ -296,7 +295,7 @@ class Relay {
   RelayOptions options_;
   StoreParts store_;
   Clock& clock_;  // options_.clock or SystemClock()
-  ChangeStreamFactory stream_factory_;  // empty unless source = kCdc
+  ChangeSource source_;  // empty unless source = kCdc
   Transport& transport_;
   RelayMetrics& metrics_;
   Logger& logger_;

@@ -13,6 +13,9 @@ class SteadyClock final : public Clock {
     return cv.wait_until(lock, until);
   }
   void SleepFor(std::chrono::nanoseconds d) override { std::this_thread::sleep_for(d); }
+  std::chrono::system_clock::time_point WallNow() const override {
+    return std::chrono::system_clock::now();
+  }
 };
 
 }  // namespace

@@ -18,14 +18,13 @@ namespace {
 
 using std::chrono::milliseconds;
 using SysClock = std::chrono::system_clock;
-using Steady = std::chrono::steady_clock;
 using namespace inbox_internal;
 
-std::int64_t NowMs() {
-  return std::chrono::duration_cast<milliseconds>(SysClock::now().time_since_epoch()).count();
+std::int64_t NowMs(const Clock& clock = SystemClock()) {
+  return std::chrono::duration_cast<milliseconds>(clock.WallNow().time_since_epoch()).count();
 }
 
-std::string Rfc3339Now() { return FormatRfc3339(SysClock::now(), 3); }
+std::string Rfc3339Now(const Clock& clock) { return FormatRfc3339(clock.WallNow(), 3); }
 
 std::string Join(const std::vector<std::string>& v) {
   std::string s;
@@ -148,6 +147,7 @@ class Engine final : public Consumer {
         store_(store),
         dedup_(std::move(d)),
         log_(l),
+        clock_(options_.clock != nullptr ? *options_.clock : SystemClock()),
         metrics_(m, options_) {}
 
   void Stop() override { stop_ = true; }
@@ -159,27 +159,27 @@ class Engine final : public Consumer {
   Status Run() override {
     log_.Info("consumer started", {{"topics", Join(options_.topics)}});
     milliseconds backoff{100};
-    auto next_purge = Steady::now() + options_.purge_interval;
-    auto next_lag = Steady::now();
+    auto next_purge = clock_.Now() + options_.purge_interval;
+    auto next_lag = clock_.Now();
     while (!stop_) {
-      if (options_.stamp_retention.count() > 0 && Steady::now() >= next_purge) {
-        next_purge = Steady::now() + options_.purge_interval;
+      if (options_.stamp_retention.count() > 0 && clock_.Now() >= next_purge) {
+        next_purge = clock_.Now() + options_.purge_interval;
         PurgeStamps();
       }
-      if (Steady::now() >= next_lag) {
-        next_lag = Steady::now() + std::chrono::seconds(1);
+      if (clock_.Now() >= next_lag) {
+        next_lag = clock_.Now() + std::chrono::seconds(1);
         metrics_.Lag(source_.Lag());
       }
       ResumeDue();
       if (options_.ordered) DrainParked();
       std::vector<InboundMessage> batch = source_.Poll(options_.batch_size, options_.batch_wait);
       if (batch.empty()) continue;
-      const auto start = Steady::now();
+      const auto start = clock_.Now();
       Status st = HandleBatch(batch);
-      metrics_.Batch(std::chrono::duration<double>(Steady::now() - start).count(), st.ok());
+      metrics_.Batch(std::chrono::duration<double>(clock_.Now() - start).count(), st.ok());
       if (!st.ok()) {
         log_.Warn("batch not completed; it will be consumed again", {{"error", st.ToString()}});
-        std::this_thread::sleep_for(backoff);
+        clock_.SleepFor(backoff);
         backoff = std::min(backoff * 2, milliseconds(5000));
       } else {
         backoff = milliseconds(100);
@@ -208,7 +208,7 @@ class Engine final : public Consumer {
   }
 
   void ResumeDue() {
-    const std::int64_t now = NowMs();
+    const std::int64_t now = NowMs(clock_);
     for (auto it = paused_.begin(); it != paused_.end();) {
       if (it->second > now) {
         ++it;
@@ -222,7 +222,7 @@ class Engine final : public Consumer {
   // The steps of a batch, each a plan the engine carries out: intake (what
   // now, what waits), effects and stamps, forwards, offsets.
   Status HandleBatch(const std::vector<InboundMessage>& msgs) {
-    Intake in = PlanIntake(msgs, NowMs(), dedup_);
+    Intake in = PlanIntake(msgs, NowMs(clock_), dedup_);
     const std::map<TopicPartition, std::int64_t> rewind = PauseNotDue(in);
     if (in.apply.empty() && std::none_of(in.outcomes.begin(), in.outcomes.end(),
                                          [](const auto& o) { return o.has_value(); })) {
@@ -233,7 +233,7 @@ class Engine final : public Consumer {
       return st;
     }
     // Failures to retry / dead-letter topics; wait for the acks.
-    Forwards fw = PlanForwards(msgs, in.outcomes, options_, NowMs(), Rfc3339Now());
+    Forwards fw = PlanForwards(msgs, in.outcomes, options_, NowMs(clock_), Rfc3339Now(clock_));
     if (!fw.messages.empty()) {
       Status st = source_.Forward(fw.messages);
       if (!st.ok()) {
@@ -271,7 +271,7 @@ class Engine final : public Consumer {
       log_.Log(LogLevel::kDebug, "retry not due yet; partition paused",
                {{"topic", tp.topic}, {"partition", std::to_string(tp.partition)},
                 {"offset", std::to_string(at.first)},
-                {"due_in_ms", std::to_string(at.second - NowMs())}});
+                {"due_in_ms", std::to_string(at.second - NowMs(clock_))}});
     }
     std::map<TopicPartition, std::int64_t> rewind = in.first_offsets;
     for (const auto& [tp, at] : in.pauses) {
@@ -382,7 +382,7 @@ class Engine final : public Consumer {
         log_.Warn("parked messages not applied", {{"error", outcomes.status().ToString()}});
         return;
       }
-      ParkedPlan plan = PlanParked(*due, *outcomes, options_, Rfc3339Now());
+      ParkedPlan plan = PlanParked(*due, *outcomes, options_, Rfc3339Now(clock_));
       Status st = store_.Unpark(plan.unpark);
       for (const auto& r : plan.retries) {
         if (st.ok()) st = store_.Reschedule(r.id, r.attempts, r.error, r.delay);
@@ -414,6 +414,7 @@ class Engine final : public Consumer {
   InboxStore& store_;
   DedupKeyFn dedup_;
   Logger& log_;
+  Clock& clock_;  // options_.clock or SystemClock()
   Metrics metrics_;
   std::map<TopicPartition, std::int64_t> paused_;  // -> due ms
   std::atomic<bool> stop_{false};

@@ -283,17 +283,16 @@ StoreParts PartsOf(StoreFactory all) {
 Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreParts store,
                                              Transport& transport, RelayMetrics& metrics,
                                              Logger& logger) {
-  return Create(std::move(options), std::move(store), ChangeStreamFactory(), transport, metrics,
-                logger);
+  return Create(std::move(options), std::move(store), ChangeSource(), transport, metrics, logger);
 }
 
 Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreParts store,
-                                             ChangeStreamFactory stream_factory,
+                                             ChangeSource source,
                                              Transport& transport, RelayMetrics& metrics,
                                              Logger& logger) {
   OUTBOX_RETURN_IF_ERROR(ValidateRelayOptions(options));
   if (!store.queue) return Status::InvalidArgument("the relay needs a store's claim queue");
-  if (options.source == RelaySource::kCdc && (!stream_factory || !store.ledger)) {
+  if (options.source == RelaySource::kCdc && (!source.open || !store.ledger)) {
     return Status::InvalidArgument("relay.source = cdc needs a change stream (this store has none)");
   }
   if (options.lease <= transport.MaxPublishTime()) {
@@ -304,15 +303,15 @@ Result<std::unique_ptr<Relay>> Relay::Create(RelayOptions options, StoreParts st
         ", or a message could outlive its lease and be published again by another relay");
   }
   return std::unique_ptr<Relay>(new Relay(std::move(options), std::move(store),
-                                          std::move(stream_factory), transport, metrics, logger));
+                                          std::move(source), transport, metrics, logger));
 }
 
-Relay::Relay(RelayOptions o, StoreParts s, ChangeStreamFactory c, Transport& t, RelayMetrics& m,
+Relay::Relay(RelayOptions o, StoreParts s, ChangeSource c, Transport& t, RelayMetrics& m,
              Logger& l)
     : options_(std::move(o)),
       store_(std::move(s)),
       clock_(options_.clock != nullptr ? *options_.clock : SystemClock()),
-      stream_factory_(std::move(c)),
+      source_(std::move(c)),
       transport_(t),
       metrics_(m),
       logger_(l),

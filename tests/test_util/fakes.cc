@@ -182,7 +182,7 @@ Status FakeInboxStore::Park(std::span<const ParkedMessage> messages) {
     if (known) continue;
     ParkedMessage p = m;
     p.id = next_id++;
-    due_at[p.id] = std::chrono::steady_clock::now() + m.delay;
+    due_at[p.id] = clock->Now() + m.delay;
     parked[p.id] = std::move(p);
   }
   return Status::Ok();
@@ -194,7 +194,7 @@ Result<std::vector<ParkedMessage>> FakeInboxStore::Due(int limit) {
   for (const auto& [id, p] : parked) head.emplace(p.order_key, id);
   std::vector<ParkedMessage> out;
   for (const auto& [id, p] : parked) {  // by id: queue order within each key
-    if (due_at[head[p.order_key]] > std::chrono::steady_clock::now()) continue;
+    if (due_at[head[p.order_key]] > clock->Now()) continue;
     if (static_cast<int>(out.size()) < limit) out.push_back(p);
   }
   std::stable_sort(out.begin(), out.end(),
@@ -213,7 +213,7 @@ Status FakeInboxStore::Reschedule(std::int64_t id, int attempts, const std::stri
   std::lock_guard<std::mutex> l(mu);
   parked[id].attempts = attempts;
   parked[id].last_error = error;
-  due_at[id] = std::chrono::steady_clock::now() + delay;
+  due_at[id] = clock->Now() + delay;
   return Status::Ok();
 }
 

@@ -40,10 +40,15 @@ class FakeClock final : public Clock {
   std::cv_status WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                            time_point until) override;
   void SleepFor(std::chrono::nanoseconds d) override;
+  std::chrono::system_clock::time_point WallNow() const override {
+    return wall_start_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                             std::chrono::nanoseconds(offset_ns_.load()));
+  }
   void Advance(std::chrono::nanoseconds d) { offset_ns_ += d.count(); }
 
  private:
   const time_point start_ = std::chrono::steady_clock::now();
+  const std::chrono::system_clock::time_point wall_start_ = std::chrono::system_clock::now();
   std::atomic<std::int64_t> offset_ns_{0};
 };
 
@@ -157,6 +162,7 @@ class FakeInboxStore final : public InboxStore {
   std::map<std::string, int> tries;  // per dedup key
   std::map<std::int64_t, ParkedMessage> parked;
   std::map<std::int64_t, std::chrono::steady_clock::time_point> due_at;
+  Clock* clock = &SystemClock();  // the database's time: parked messages' due times
   std::int64_t next_id = 1;
 
   Status Migrate() override { return Status::Ok(); }

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
 
   outbox::MetricsRegistry registry;
   outbox::RelayMetrics metrics(registry, cfg->database.schema);
-  outbox::ChangeStreamFactory stream_factory;
+  outbox::ChangeSource source;
   outbox::RelayOptions relay_options = cfg->relay;
   if (relay_options.source == outbox::RelaySource::kCdc) {
     outbox::PostgresChangeStreamOptions so;
@@ -102,10 +102,9 @@ int main(int argc, char** argv) {
     so.slot = relay_options.cdc.slot;
     so.publication = cfg->cdc_publication;
     so.connect_timeout = db.connect_timeout;
-    stream_factory = [so]() { return outbox::OpenPostgresChangeStream(so); };
-    relay_options.cdc.drop_slot = [so]() { return outbox::DropPostgresSlot(so); };
+    source = outbox::PostgresChangeSource(so);
   }
-  auto relay = outbox::Relay::Create(relay_options, outbox::PartsOf(factory), stream_factory, **transport, metrics,
+  auto relay = outbox::Relay::Create(relay_options, outbox::PartsOf(factory), source, **transport, metrics,
                                      logger);
   if (!relay.ok()) {
     std::cerr << "outbox-relay: configuration error: " << relay.status().message() << "\n";

@@ -321,4 +321,11 @@ Status DropPostgresSlot(const PostgresChangeStreamOptions& o) {
   return pg::StatusFromResult(conn->get(), r.get(), "cdc: drop slot");
 }
 
+ChangeSource PostgresChangeSource(const PostgresChangeStreamOptions& options) {
+  ChangeSource source;
+  source.open = [options] { return OpenPostgresChangeStream(options); };
+  source.retire_slot = [options] { return DropPostgresSlot(options); };
+  return source;
+}
+
 }  // namespace outbox
