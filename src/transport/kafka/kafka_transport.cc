@@ -125,7 +125,7 @@ class KafkaTransport final : public Transport {
   ~KafkaTransport() override {
     stop_ = true;
     if (poller_.joinable()) poller_.join();
-    std::unique_lock<std::shared_mutex> l(rk_mu_);
+    WriterLock l(rk_mu_);
     DestroyProducer();
   }
 
@@ -142,7 +142,10 @@ class KafkaTransport final : public Transport {
       return Status::InvalidArgument("kafka property bootstrap.servers is required");
     }
     OUTBOX_RETURN_IF_ERROR(ValidateTopicTemplate(options_.topic_template));
-    OUTBOX_RETURN_IF_ERROR(CreateProducer());
+    {
+      WriterLock l(rk_mu_);
+      OUTBOX_RETURN_IF_ERROR(CreateProducer());
+    }
     poller_ = std::thread([this] { PollLoop(); });
     return Status::Ok();
   }
@@ -168,7 +171,7 @@ class KafkaTransport final : public Transport {
     const auto start = Clock::now();
     const auto deadline = start + MaxPublishTime();
     {
-      std::shared_lock<std::shared_mutex> l(rk_mu_);
+      ReaderLock l(rk_mu_);
       // Waits before a message is handed over (topic metadata, a full local
       // queue) end by produce_by; the batch's messages then have
       // message.timeout.ms before the purge below ends them, all inside
@@ -227,7 +230,7 @@ class KafkaTransport final : public Transport {
   }
 
  private:
-  Status CreateProducer() {
+  Status CreateProducer() OUTBOX_REQUIRES(rk_mu_) {
     char err[512];
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     if (Status st = kafka_internal::SetProperties(
@@ -285,7 +288,7 @@ class KafkaTransport final : public Transport {
     return Status::Ok();
   }
 
-  void DestroyProducer() {
+  void DestroyProducer() OUTBOX_REQUIRES(rk_mu_) {
     if (!rk_) return;
     // Purge what is still queued: those messages get a delivery report with
     // _PURGE_QUEUE, i.e. kRetryable, so nothing is silently dropped.
@@ -296,7 +299,7 @@ class KafkaTransport final : public Transport {
   }
 
   void RecreateProducer() {
-    std::unique_lock<std::shared_mutex> l(rk_mu_);
+    WriterLock l(rk_mu_);
     if (!fatal_) return;
     DestroyProducer();
     (void)CreateProducer();  // properties were valid once; they still are
@@ -309,7 +312,7 @@ class KafkaTransport final : public Transport {
   // flight), and a request whose predecessor was not written is refused by the
   // broker (idempotence); batches still producing stop (see Produce).
   void PurgeQueues() {
-    std::shared_lock<std::shared_mutex> rk(rk_mu_);
+    ReaderLock rk(rk_mu_);
     MutexLock l(produce_mu_);
     if (rk_) rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     ++purges_;
@@ -318,7 +321,7 @@ class KafkaTransport final : public Transport {
   void PollLoop() {
     while (!stop_) {
       {
-        std::shared_lock<std::shared_mutex> l(rk_mu_);
+        ReaderLock l(rk_mu_);
         if (rk_) rd_kafka_poll(rk_, 50);
       }
       // Let a pending RecreateProducer take the exclusive lock.
@@ -330,8 +333,8 @@ class KafkaTransport final : public Transport {
   // scan, up to 1 s after the first message; ask for the metadata at once
   // instead (once per topic; failures just fall back to librdkafka's own way).
   // Waits at most until `until` in all, so the wait stays inside MaxPublishTime().
-  // REQUIRES: rk_mu_ held (shared).
-  void LearnTopics(std::span<const ClaimedEvent> events, Clock::time_point until) {
+  void LearnTopics(std::span<const ClaimedEvent> events, Clock::time_point until)
+      OUTBOX_REQUIRES_SHARED(rk_mu_) {
     for (const ClaimedEvent& ce : events) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
       if (left.count() <= 0) return;
@@ -358,7 +361,7 @@ class KafkaTransport final : public Transport {
   // Hands one event to librdkafka. False if it was refused before reaching the
   // broker (its outcome is then already recorded in `batch`).
   bool Produce(const ClaimedEvent& ce, const std::shared_ptr<BatchState>& batch, std::size_t i,
-               Clock::time_point produce_by, std::uint64_t generation) {
+               Clock::time_point produce_by, std::uint64_t generation) OUTBOX_REQUIRES_SHARED(rk_mu_) {
     if (!rk_) {
       batch->Complete(i, Unavailable("kafka producer unavailable"));
       return false;
@@ -468,8 +471,8 @@ class KafkaTransport final : public Transport {
   std::string timeout_source_;                        // the key that set it
   long max_message_bytes_ = 0;                        // effective message.max.bytes
   bool configured_ = false;                           // the three above are set
-  std::shared_mutex rk_mu_;  // exclusive only to recreate the producer
-  rd_kafka_t* rk_ = nullptr;
+  SharedMutex rk_mu_;  // exclusive only to create, recreate and destroy the producer
+  rd_kafka_t* rk_ OUTBOX_GUARDED_BY(rk_mu_) = nullptr;
   std::thread poller_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> all_brokers_down_{false};
