@@ -81,31 +81,49 @@ TEST(RelayEngine, ShutdownDeadlineWithABatchInFlightIsSafeAndTheDestructorJoins)
 
 // Alive() (the systemd watchdog's check): true while every thread goes round
 // its loop, also while the broker is down; false while a worker hangs in a
-// publish longer than the allowed silence; true again after it returns.
+// publish longer than the allowed silence; true again after it returns. On a
+// fake clock: the relay's seconds pass in a few hundred real milliseconds.
 TEST(RelayEngine, AliveIsFalseOnlyWhileAThreadHangs) {
   Engine e(3);
+  test_util::FakeClock clock;
   FakeTransport& transport = e.transport;
+  transport.clock = &clock;
   transport.down = true;
   RelayOptions o = Options();
+  o.clock = &clock;
   o.workers = 2;
   o.stats_interval = 100ms;  // housekeeping's round (its legitimate silence)
   auto relay = e.Make(o);
   ASSERT_TRUE(relay.ok()) << relay.status().ToString();
   EXPECT_TRUE((*relay)->Alive(1ms)) << "not running yet";
   std::thread runner([&] { (void)(*relay)->Run(); });
-  std::this_thread::sleep_for(300ms);
+  // The relay's time moves in 5 ms steps, each after a real millisecond.
+  const auto pass = [&](std::chrono::milliseconds d) {
+    for (auto t = 0ms; t < d; t += 5ms) {
+      clock.Advance(5ms);
+      std::this_thread::sleep_for(1ms);
+    }
+  };
+  pass(300ms);
   EXPECT_TRUE((*relay)->Alive(1000ms)) << "an outage is not a hang";
-  transport.delay = 3000ms;  // the next publish hangs for 3 s
+  transport.delay = 3000ms;  // the next publish hangs for 3 s of the relay's time
   transport.down = false;
   const int before = transport.publishes.load();
-  for (int i = 0; i < 1000 && transport.publishes.load() == before; ++i) std::this_thread::sleep_for(2ms);
-  std::this_thread::sleep_for(1500ms);
+  for (int i = 0; i < 2000 && transport.publishes.load() == before; ++i) pass(5ms);
+  ASSERT_GT(transport.publishes.load(), before);
+  pass(1500ms);
   EXPECT_FALSE((*relay)->Alive(1000ms)) << "a worker has been in one publish for 1.5 s";
   transport.delay = 0ms;
-  std::this_thread::sleep_for(3000ms);  // that publish returned 1.5 s ago
+  pass(3000ms);  // that publish returned 1.5 s ago
   EXPECT_TRUE((*relay)->Alive(1000ms));
   (*relay)->RequestStop();
+  std::atomic<bool> joined{false};
+  std::thread ticker([&] {
+    while (!joined) pass(5ms);
+  });
   runner.join();
+  joined = true;
+  ticker.join();
 }
 
 // While the broker is down, attempts are given back and nothing ends FAILED

@@ -74,7 +74,7 @@ Result<ClaimResult> DownClaimQueue::Claim(const ClaimOptions& o) {
 
 std::vector<PublishResult> FakeTransport::Publish(std::span<const ClaimedEvent> events) {
   ++publishes;
-  std::this_thread::sleep_for(delay.load());
+  if (delay.load().count() > 0) clock->SleepFor(delay.load());
   std::vector<PublishResult> r(events.size());
   for (auto& x : r) {
     x = down ? PublishResult{PublishOutcome::kRetryable, "_MSG_TIMED_OUT", true}

@@ -122,6 +122,7 @@ class FakeTransport final : public Transport {
   std::atomic<std::chrono::milliseconds> delay{std::chrono::milliseconds(0)};
   std::atomic<bool> down{false};
   std::atomic<int> publishes{0};
+  Clock* clock = &SystemClock();  // what `delay` is measured on
 };
 
 // --- The consumer's side. ---
