@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 
 namespace outbox::relay_internal {
 namespace {
@@ -93,7 +94,7 @@ TEST(StreamBook, APositionInsideATransactionIsNoPosition) {
   EXPECT_EQ(b.Covered(), 10);
 }
 
-TEST(StreamBook, AParkedRowHoldsTheSlotAndTheSweepersHorizonUntilItIsPublished) {
+TEST(StreamBook, AParkedRowHoldsTheSlotAndTheSweepersHorizonUntilItsMarkIsRecorded) {
   StreamBook b(Lim());
   b.Dispatched(100, 10, false);
   b.SettledEmpty();
@@ -108,12 +109,58 @@ TEST(StreamBook, AParkedRowHoldsTheSlotAndTheSweepersHorizonUntilItIsPublished) 
   b.SettledEmpty();
   EXPECT_EQ(b.Confirmable(), 100u) << "a new stream must read row 5 again";
   EXPECT_EQ(b.Covered(), 10) << "a sweeper must not take row 5 while the stream means to publish it";
-  // Checked again: publishable now.
+  // Checked again: publishable now, in batch 4 (lsn 400).
   rows = b.ToCheck({}, kT0 + milliseconds(10), &expired);
   EXPECT_EQ(Seqs(rows), std::vector<std::int64_t>{5});
   EXPECT_EQ(b.Park({}, kT0 + milliseconds(10), kT0 + milliseconds(10)), 0u);
+  EXPECT_EQ(b.Confirmable(), 100u) << "being checked";
+  b.Dispatched(400, 40, true);
+  EXPECT_EQ(b.Confirmable(), 100u) << "published, not acked";
+  EXPECT_EQ(b.Covered(), 10);
+  const std::vector<Ticket> sent = {{5, 0}};
+  b.MarkingStarted(sent);
+  EXPECT_EQ(b.Confirmable(), 100u) << "acked, its mark not recorded";
+  b.MarkingDone(true);
+  EXPECT_EQ(b.Confirmable(), 400u);
+  EXPECT_EQ(b.Covered(), 40);
+}
+
+TEST(StreamBook, ARowCheckedAgainAndNotPublishedHoldsUntilItsBatchSettles) {
+  StreamBook b(Lim());
+  b.Dispatched(100, 10, false);
+  b.SettledEmpty();
+  std::size_t expired = 0;
+  (void)b.ToCheck(Rows({5}), kT0, &expired);
+  b.Park(Rows({5}), kT0, kT0);
+  b.Dispatched(200, 20, false);
+  b.SettledEmpty();
+  // Checked again: a sweeper took it meanwhile (left to the sweeper): nothing
+  // published, the batch settles at once and the hold goes with it.
+  (void)b.ToCheck({}, kT0 + milliseconds(10), &expired);
+  b.Park({}, kT0 + milliseconds(10), kT0 + milliseconds(10));
+  b.Dispatched(300, 30, false);
+  EXPECT_EQ(b.Confirmable(), 100u);
+  b.SettledEmpty();
   EXPECT_EQ(b.Confirmable(), 300u);
-  EXPECT_EQ(b.Covered(), 30);
+}
+
+TEST(StreamBook, AMarkingNotRecordedKeepsItsRowsHoldingUntilTheRestart) {
+  StreamBook b(Lim());
+  b.Dispatched(100, 10, false);
+  b.SettledEmpty();
+  std::size_t expired = 0;
+  (void)b.ToCheck(Rows({5}), kT0, &expired);
+  b.Park(Rows({5}), kT0, kT0);
+  b.Dispatched(200, 20, false);
+  b.SettledEmpty();
+  (void)b.ToCheck({}, kT0, &expired);
+  b.Park({}, kT0, kT0);
+  b.Dispatched(300, 30, true);
+  b.MarkingStarted({});
+  b.MarkingDone(false);
+  EXPECT_EQ(b.Confirmable(), 100u) << "row 5 was published, its mark not recorded";
+  b.Restart();
+  EXPECT_EQ(b.Confirmable(), 0u);
 }
 
 TEST(StreamBook, ParkedRowsComeBackFirstInCommitOrderWithTheirWaitCounted) {
@@ -200,7 +247,11 @@ TEST(StreamBook, ItSettlesWhenThePipelineIsFullOrABatchWorthIsParked) {
   EXPECT_TRUE(b.ShouldSettle(true)) << "its acks are in";
   b.Park(Rows({1, 2, 3}), kT0, kT0);
   EXPECT_TRUE(b.ShouldSettle(false)) << "a batch's worth parked";
+  std::size_t expired = 0;
+  (void)b.ToCheck({}, kT0, &expired);
   b.Park({}, kT0, kT0);
+  ASSERT_EQ(b.parked_count(), 0u);
+  EXPECT_FALSE(b.ShouldSettle(false));
   b.Dispatched(200, 20, true);
   EXPECT_TRUE(b.ShouldSettle(false)) << "the pipeline is full";
 }
@@ -250,10 +301,12 @@ TEST(StreamBook, RandomRunsNeverConfirmPastAnUnsettledRow) {
     struct Read {
       std::uint64_t lsn;
       bool published;
+      std::uint64_t hold;  // rows once parked, checked in it: the limit they keep (0 = none)
     };
     std::deque<Read> in_flight;             // read, not settled
     std::vector<std::uint64_t> unrecorded;  // settled into a marking not yet recorded
     std::map<std::int64_t, std::uint64_t> parked;  // seq -> lsn of the batch it came in
+    std::vector<std::uint64_t> marking_holds;      // of the batch being marked
     std::uint64_t lsn = 0, last_confirmable = 0, last_read = 0;
     std::int64_t seq = 0;
     TimePoint now = kT0;
@@ -270,6 +323,14 @@ TEST(StreamBook, RandomRunsNeverConfirmPastAnUnsettledRow) {
         }
         const std::uint64_t batch_lsn = (rng() % 4 == 0) ? 0 : (lsn += 100);
         std::map<std::int64_t, std::uint64_t> still;
+        std::set<std::int64_t> parked_again;
+        for (const auto& e : park) parked_again.insert(e.ticket.seq);
+        std::uint64_t hold = 0;  // rows leaving the park into this batch keep their limit
+        for (const auto& e : rows) {
+          auto it = parked.find(e.ticket.seq);
+          if (it == parked.end() || parked_again.count(e.ticket.seq)) continue;
+          hold = hold == 0 ? it->second : std::min(hold, it->second);
+        }
         for (const auto& e : park) {
           still[e.ticket.seq] = parked.count(e.ticket.seq) ? parked[e.ticket.seq] : (batch_lsn ? batch_lsn : lsn + 1);
         }
@@ -280,7 +341,7 @@ TEST(StreamBook, RandomRunsNeverConfirmPastAnUnsettledRow) {
         parked = still;
         const bool published = rng() % 2;
         b.Dispatched(batch_lsn, static_cast<std::int64_t>(batch_lsn), published);
-        in_flight.push_back({batch_lsn, published});
+        in_flight.push_back({batch_lsn, published, hold});
         if (batch_lsn) last_read = batch_lsn;
       } else if (what == 1 && !in_flight.empty() && !in_flight.front().published) {
         b.SettledEmpty();
@@ -289,11 +350,13 @@ TEST(StreamBook, RandomRunsNeverConfirmPastAnUnsettledRow) {
       } else if (what == 2 && !in_flight.empty() && in_flight.front().published && !b.marking()) {
         b.MarkingStarted({});
         unrecorded.push_back(in_flight.front().lsn);
+        if (in_flight.front().hold) marking_holds.push_back(in_flight.front().hold);
         in_flight.pop_front();
       } else if (what == 3 && b.marking()) {
         const bool ok = rng() % 5 != 0;
         b.MarkingDone(ok);
         unrecorded.clear();
+        marking_holds.clear();
         if (!ok) {
           b.Restart();
           in_flight.clear();
@@ -305,6 +368,7 @@ TEST(StreamBook, RandomRunsNeverConfirmPastAnUnsettledRow) {
         b.Restart();
         in_flight.clear();
         unrecorded.clear();
+        marking_holds.clear();
         parked.clear();
         last_confirmable = 0;
         last_read = 0;
@@ -316,6 +380,12 @@ TEST(StreamBook, RandomRunsNeverConfirmPastAnUnsettledRow) {
         if (r.lsn) {
           ASSERT_LT(c, r.lsn) << "run " << run << " step " << step << ": past a batch in flight";
         }
+        if (r.hold) {
+          ASSERT_LT(c, r.hold) << "run " << run << " step " << step << ": past a row once parked, in flight";
+        }
+      }
+      for (std::uint64_t h : marking_holds) {
+        ASSERT_LT(c, h) << "run " << run << " step " << step << ": past a row once parked, being marked";
       }
       for (std::uint64_t u : unrecorded) {
         if (u) {
@@ -329,7 +399,7 @@ TEST(StreamBook, RandomRunsNeverConfirmPastAnUnsettledRow) {
       ASSERT_EQ(b.Covered(), static_cast<std::int64_t>(c)) << "run " << run << " step " << step;
       last_confirmable = c;
     }
-    // Drain: settle and record everything, publish every parked row.
+    // Drain: settle and record everything, then publish every parked row.
     while (!in_flight.empty()) {
       if (b.marking()) b.MarkingDone(true);
       if (in_flight.front().published) {
@@ -343,6 +413,9 @@ TEST(StreamBook, RandomRunsNeverConfirmPastAnUnsettledRow) {
     std::size_t expired = 0;
     (void)b.ToCheck({}, now, &expired);
     b.Park({}, now, now);
+    b.Dispatched(0, 0, true);  // the once-parked rows go out, and are marked
+    b.MarkingStarted({});
+    b.MarkingDone(true);
     EXPECT_EQ(b.Confirmable(), last_read) << "run " << run << ": all recorded, nothing parked";
   }
 }

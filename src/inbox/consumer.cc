@@ -20,7 +20,7 @@ using std::chrono::milliseconds;
 using SysClock = std::chrono::system_clock;
 using namespace inbox_internal;
 
-std::int64_t NowMs(const Clock& clock = SystemClock()) {
+std::int64_t NowMs(const Clock& clock) {
   return std::chrono::duration_cast<milliseconds>(clock.WallNow().time_since_epoch()).count();
 }
 
@@ -76,13 +76,15 @@ class Metrics {
         "outbox_inbox_seconds_since_last_apply",
         "Seconds since the last applied effect (since start when none yet)", [live = live_] {
           const auto last = live->last_apply_ms.load(std::memory_order_relaxed);
+          // The system clock, not the consumer's: this gauge may be rendered
+          // after the consumer (and an injected clock) are gone.
           return MetricsRegistry::GaugeSamples{
-              {"", static_cast<double>(NowMs() - last) / 1000.0}};
+              {"", static_cast<double>(NowMs(SystemClock()) - last) / 1000.0}};
         });
   }
 
   void Applied(std::uint64_t n) {
-    if (n > 0) live_->last_apply_ms.store(NowMs(), std::memory_order_relaxed);
+    if (n > 0) live_->last_apply_ms.store(NowMs(SystemClock()), std::memory_order_relaxed);
     if (applied_) applied_->Inc(n);
   }
   void Duplicates(std::uint64_t n) {
@@ -133,7 +135,7 @@ class Metrics {
   struct Live {
     Mutex mu;
     MetricsRegistry::GaugeSamples lag OUTBOX_GUARDED_BY(mu);
-    std::atomic<std::int64_t> last_apply_ms{NowMs()};
+    std::atomic<std::int64_t> last_apply_ms{NowMs(SystemClock())};
   };
   std::shared_ptr<Live> live_ = std::make_shared<Live>();
 };

@@ -63,7 +63,10 @@ relay_internal::StreamBook::Limits BookLimits(const CdcOptions& cdc) {
 
 }  // namespace
 
-// The stream thread's state and steps; Run() is the loop.
+// The stream thread's state and steps; Run() is the loop. Thread-safety: the
+// stream thread's alone, except the marking helper (StartMarking), which sees
+// only the relay's thread-safe parts and `mark_queue_`'s session, released
+// only after the helper's future is collected. Lifetime: within StreamLoop().
 class Relay::StreamPump {
  public:
   explicit StreamPump(Relay& r)

@@ -9,11 +9,13 @@ namespace outbox::relay_internal {
 std::vector<ClaimedEvent> StreamBook::ToCheck(std::vector<ClaimedEvent> fresh,
                                               TimePoint received_at, std::size_t* expired) {
   *expired = 0;
+  checking_ = Hold{};
   if (parked_.empty()) return fresh;
   std::vector<ClaimedEvent> rows;
   rows.reserve(parked_.size() + fresh.size());
   for (ClaimedEvent& e : parked_) {
     auto it = park_info_.find(e.ticket.seq);
+    assert(it != park_info_.end());
     if (it == park_info_.end()) continue;
     if (it->second.waiting && received_at - it->second.since >= limits_.sweep_after) {
       ++*expired;
@@ -23,6 +25,7 @@ std::vector<ClaimedEvent> StreamBook::ToCheck(std::vector<ClaimedEvent> fresh,
     // Its commit-to-ack time counts the wait since the batch it was last
     // checked in (this batch's claim-to-ack starts at this batch's arrival).
     e.age_at_claim += std::chrono::duration_cast<std::chrono::microseconds>(received_at - it->second.seen);
+    checking_.Add(it->second.hold);
     rows.push_back(std::move(e));
   }
   parked_.clear();
@@ -37,6 +40,7 @@ bool StreamBook::NeedsCheck(bool fresh_rows) {
 }
 
 std::size_t StreamBook::Park(std::vector<ClaimedEvent> rows, TimePoint now, TimePoint received_at) {
+  assert(parked_.empty());
   std::map<std::int64_t, ParkedRow> info;
   std::size_t over = 0;
   for (ClaimedEvent& e : rows) {
@@ -44,7 +48,11 @@ std::size_t StreamBook::Park(std::vector<ClaimedEvent> rows, TimePoint now, Time
       ++over;
       continue;
     }
-    ParkedRow r{dispatched_, false, now, received_at, read_lsn_, read_covered_};
+    ParkedRow r{.behind = dispatched_,
+                .waiting = false,
+                .since = now,
+                .seen = received_at,
+                .hold = Hold{.lsn = read_lsn_, .covered = read_covered_}};
     if (auto it = park_info_.find(e.ticket.seq); it != park_info_.end()) {
       r = it->second;
       r.seen = received_at;
@@ -61,7 +69,8 @@ std::size_t StreamBook::Park(std::vector<ClaimedEvent> rows, TimePoint now, Time
 }
 
 void StreamBook::Dispatched(std::uint64_t lsn, std::int64_t covered_us, bool published) {
-  in_flight_.push_back(Batch{lsn, covered_us, published});
+  in_flight_.push_back(Batch{.lsn = lsn, .covered = covered_us, .published = published, .hold = checking_});
+  checking_ = Hold{};
   ++dispatched_;
   read_lsn_ = std::max(read_lsn_, lsn);
   read_covered_ = std::max(read_covered_, covered_us);
@@ -89,6 +98,7 @@ void StreamBook::MarkingStarted(std::span<const Ticket> sent) {
   ++settled_;
   settled_since_check_ = true;
   marking_ = true;
+  marking_hold_.Add(b.hold);
   acked_unmarked_.clear();
   for (const Ticket& t : sent) acked_unmarked_.push_back(t.seq);
   Reach(b.lsn, b.covered);
@@ -99,6 +109,7 @@ void StreamBook::MarkingDone(bool recorded) {
   marking_ = false;
   acked_unmarked_.clear();
   if (recorded) {
+    marking_hold_ = Hold{};
     settled_lsn_ = std::max(settled_lsn_, after_mark_lsn_);
     settled_covered_ = std::max(settled_covered_, after_mark_covered_);
   }
@@ -116,17 +127,17 @@ void StreamBook::Reach(std::uint64_t lsn, std::int64_t covered) {
   }
 }
 
-std::uint64_t StreamBook::Confirmable() const {
-  std::uint64_t lsn = settled_lsn_;
-  for (const auto& [seq, r] : park_info_) lsn = std::min(lsn, r.hold_lsn);
-  return lsn;
+StreamBook::Hold StreamBook::Held() const {
+  Hold h = checking_;
+  h.Add(marking_hold_);
+  for (const Batch& b : in_flight_) h.Add(b.hold);
+  for (const auto& [seq, r] : park_info_) h.Add(r.hold);
+  return h;
 }
 
-std::int64_t StreamBook::Covered() const {
-  std::int64_t covered = settled_covered_;
-  for (const auto& [seq, r] : park_info_) covered = std::min(covered, r.hold_covered);
-  return covered;
-}
+std::uint64_t StreamBook::Confirmable() const { return std::min(settled_lsn_, Held().lsn); }
+
+std::int64_t StreamBook::Covered() const { return std::min(settled_covered_, Held().covered); }
 
 void StreamBook::Restart() {
   in_flight_.clear();
@@ -134,6 +145,8 @@ void StreamBook::Restart() {
   after_mark_lsn_ = 0;
   after_mark_covered_ = 0;
   acked_unmarked_.clear();
+  checking_ = Hold{};
+  marking_hold_ = Hold{};
   settled_lsn_ = 0;
   settled_covered_ = 0;
   read_lsn_ = 0;

@@ -16,11 +16,13 @@
 //     for them (with several batches in flight, a long transaction's rows
 //     wait behind its first ones), not for the sweeper.
 //   - Neither the slot's position nor the commit time reported to the
-//     sweepers passes a parked row (checked, meant to be published later):
-//     the sweepers take only rows committed before both, so they do not race
-//     the stream for it (that made copies of a long transaction's rows with
-//     several batches in flight), and a new stream reads it again. Once a row
-//     is given up (sweep_after, max_parked) it holds nothing.
+//     sweepers passes a parked row (checked, meant to be published later),
+//     nor — once it is checked again and published — until the batch it went
+//     out in has its marks recorded: the sweepers take only rows committed
+//     before both, so they do not race the stream for it (that made copies
+//     of a long transaction's rows with several batches in flight), and a new
+//     stream reads it again. A row given up (sweep_after, max_parked) holds
+//     nothing.
 //   - Restart() (a new stream, an outage, a failed mark) forgets everything
 //     but nothing else: what was not settled is read again from the slot.
 //
@@ -29,6 +31,8 @@
 #define OUTBOX_SRC_RELAY_STREAM_BOOK_H_
 
 #include <chrono>
+#include <cstdint>
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -67,6 +71,7 @@ class StreamBook {
   bool NeedsCheck(bool fresh_rows);
   // The check's verdict: `rows` are parked (kept from an earlier park, their
   // first park time). Returns how many went to the sweeper over max_parked.
+  // REQUIRES: ToCheck() since the last Park() (the parked rows were taken).
   std::size_t Park(std::vector<ClaimedEvent> rows, TimePoint now, TimePoint received_at);
   std::size_t parked_count() const { return parked_.size(); }
   // Rows the stream's check must not count as holding their aggregates: the
@@ -79,7 +84,6 @@ class StreamBook {
   // Its position (lsn, covered; 0 = none) counts once it settles.
   void Dispatched(std::uint64_t lsn, std::int64_t covered_us, bool published);
   std::size_t in_flight() const { return in_flight_.size(); }
-  bool front_published() const { return !in_flight_.empty() && in_flight_.front().published; }
   // Whether to settle the front batch now: the pipeline is full, a batch's
   // worth of rows is parked (reading on would only park more), or its acks
   // are in (`front_ready`).
@@ -93,7 +97,8 @@ class StreamBook {
   void MarkingStarted(std::span<const Ticket> sent);
   bool marking() const { return marking_; }
   // The marking ended: recorded (the position it waited for is settled), or
-  // not (nothing of it counts; the caller restarts the stream).
+  // not (nothing of it counts, and its rows keep holding: the caller
+  // restarts the stream).
   void MarkingDone(bool recorded);
 
   // --- Positions ---
@@ -111,20 +116,30 @@ class StreamBook {
   void Restart();
 
  private:
+  // Positions that stay at or before these (none: the largest values).
+  struct Hold {
+    std::uint64_t lsn = UINT64_MAX;
+    std::int64_t covered = INT64_MAX;
+    void Add(const Hold& h) {
+      lsn = std::min(lsn, h.lsn);
+      covered = std::min(covered, h.covered);
+    }
+  };
   struct Batch {
     std::uint64_t lsn = 0;
     std::int64_t covered = 0;
     bool published = false;
+    Hold hold;  // of the once-parked rows checked in it, until its marks are recorded
   };
   struct ParkedRow {
     std::uint64_t behind = 0;  // the batches read before it (their count)
     bool waiting = false;      // those have settled: its wait counts from `since`
     TimePoint since;
-    TimePoint seen;         // arrival of the batch it was last checked in
-    std::uint64_t hold_lsn = 0;  // what was read before it: the positions
-    std::int64_t hold_covered = 0;  // stay at or before these
+    TimePoint seen;  // arrival of the batch it was last checked in
+    Hold hold;       // what was read before it was first parked
   };
   void Reach(std::uint64_t lsn, std::int64_t covered);
+  Hold Held() const;  // every hold at once
 
   const Limits limits_;
   std::deque<Batch> in_flight_;
@@ -132,6 +147,8 @@ class StreamBook {
   std::uint64_t after_mark_lsn_ = 0;  // reached once the marking is recorded
   std::int64_t after_mark_covered_ = 0;
   std::vector<std::int64_t> acked_unmarked_;
+  Hold checking_;      // the parked rows taken into the check under way
+  Hold marking_hold_;  // the marking batch's
   std::uint64_t settled_lsn_ = 0;
   std::int64_t settled_covered_ = 0;
   std::uint64_t read_lsn_ = 0;  // the furthest position read (dispatched)
