@@ -125,8 +125,8 @@ TEST(StreamBook, AParkedRowHoldsTheSlotAndTheSweepersHorizonUntilItsMarkIsRecord
   EXPECT_EQ(b.Covered(), 40);
 }
 
-TEST(StreamBook, ARowCheckedAgainAndNotPublishedHoldsUntilItsBatchSettles) {
-  StreamBook b(Lim());
+// Position 100 settled; row 5 parked in batch 200 (nothing published), which settled.
+void ParkRow5(StreamBook& b) {
   b.Dispatched(100, 10, false);
   b.SettledEmpty();
   std::size_t expired = 0;
@@ -134,6 +134,12 @@ TEST(StreamBook, ARowCheckedAgainAndNotPublishedHoldsUntilItsBatchSettles) {
   b.Park(Rows({5}), kT0, kT0);
   b.Dispatched(200, 20, false);
   b.SettledEmpty();
+}
+
+TEST(StreamBook, ARowCheckedAgainAndNotPublishedHoldsUntilItsBatchSettles) {
+  StreamBook b(Lim());
+  ParkRow5(b);
+  std::size_t expired = 0;
   // Checked again: a sweeper took it meanwhile (left to the sweeper): nothing
   // published, the batch settles at once and the hold goes with it.
   (void)b.ToCheck({}, kT0 + milliseconds(10), &expired);
@@ -146,13 +152,8 @@ TEST(StreamBook, ARowCheckedAgainAndNotPublishedHoldsUntilItsBatchSettles) {
 
 TEST(StreamBook, AMarkingNotRecordedKeepsItsRowsHoldingUntilTheRestart) {
   StreamBook b(Lim());
-  b.Dispatched(100, 10, false);
-  b.SettledEmpty();
+  ParkRow5(b);
   std::size_t expired = 0;
-  (void)b.ToCheck(Rows({5}), kT0, &expired);
-  b.Park(Rows({5}), kT0, kT0);
-  b.Dispatched(200, 20, false);
-  b.SettledEmpty();
   (void)b.ToCheck({}, kT0, &expired);
   b.Park({}, kT0, kT0);
   b.Dispatched(300, 30, true);
