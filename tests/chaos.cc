@@ -305,7 +305,6 @@ int main(int argc, char** argv) {
   // Producers: several connections, many aggregates, spread over ~60% of the run.
   constexpr int kProducers = 4, kAggsPerProducer = 100;
   std::atomic<long> enqueued{0};
-  std::atomic<bool> producers_done{false};
   std::vector<std::thread> producers;
   const long per_producer = a.events / kProducers;
   const auto produce_for = std::chrono::milliseconds(a.seconds * 600);

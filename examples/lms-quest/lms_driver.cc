@@ -118,6 +118,6 @@ int main(int argc, char** argv) {
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::cout << "lms-driver: " << recorded << " completions recorded, " << already
             << " repeated clicks answered \"already completed\", " << retries << " retried requests, "
-            << rejected << " rejected, in " << static_cast<long>(secs * 10) / 10.0 << " s\n";
+            << rejected << " rejected, in " << static_cast<double>(static_cast<long>(secs * 10)) / 10.0 << " s\n";
   return rejected == 0 ? 0 : 1;
 }
