@@ -1,0 +1,385 @@
+// enqueue_cost: what one event costs the producer's transaction. Several
+// clients commit a business transaction (one INSERT of a ~200-byte row) in a
+// loop for a fixed time, and each case adds one thing to it:
+//   PostgreSQL: nothing; a hand-rolled outbox INSERT (uuid key, bytea payload,
+//   jsonb headers, a partial "pending" index); <schema>.enqueue(...) called as
+//   SQL; the C++ Enqueue; and per 10 events, a hand-rolled 10-row INSERT
+//   against EnqueueBatch of 10;
+//   MariaDB: nothing; a hand-rolled INSERT; CALL outbox_enqueue(...); the C++
+//   Enqueue.
+// Every case runs with durable commits off and on (PostgreSQL:
+// synchronous_commit; MariaDB: innodb_flush_log_at_trx_commit 2 or 1), in
+// interleaved rounds, the tables emptied before each run. Reports medians of
+// transactions/s, the microseconds each case adds to a transaction (1/rate
+// minus the business INSERT's 1/rate, the measure the issue used) and that
+// added cost against the hand-rolled INSERT's.
+//
+//   enqueue_cost [--clients 4] [--seconds 10] [--rounds 3] [--aggregates 10000]
+// Needs OUTBOX_PG_URL; MariaDB's cases run when OUTBOX_MYSQL_URL is set.
+#include <mysql.h>
+
+#include <atomic>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "bench_util.h"
+#include "outbox/mariadb.h"
+#include "outbox/postgres.h"
+
+namespace {
+
+using namespace outbox;
+using namespace outbox::bench;
+
+const std::string kSchema = "bench_cost";  // PostgreSQL schema and MariaDB database
+const std::string kPayload(200, 'p');
+const std::string kBusinessRow(200, 'b');
+const std::string kHeaders = R"({"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})";
+
+Event MakeEvent(const std::string& aggregate_id) {
+  Event e;
+  e.aggregate_type = "order";
+  e.aggregate_id = aggregate_id;
+  e.event_type = "OrderCreated";
+  e.payload = kPayload;
+  e.headers = {{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}};
+  return e;
+}
+
+// ---- PostgreSQL ----
+
+void PgMust(PGresult* r, const char* what) {
+  const ExecStatusType st = PQresultStatus(r);
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    std::fprintf(stderr, "%s: %s", what, PQresultErrorMessage(r));
+    std::exit(1);
+  }
+  PQclear(r);
+}
+
+void PgPrepare(PGconn* c, const char* name, const std::string& sql) {
+  PgMust(PQprepare(c, name, sql.c_str(), 0, nullptr), name);
+}
+
+// Parameter `binary` (if any) is sent in binary form (bytea), the rest as text.
+void PgRun(PGconn* c, const char* name, std::vector<std::string> text, int binary = -1) {
+  std::vector<const char*> values;
+  std::vector<int> lengths, formats;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    values.push_back(text[i].data());
+    lengths.push_back(static_cast<int>(text[i].size()));
+    formats.push_back(static_cast<int>(i) == binary ? 1 : 0);
+  }
+  PgMust(PQexecPrepared(c, name, static_cast<int>(values.size()), values.data(), lengths.data(),
+                        formats.data(), 0),
+         name);
+}
+
+void PgSetUp(const std::string& url) {
+  PGconn* admin = MustConnect(url);
+  MustExec(admin, "DROP SCHEMA IF EXISTS " + kSchema + " CASCADE");
+  PostgresStoreOptions o;
+  o.conninfo = url;
+  o.schema = kSchema;
+  auto s = OpenPostgresStore(o);
+  if (!s.ok() || !(*s)->Migrate().ok()) {
+    std::fprintf(stderr, "cannot migrate %s\n", kSchema.c_str());
+    std::exit(1);
+  }
+  MustExec(admin, "CREATE TABLE " + kSchema +
+                      ".business (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+                      "customer text NOT NULL, note text NOT NULL, "
+                      "created_at timestamptz NOT NULL DEFAULT now())");
+  MustExec(admin, "CREATE TABLE " + kSchema +
+                      ".outbox_hand (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), "
+                      "aggregate_type text NOT NULL, aggregate_id text NOT NULL, "
+                      "event_type text NOT NULL, payload bytea NOT NULL, "
+                      "headers jsonb NOT NULL DEFAULT '{}', status text NOT NULL DEFAULT 'PENDING', "
+                      "created_at timestamptz NOT NULL DEFAULT now())");
+  MustExec(admin, "CREATE INDEX outbox_hand_pending ON " + kSchema +
+                      ".outbox_hand (created_at) WHERE status = 'PENDING'");
+  PQfinish(admin);
+}
+
+// One case's extra work inside the transaction, given a random aggregate id.
+using PgBody = std::function<void(PGconn*, const std::string& aggregate)>;
+
+PGconn* PgClient(const std::string& url, bool durable) {
+  PGconn* c = MustConnect(url);
+  MustExec(c, std::string("SET synchronous_commit = ") + (durable ? "on" : "off"));
+  PgPrepare(c, "business",
+            "INSERT INTO " + kSchema + ".business (customer, note) VALUES ($1, $2)");
+  PgPrepare(c, "hand",
+            "INSERT INTO " + kSchema +
+                ".outbox_hand (aggregate_type, aggregate_id, event_type, payload, headers) "
+                "VALUES ('order', $1, 'OrderCreated', $2, $3::jsonb)");
+  PgPrepare(c, "hand10",
+            "INSERT INTO " + kSchema +
+                ".outbox_hand (aggregate_type, aggregate_id, event_type, payload, headers) "
+                "SELECT 'order', $1 || '-' || g, 'OrderCreated', $2, $3::jsonb "
+                "FROM generate_series(1, 10) g");
+  PgPrepare(c, "enqueue",
+            "SELECT * FROM " + kSchema +
+                ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+  return c;
+}
+
+double PgRate(const std::string& url, bool durable, int clients, int seconds, int aggregates,
+              const PgBody& body) {
+  PGconn* admin = MustConnect(url);
+  MustExec(admin, "TRUNCATE " + kSchema + ".business, " + kSchema + ".outbox, " + kSchema +
+                      ".outbox_hand");
+  MustExec(admin, "CHECKPOINT");
+  PQfinish(admin);
+  std::atomic<long> done{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < clients; ++t) {
+    ts.emplace_back([&, t] {
+      PGconn* c = PgClient(url, durable);
+      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+      std::uniform_int_distribution<int> agg(0, aggregates - 1);
+      long n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        MustExec(c, "BEGIN");
+        PgRun(c, "business", {"customer-" + std::to_string(agg(rng)), kBusinessRow});
+        body(c, std::to_string(agg(rng)));
+        MustExec(c, "COMMIT");
+        ++n;
+      }
+      done += n;
+      PQfinish(c);
+    });
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  return static_cast<double>(done.load()) / SecondsSince(t0);
+}
+
+// ---- MariaDB ----
+
+MYSQL* MyConnect(const std::string& url) {  // mysql://user@host:port/db (testenv's form)
+  std::string s = url.substr(std::string("mysql://").size());
+  const std::string user = s.substr(0, s.find('@'));
+  s = s.substr(s.find('@') + 1);
+  const std::string host = s.substr(0, s.find(':'));
+  const unsigned port = static_cast<unsigned>(std::atoi(s.substr(s.find(':') + 1).c_str()));
+  const std::string db = s.substr(s.find('/') + 1);
+  MYSQL* c = mysql_init(nullptr);
+  if (!mysql_real_connect(c, host.c_str(), user.c_str(), nullptr, db.empty() ? nullptr : db.c_str(),
+                          port, nullptr, CLIENT_MULTI_RESULTS)) {
+    std::fprintf(stderr, "mariadb: %s\n", mysql_error(c));
+    std::exit(1);
+  }
+  return c;
+}
+
+void MyExec(MYSQL* c, const std::string& sql) {
+  if (mysql_real_query(c, sql.data(), sql.size()) != 0) {
+    std::fprintf(stderr, "mariadb: %s: %s\n", sql.substr(0, 80).c_str(), mysql_error(c));
+    std::exit(1);
+  }
+  do {
+    if (MYSQL_RES* r = mysql_store_result(c)) mysql_free_result(r);
+  } while (mysql_next_result(c) == 0);
+}
+
+std::string MyQuote(MYSQL* c, const std::string& v) {
+  std::string out(v.size() * 2 + 1, '\0');
+  out.resize(mysql_real_escape_string(c, out.data(), v.data(), v.size()));
+  return "'" + out + "'";
+}
+
+void MySetUp(const std::string& base, const std::string& url) {
+  MYSQL* admin = MyConnect(base);
+  MyExec(admin, "DROP DATABASE IF EXISTS " + kSchema);
+  MyExec(admin, "CREATE DATABASE " + kSchema);
+  mysql_close(admin);
+  if (!MigrateMariaDb({url}).ok()) {
+    std::fprintf(stderr, "cannot migrate MariaDB %s\n", kSchema.c_str());
+    std::exit(1);
+  }
+  MYSQL* c = MyConnect(url);
+  MyExec(c, "CREATE TABLE business (id BIGINT AUTO_INCREMENT PRIMARY KEY, customer VARCHAR(64) NOT NULL, "
+            "note TEXT NOT NULL, created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))");
+  // MariaDB has no partial index: the pending index is on (status, created_at).
+  MyExec(c, "CREATE TABLE outbox_hand (id UUID PRIMARY KEY DEFAULT uuid(), "
+            "aggregate_type VARCHAR(255) NOT NULL, aggregate_id VARCHAR(255) NOT NULL, "
+            "event_type VARCHAR(255) NOT NULL, payload LONGBLOB NOT NULL, headers JSON NOT NULL, "
+            "status VARCHAR(16) NOT NULL DEFAULT 'PENDING', "
+            "created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+            "KEY outbox_hand_pending (status, created_at))");
+  mysql_close(c);
+}
+
+using MyBody = std::function<void(MYSQL*, const std::string& aggregate)>;
+
+double MyRate(const std::string& url, bool durable, int clients, int seconds, int aggregates,
+              const MyBody& body) {
+  MYSQL* admin = MyConnect(url);
+  MyExec(admin, "TRUNCATE business");
+  MyExec(admin, "TRUNCATE outbox");
+  MyExec(admin, "TRUNCATE outbox_hand");
+  MyExec(admin, std::string("SET GLOBAL innodb_flush_log_at_trx_commit = ") + (durable ? "1" : "2"));
+  mysql_close(admin);
+  std::atomic<long> done{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < clients; ++t) {
+    ts.emplace_back([&, t] {
+      MYSQL* c = MyConnect(url);
+      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+      std::uniform_int_distribution<int> agg(0, aggregates - 1);
+      const std::string row = MyQuote(c, kBusinessRow);
+      long n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        MyExec(c, "START TRANSACTION");
+        MyExec(c, "INSERT INTO business (customer, note) VALUES ('customer-" +
+                      std::to_string(agg(rng)) + "', " + row + ")");
+        body(c, std::to_string(agg(rng)));
+        MyExec(c, "COMMIT");
+        ++n;
+      }
+      done += n;
+      mysql_close(c);
+    });
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  return static_cast<double>(done.load()) / SecondsSince(t0);
+}
+
+// ---- the cases and the report ----
+
+struct Case {
+  std::string database, name;
+  int events;             // per transaction
+  std::string baseline;   // the hand-rolled case its added cost is compared with ("" = none)
+  std::function<double(bool durable)> run;
+  std::vector<double> rates[2];  // [durable]
+};
+
+void Report(const std::vector<Case>& cases, const std::string& database, bool durable, int clients) {
+  const Case* alone = nullptr;
+  for (const Case& c : cases) {
+    if (c.database == database && c.events == 0) alone = &c;
+  }
+  if (alone == nullptr || alone->rates[durable].empty()) return;
+  const double base_us = 1e6 / Median(alone->rates[durable]);
+  auto added = [&](const Case& c) { return 1e6 / Median(c.rates[durable]) - base_us; };
+  std::printf("\n%s, %s, %d clients:\n\n", database.c_str(),
+              database == "PostgreSQL" ? (durable ? "synchronous_commit = on" : "synchronous_commit = off")
+                                       : (durable ? "innodb_flush_log_at_trx_commit = 1"
+                                                  : "innodb_flush_log_at_trx_commit = 2"),
+              clients);
+  std::printf("| the transaction | transactions/s (median) | µs added per transaction | per event | "
+              "added cost / hand-rolled's |\n|---|---|---|---|---|\n");
+  for (const Case& c : cases) {
+    if (c.database != database) continue;
+    if (c.events == 0) {
+      std::printf("| %s | %.0f | — | — | — |\n", c.name.c_str(), Median(c.rates[durable]));
+      continue;
+    }
+    std::string ratio = "—";
+    for (const Case& b : cases) {
+      if (b.database == database && b.name == c.baseline) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "**%.2f×**", added(c) / added(b));
+        ratio = buf;
+      }
+    }
+    std::printf("| %s | %.0f | %.1f | %.1f | %s |\n", c.name.c_str(), Median(c.rates[durable]),
+                added(c), added(c) / c.events, ratio.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f(argc, argv, {{"db", DefaultDb()}, {"clients", "4"}, {"seconds", "10"}, {"rounds", "3"},
+                       {"aggregates", "10000"}});
+  const std::string pg = f.Str("db");
+  if (pg.empty()) {
+    std::fprintf(stderr, "enqueue_cost: OUTBOX_PG_URL (or --db) required\n");
+    return 2;
+  }
+  const int clients = f.Int("clients"), seconds = f.Int("seconds"), aggs = f.Int("aggregates");
+  const char* my_env = std::getenv("OUTBOX_MYSQL_URL");
+  const std::string my_base = my_env ? my_env : "";
+  const std::string my = my_env ? my_base.substr(0, my_base.rfind('/') + 1) + kSchema : "";
+
+  PgSetUp(pg);
+  if (my_env) MySetUp(my_base, my);
+  auto pg_case = [&](const std::string& name, int events, const std::string& baseline, PgBody body) {
+    return Case{"PostgreSQL", name, events, baseline, [=, &pg](bool durable) {
+                  return PgRate(pg, durable, clients, seconds, aggs, body);
+                }, {}};
+  };
+  auto my_case = [&](const std::string& name, int events, const std::string& baseline, MyBody body) {
+    return Case{"MariaDB", name, events, baseline, [=, &my](bool durable) {
+                  return MyRate(my, durable, clients, seconds, aggs, body);
+                }, {}};
+  };
+  EnqueueOptions eo;
+  eo.schema = kSchema;
+  std::vector<Case> cases = {
+      pg_case("business INSERT alone", 0, "", [](PGconn*, const std::string&) {}),
+      pg_case("+ hand-rolled outbox INSERT", 1, "",
+              [](PGconn* c, const std::string& a) { PgRun(c, "hand", {a, kPayload, kHeaders}, 1); }),
+      pg_case("+ `enqueue(...)` in SQL", 1, "+ hand-rolled outbox INSERT",
+              [](PGconn* c, const std::string& a) { PgRun(c, "enqueue", {a, kPayload, kHeaders}, 1); }),
+      pg_case("+ C++ `Enqueue`", 1, "+ hand-rolled outbox INSERT",
+              [eo](PGconn* c, const std::string& a) {
+                if (!Enqueue(c, MakeEvent(a), eo).ok()) std::exit(1);
+              }),
+      pg_case("+ hand-rolled 10-row INSERT", 10, "",
+              [](PGconn* c, const std::string& a) { PgRun(c, "hand10", {a, kPayload, kHeaders}, 1); }),
+      pg_case("+ C++ `EnqueueBatch` of 10", 10, "+ hand-rolled 10-row INSERT",
+              [eo](PGconn* c, const std::string& a) {
+                std::vector<Event> batch;
+                for (int i = 0; i < 10; ++i) batch.push_back(MakeEvent(a + "-" + std::to_string(i)));
+                if (!EnqueueBatch(c, batch, eo).ok()) std::exit(1);
+              }),
+  };
+  if (my_env) {
+    cases.push_back(my_case("business INSERT alone", 0, "", [](MYSQL*, const std::string&) {}));
+    cases.push_back(my_case("+ hand-rolled outbox INSERT", 1, "", [](MYSQL* c, const std::string& a) {
+      MyExec(c, "INSERT INTO outbox_hand (aggregate_type, aggregate_id, event_type, payload, headers) "
+                "VALUES ('order', '" + a + "', 'OrderCreated', " + MyQuote(c, kPayload) + ", " +
+                    MyQuote(c, kHeaders) + ")");
+    }));
+    cases.push_back(my_case("+ `CALL outbox_enqueue(...)`", 1, "+ hand-rolled outbox INSERT",
+                            [](MYSQL* c, const std::string& a) {
+                              MyExec(c, "CALL outbox_enqueue('order', '" + a + "', 'OrderCreated', " +
+                                            MyQuote(c, kPayload) + ", " + MyQuote(c, kHeaders) +
+                                            ", NULL)");
+                            }));
+    cases.push_back(my_case("+ C++ `Enqueue`", 1, "+ hand-rolled outbox INSERT",
+                            [](MYSQL* c, const std::string& a) {
+                              if (!Enqueue(c, MakeEvent(a)).ok()) std::exit(1);
+                            }));
+  }
+  for (int r = 0; r < f.Int("rounds"); ++r) {
+    for (bool durable : {false, true}) {
+      for (Case& c : cases) c.rates[durable].push_back(c.run(durable));
+    }
+  }
+  for (const std::string db : {"PostgreSQL", "MariaDB"}) {
+    for (bool durable : {false, true}) Report(cases, db, durable, clients);
+  }
+  if (my_env) {
+    MYSQL* c = MyConnect(my);
+    MyExec(c, "SET GLOBAL innodb_flush_log_at_trx_commit = 1");
+    MyExec(c, "DROP DATABASE " + kSchema);
+    mysql_close(c);
+  }
+  PGconn* admin = MustConnect(pg);
+  MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
+  PQfinish(admin);
+  return 0;
+}
