@@ -15,11 +15,15 @@
 // added cost against the hand-rolled INSERT's.
 //
 //   enqueue_cost [--clients 4] [--seconds 10] [--rounds 3] [--aggregates 10000]
+//                [--before src/store/postgres/migrations/outbox/0004_skipped_stats_limits.sql]
+// --before adds the case "enqueue() before migration 10", from that file.
 // Needs OUTBOX_PG_URL; MariaDB's cases run when OUTBOX_MYSQL_URL is set.
 #include <mysql.h>
 
 #include <atomic>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <random>
 #include <thread>
 
@@ -76,7 +80,30 @@ void PgRun(PGconn* c, const char* name, std::vector<std::string> text, int binar
          name);
 }
 
-void PgSetUp(const std::string& url) {
+// enqueue() as migration 4 wrote it (the last before migration 10), installed
+// beside the current one as enqueue_before(), for a side-by-side figure.
+void PgInstallBefore(PGconn* admin, const std::string& migration_file) {
+  std::ifstream in(migration_file);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string sql = text.str();
+  const std::string head = "CREATE OR REPLACE FUNCTION {S}.enqueue(";
+  const std::size_t from = sql.find(head);
+  const std::size_t to = sql.find("$fn$;", from);
+  if (from == std::string::npos || to == std::string::npos) {
+    std::fprintf(stderr, "no enqueue() in %s\n", migration_file.c_str());
+    std::exit(1);
+  }
+  std::string fn = sql.substr(from, to + 5 - from);
+  fn.replace(0, head.size(), "CREATE FUNCTION {S}.enqueue_before(");
+  for (std::size_t p; (p = fn.find("{S}")) != std::string::npos;) fn.replace(p, 3, kSchema);
+  for (std::size_t p; (p = fn.find("enqueue.")) != std::string::npos;) {
+    fn.replace(p, 8, "enqueue_before.");
+  }
+  MustExec(admin, fn);
+}
+
+void PgSetUp(const std::string& url, const std::string& before_file) {
   PGconn* admin = MustConnect(url);
   MustExec(admin, "DROP SCHEMA IF EXISTS " + kSchema + " CASCADE");
   PostgresStoreOptions o;
@@ -99,15 +126,17 @@ void PgSetUp(const std::string& url) {
                       "created_at timestamptz NOT NULL DEFAULT now())");
   MustExec(admin, "CREATE INDEX outbox_hand_pending ON " + kSchema +
                       ".outbox_hand (created_at) WHERE status = 'PENDING'");
+  if (!before_file.empty()) PgInstallBefore(admin, before_file);
   PQfinish(admin);
 }
 
 // One case's extra work inside the transaction, given a random aggregate id.
 using PgBody = std::function<void(PGconn*, const std::string& aggregate)>;
 
-PGconn* PgClient(const std::string& url, bool durable) {
+PGconn* PgClient(const std::string& url, bool durable, const std::string& session) {
   PGconn* c = MustConnect(url);
   MustExec(c, std::string("SET synchronous_commit = ") + (durable ? "on" : "off"));
+  if (!session.empty()) MustExec(c, session);
   PgPrepare(c, "business",
             "INSERT INTO " + kSchema + ".business (customer, note) VALUES ($1, $2)");
   PgPrepare(c, "hand",
@@ -122,11 +151,16 @@ PGconn* PgClient(const std::string& url, bool durable) {
   PgPrepare(c, "enqueue",
             "SELECT * FROM " + kSchema +
                 ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+  if (!Scalar(c, "SELECT to_regproc('" + kSchema + ".enqueue_before')").empty()) {
+    PgPrepare(c, "enqueue_before",
+              "SELECT * FROM " + kSchema +
+                  ".enqueue_before('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+  }
   return c;
 }
 
 double PgRate(const std::string& url, bool durable, int clients, int seconds, int aggregates,
-              const PgBody& body) {
+              const std::string& session, const PgBody& body) {
   PGconn* admin = MustConnect(url);
   MustExec(admin, "TRUNCATE " + kSchema + ".business, " + kSchema + ".outbox, " + kSchema +
                       ".outbox_hand");
@@ -137,7 +171,7 @@ double PgRate(const std::string& url, bool durable, int clients, int seconds, in
   std::vector<std::thread> ts;
   for (int t = 0; t < clients; ++t) {
     ts.emplace_back([&, t] {
-      PGconn* c = PgClient(url, durable);
+      PGconn* c = PgClient(url, durable, session);
       std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
       std::uniform_int_distribution<int> agg(0, aggregates - 1);
       long n = 0;
@@ -298,11 +332,74 @@ void Report(const std::vector<Case>& cases, const std::string& database, bool du
   }
 }
 
+// Where an enqueue's server time goes: each step alone, N times in a PL/pgSQL
+// loop inside one transaction that is rolled back (no commit, no network, one
+// session), microseconds per call, median of `rounds`. Steps that need a
+// missing index drop it inside that transaction.
+void Breakdown(const std::string& url, int rounds, bool have_before) {
+  constexpr int kCalls = 5000;
+  const std::string decl =
+      "DECLARE h jsonb := '" + kHeaders + "'; p bytea := convert_to(repeat('p', 200), 'UTF8'); ";
+  const std::string insert_outbox =
+      "INSERT INTO " + kSchema + ".outbox (event_id, aggregate_type, aggregate_id, event_type, "
+      "payload, headers) VALUES (" + kSchema + ".uuid_v7(), 'order', i::text, 'OrderCreated', p, h)";
+  struct Step {
+    std::string name, setup, body;
+    std::vector<double> us;
+  };
+  std::vector<Step> steps = {
+      {"hand-rolled INSERT (2 indexes)", "",
+       "INSERT INTO " + kSchema + ".outbox_hand (aggregate_type, aggregate_id, event_type, payload, "
+       "headers) VALUES ('order', i::text, 'OrderCreated', p, h)", {}},
+      {"outbox INSERT as enqueue() writes it (4 indexes, UUIDv7)", "", insert_outbox, {}},
+      {"  … without the event_id index (operators' lookups only)",
+       "ALTER TABLE " + kSchema + ".outbox DROP CONSTRAINT outbox_event_id_key", insert_outbox, {}},
+      {"  … without outbox_aggregate_idx (the claim's head check)",
+       "DROP INDEX " + kSchema + ".outbox_aggregate_idx", insert_outbox, {}},
+      {"  … without outbox_claim_idx (the claim's walk)", "DROP INDEX " + kSchema + ".outbox_claim_idx",
+       insert_outbox, {}},
+      {"  … with gen_random_uuid() for the UUIDv7", "",
+       "INSERT INTO " + kSchema + ".outbox (event_id, aggregate_type, aggregate_id, event_type, "
+       "payload, headers) VALUES (gen_random_uuid(), 'order', i::text, 'OrderCreated', p, h)", {}},
+      {"the aggregate's advisory lock", "",
+       "PERFORM pg_advisory_xact_lock(hashtext('" + kSchema + "'), hashtext('order' || E'\\x1f' || i::text))",
+       {}},
+      {"the quick check, enqueue_ok()", "",
+       "PERFORM " + kSchema + ".enqueue_ok('order', i::text, 'OrderCreated', p, h, NULL)", {}},
+      {"the detailed checks, enqueue_refuse() (migration 4's, as a function)", "",
+       "PERFORM " + kSchema + ".enqueue_refuse('order', i::text, 'OrderCreated', p, h, NULL)", {}},
+      {"enqueue(), the whole call", "",
+       "PERFORM * FROM " + kSchema + ".enqueue('order', i::text, 'OrderCreated', p, h)", {}},
+  };
+  if (have_before) {
+    steps.push_back({"enqueue() before migration 10, the whole call", "",
+                     "PERFORM * FROM " + kSchema + ".enqueue_before('order', i::text, 'OrderCreated', p, h)",
+                     {}});
+  }
+  PGconn* c = MustConnect(url);
+  for (int r = 0; r < rounds; ++r) {
+    for (Step& st : steps) {
+      MustExec(c, "BEGIN");
+      if (!st.setup.empty()) MustExec(c, st.setup);
+      const auto t0 = std::chrono::steady_clock::now();
+      MustExec(c, "DO $b$ " + decl + "BEGIN FOR i IN 1.." + std::to_string(kCalls) + " LOOP " +
+                      st.body + "; END LOOP; END $b$");
+      st.us.push_back(SecondsSince(t0) * 1e6 / kCalls);
+      MustExec(c, "ROLLBACK");
+    }
+  }
+  PQfinish(c);
+  std::printf("\nPostgreSQL, where the server's time goes (one session, %d calls in a PL/pgSQL loop "
+              "inside a transaction rolled back; median of %d):\n\n| step | µs per call |\n|---|---|\n",
+              kCalls, rounds);
+  for (const Step& st : steps) std::printf("| %s | %.1f |\n", st.name.c_str(), Median(st.us));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"clients", "4"}, {"seconds", "10"}, {"rounds", "3"},
-                       {"aggregates", "10000"}});
+                       {"aggregates", "10000"}, {"before", ""}});
   const std::string pg = f.Str("db");
   if (pg.empty()) {
     std::fprintf(stderr, "enqueue_cost: OUTBOX_PG_URL (or --db) required\n");
@@ -313,11 +410,12 @@ int main(int argc, char** argv) {
   const std::string my_base = my_env ? my_env : "";
   const std::string my = my_env ? my_base.substr(0, my_base.rfind('/') + 1) + kSchema : "";
 
-  PgSetUp(pg);
+  PgSetUp(pg, f.Str("before"));
   if (my_env) MySetUp(my_base, my);
-  auto pg_case = [&](const std::string& name, int events, const std::string& baseline, PgBody body) {
+  auto pg_case = [&](const std::string& name, int events, const std::string& baseline, PgBody body,
+                     const std::string& session = "") {
     return Case{"PostgreSQL", name, events, baseline, [=, &pg](bool durable) {
-                  return PgRate(pg, durable, clients, seconds, aggs, body);
+                  return PgRate(pg, durable, clients, seconds, aggs, session, body);
                 }, {}};
   };
   auto my_case = [&](const std::string& name, int events, const std::string& baseline, MyBody body) {
@@ -333,6 +431,22 @@ int main(int argc, char** argv) {
               [](PGconn* c, const std::string& a) { PgRun(c, "hand", {a, kPayload, kHeaders}, 1); }),
       pg_case("+ `enqueue(...)` in SQL", 1, "+ hand-rolled outbox INSERT",
               [](PGconn* c, const std::string& a) { PgRun(c, "enqueue", {a, kPayload, kHeaders}, 1); }),
+      pg_case("+ `enqueue(...)` in SQL, `outbox.notify = on`", 1, "+ hand-rolled outbox INSERT",
+              [](PGconn* c, const std::string& a) { PgRun(c, "enqueue", {a, kPayload, kHeaders}, 1); },
+              "SET outbox.notify = on"),
+      pg_case("+ `enqueue(...)` in SQL, unprepared (the statement C++ `Enqueue` sends)", 1,
+              "+ hand-rolled outbox INSERT",
+              [](PGconn* c, const std::string& a) {
+                const std::string sql = "SELECT event_id::text, enqueued FROM " + kSchema +
+                                        ".enqueue($1, $2, $3, $4, $5::jsonb, $6)";
+                const char* values[6] = {"order", a.c_str(), "OrderCreated", kPayload.data(),
+                                         kHeaders.c_str(), nullptr};
+                const int lengths[6] = {0, 0, 0, static_cast<int>(kPayload.size()), 0, 0};
+                const int formats[6] = {0, 0, 0, 1, 0, 0};
+                const Oid types[6] = {25, 25, 25, 17, 3802, 25};
+                PgMust(PQexecParams(c, sql.c_str(), 6, types, values, lengths, formats, 0),
+                       "enqueue unprepared");
+              }),
       pg_case("+ C++ `Enqueue`", 1, "+ hand-rolled outbox INSERT",
               [eo](PGconn* c, const std::string& a) {
                 if (!Enqueue(c, MakeEvent(a), eo).ok()) std::exit(1);
@@ -346,6 +460,13 @@ int main(int argc, char** argv) {
                 if (!EnqueueBatch(c, batch, eo).ok()) std::exit(1);
               }),
   };
+  if (!f.Str("before").empty()) {
+    cases.insert(cases.begin() + 2,
+                 pg_case("+ `enqueue(...)` in SQL, before migration 10", 1,
+                         "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
+                           PgRun(c, "enqueue_before", {a, kPayload, kHeaders}, 1);
+                         }));
+  }
   if (my_env) {
     cases.push_back(my_case("business INSERT alone", 0, "", [](MYSQL*, const std::string&) {}));
     cases.push_back(my_case("+ hand-rolled outbox INSERT", 1, "", [](MYSQL* c, const std::string& a) {
@@ -372,6 +493,7 @@ int main(int argc, char** argv) {
   for (const std::string db : {"PostgreSQL", "MariaDB"}) {
     for (bool durable : {false, true}) Report(cases, db, durable, clients);
   }
+  Breakdown(pg, std::max(3, f.Int("rounds")), !f.Str("before").empty());
   if (my_env) {
     MYSQL* c = MyConnect(my);
     MyExec(c, "SET GLOBAL innodb_flush_log_at_trx_commit = 1");

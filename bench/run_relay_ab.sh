@@ -5,15 +5,17 @@
 # alternating order; the figures are the medians over the rounds. Writes the
 # "relay" section of docs/benchmarks.md.
 #   bench/run_relay_ab.sh [--base COMMIT] [--rounds 3] [--rows 100000] [--seconds 10]
+#                         [--section relay]   (the docs/benchmarks.md section it writes)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-BASE=c454320 ROUNDS=3 ROWS=100000 SECS=10
+BASE=c454320 ROUNDS=3 ROWS=100000 SECS=10 SECTION=relay
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) BASE="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --rows) ROWS="$2"; shift 2 ;;
     --seconds) SECS="$2"; shift 2 ;;
+    --section) SECTION="$2"; shift 2 ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -59,10 +61,10 @@ table="$(awk '
 rss="$(grep '^new Relay peak RSS' "$RAW" | head -1 | sed 's/^new //')"
 rm -f "$RAW"
 
-update_section relay <<MD
+update_section "$SECTION" <<MD
 ### Relay: drain, memory, latency (this commit against $BASE_SHA, side by side)
 
-Command: \`bench/run_relay_ab.sh --base $BASE --rounds $ROUNDS --rows $ROWS --seconds $SECS\`
+Command: \`bench/run_relay_ab.sh --base $BASE --rounds $ROUNDS --rows $ROWS --seconds $SECS --section $SECTION\`
 (per round, \`build/release/bench/relay_bench --rows $ROWS --runs 1 --seconds $SECS\` of this
 commit and of the base commit, built in \`build/ab-$BASE_SHA\`, in alternating order; each
 starts the release \`outbox-relay\` with its defaults — 4 workers, batch 500 — and a private

@@ -303,6 +303,107 @@ TEST_F(PostgresTest, SqlEnqueueFunctionRejectsBadInputNamingTheField) {
   EXPECT_EQ(Count("outbox"), "0");
 }
 
+// Migration 10's quick check admits a valid event without running the detailed
+// checks; at each rule's edge it must agree with them: the last valid value
+// goes in, one past it is refused naming the field.
+TEST_F(PostgresTest, SqlEnqueueQuickCheckAgreesWithTheDetailedChecksAtEachEdge) {
+  struct Case {
+    std::string args;
+    std::string refused;  // "" = enqueued
+  };
+  const std::string t255(255, 't'), t256(256, 't'), h128(128, 'h'), h129(129, 'h');
+  std::vector<Case> cases = {
+      {"'" + t255 + "', '1', 'T', ''::bytea", ""},
+      {"'" + t256 + "', '1', 'T', ''::bytea", "limited to 255 bytes"},
+      {"'a', '" + t255 + "', 'T', ''::bytea", ""},
+      {"'a', '" + t256 + "', 'T', ''::bytea", "limited to 255 bytes"},
+      {"'a', '1', '" + t256 + "', ''::bytea", "limited to 255 bytes"},
+      {"'a', '1', 'T', ''::bytea, '{}'::jsonb, '" + t255 + "'", ""},
+      {"'a', '1', 'T', ''::bytea, '{}'::jsonb, '" + t256 + "'", "limited to 255 bytes"},
+      {"'a', '1', 'T', ''::bytea, '{\"" + h128 + "\":\"v\"}'::jsonb", ""},
+      {"'a', '1', 'T', ''::bytea, '{\"" + h129 + "\":\"v\"}'::jsonb", "header \"" + h129 + "\""},
+      {"'a', '1', 'T', ''::bytea, '{\"\":\"v\"}'::jsonb", "header \"\""},
+      {"'a', '1', 'T', ''::bytea, '{\"Outbox-x\":\"v\"}'::jsonb", ""},
+      {"'a', '1', 'T', ''::bytea, '{\"x\":null}'::jsonb", "header \"x\""},
+      {"'a', '1', 'T', ''::bytea, '{\"x\":{\"y\":\"z\"}}'::jsonb", "header \"x\""},
+      {"'a', '1', 'T', ''::bytea, NULL", "headers must be a JSON object"},
+      {"'a', '1', 'T', ''::bytea, '\"s\"'::jsonb", "headers must be a JSON object"},
+      {"'a.b_c-D9', '1', 'T', ''::bytea", ""},
+      {"'a/b', '1', 'T', ''::bytea", "aggregate_type may only contain"},
+  };
+  for (const Case& c : cases) {
+    std::string err;
+    Exec(conn_.get(), "SELECT * FROM " + schema_ + ".enqueue(" + c.args + ")", !c.refused.empty(),
+         &err);
+    if (c.refused.empty()) {
+      EXPECT_EQ(err, "") << c.args.substr(0, 80);
+    } else {
+      EXPECT_NE(err.find(c.refused), std::string::npos) << c.args.substr(0, 80) << " -> " << err;
+    }
+  }
+  // The payload limit, exactly at it and one over.
+  Exec(conn_.get(), "SET outbox.max_payload_bytes = 5");
+  std::string err;
+  Exec(conn_.get(), "SELECT * FROM " + schema_ + ".enqueue('a', '1', 'T', '12345'::bytea)", false, &err);
+  EXPECT_EQ(err, "");
+  Exec(conn_.get(), "SELECT * FROM " + schema_ + ".enqueue('a', '1', 'T', '123456'::bytea)", true,
+       &err);
+  EXPECT_NE(err.find("payload is 6 bytes; the limit is 5"), std::string::npos) << err;
+  Exec(conn_.get(), "RESET outbox.max_payload_bytes");
+  // A value that is not a number names the setting's cast, and changes nothing.
+  Exec(conn_.get(), "SET outbox.max_event_bytes = 'lots'");
+  Exec(conn_.get(), "SELECT * FROM " + schema_ + ".enqueue('a', '1', 'T', ''::bytea)", true, &err);
+  EXPECT_NE(err.find("lots"), std::string::npos) << err;
+  Exec(conn_.get(), "RESET outbox.max_event_bytes");
+  EXPECT_EQ(Count("outbox"), "7");
+}
+
+// enqueue_batch(): the SQL form of EnqueueBatch, for callers in any language.
+TEST_F(PostgresTest, SqlEnqueueBatchKeepsOrderDedupsAndNamesTheBadEvent) {
+  Exec(conn_.get(), "SELECT * FROM " + schema_ +
+                        ".enqueue('order', '1', 'T', ''::bytea, '{}'::jsonb, 'before')");
+  const std::string call = "SELECT ord, enqueued, event_id::text FROM " + schema_ + ".enqueue_batch(";
+  Exec(conn_.get(), "BEGIN");
+  // Four events of aggregate 1, one of 2; the fourth repeats the second's key,
+  // the fifth a key that existed before.
+  std::string rows = Exec(conn_.get(), call +
+      "ARRAY['order','order','order','order','order'], ARRAY['1','2','1','1','1'], "
+      "ARRAY['A','B','C','D','E'], ARRAY['1','2','3','4','5']::bytea[], "
+      "ARRAY['{\"traceparent\":\"00-x\"}', NULL, '{}', '{}', '{}']::jsonb[], "
+      "ARRAY[NULL, 'k2', NULL, 'k2', 'before']) ORDER BY ord");
+  Exec(conn_.get(), "COMMIT");
+  // Exec returns the first column of the first row: check the rows by query.
+  EXPECT_EQ(rows, "1");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(enqueued::text, ',' ORDER BY ord) FROM " + schema_ +
+                                  ".enqueue_batch(ARRAY['order'], ARRAY['9'], ARRAY['E'], "
+                                  "ARRAY['']::bytea[], NULL, ARRAY['k2'])"),
+            "false");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(convert_from(payload, 'UTF8'), ',' ORDER BY seq) FROM " +
+                                  schema_ + ".outbox WHERE aggregate_id = '1'"),
+            ",1,3");  // "before", then the batch's 1 and 3 in order; 4 and 5 were duplicates
+  EXPECT_EQ(Exec(conn_.get(), "SELECT headers->>'traceparent' FROM " + schema_ +
+                                  ".outbox WHERE convert_from(payload, 'UTF8') = '1'"),
+            "00-x");
+  EXPECT_EQ(Count("outbox"), "4");
+  // The duplicates' ids are the originals'.
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(DISTINCT b.event_id) FROM " + schema_ +
+                                  ".enqueue_batch(ARRAY['order','order'], ARRAY['1','1'], "
+                                  "ARRAY['X','Y'], ARRAY['','']::bytea[], NULL, "
+                                  "ARRAY['before','before']) b JOIN " + schema_ +
+                                  ".outbox o ON o.event_id = b.event_id AND o.dedup_key = 'before'"),
+            "1");
+  // A bad event is refused naming its position and field; nothing is written.
+  std::string err;
+  Exec(conn_.get(), call + "ARRAY['order','order'], ARRAY['1',''], ARRAY['A','B'], "
+                          "ARRAY['','']::bytea[])", true, &err);
+  EXPECT_NE(err.find("event 2 of 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("aggregate_id"), std::string::npos) << err;
+  Exec(conn_.get(), call + "ARRAY['order','order'], ARRAY['1'], ARRAY['A','B'], "
+                          "ARRAY['','']::bytea[])", true, &err);
+  EXPECT_NE(err.find("same length"), std::string::npos) << err;
+  EXPECT_EQ(Count("outbox"), "4");
+}
+
 // One size story: the SQL enqueue() and the C++ enqueue agree on the limit
 // (payload + aggregate_id + headers <= 1,000,000 by default), exactly at the
 // limit is accepted, one byte over is rejected naming the setting, and the

@@ -4,9 +4,6 @@
 // reaches the server and the caller's transaction stays usable.
 #include <libpq-fe.h>
 
-#include <algorithm>
-#include <nlohmann/json.hpp>
-#include <numeric>
 
 #include "outbox/postgres.h"
 #include "headers_json.h"
@@ -70,32 +67,40 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
     return out;
   }
 
-  // Insert in aggregate order (stable: one aggregate's events keep the caller's
-  // order). The locks are taken first, in lock-key order (sql::LockAggregates).
-  std::vector<std::size_t> order(events.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const Event& x = events[a];
-    const Event& y = events[b];
-    return std::tie(x.aggregate_type, x.aggregate_id) < std::tie(y.aggregate_type, y.aggregate_id);
-  });
-  std::vector<std::string> types, ids;
+  // One statement: enqueue_batch() checks the events, takes their aggregates'
+  // locks in key order and inserts them in the given order.
+  std::vector<std::string> types, ids, event_types, payloads, headers;
+  std::vector<std::optional<std::string>> keys;
   for (const Event& e : events) {
     types.push_back(e.aggregate_type);
     ids.push_back(e.aggregate_id);
+    event_types.push_back(e.event_type);
+    payloads.push_back(e.payload);
+    headers.push_back(store_common::HeadersToJson(e.headers));
+    keys.push_back(e.dedup_key);
   }
-  // First in the pipeline (same round trip): the aggregate locks in key order.
-  std::vector<pg::Statement> statements;
-  statements.push_back({pg::sql::LockAggregates(options.schema),
-                        {pg::Param::Text(pg::TextArrayLiteral(types)),
-                         pg::Param::Text(pg::TextArrayLiteral(ids))},
-                        nullptr});
-  for (std::size_t i : order) {
-    statements.push_back({sql, EnqueueParams(events[i]), kEnqueueTypes.data()});
+  auto res = pg::ExecParams(conn, "enqueue batch", pg::sql::EnqueueBatch(options.schema),
+                            {pg::Param::Text(pg::TextArrayLiteral(types)),
+                             pg::Param::Text(pg::TextArrayLiteral(ids)),
+                             pg::Param::Text(pg::TextArrayLiteral(event_types)),
+                             pg::Param::Text(pg::ByteaArrayLiteral(payloads)),
+                             pg::Param::Text(pg::TextArrayLiteral(headers)),
+                             pg::Param::Text(pg::TextArrayLiteral(keys))},
+                            {});
+  if (!res.ok()) return res.status();
+  const PGresult* r = res->get();
+  if (PQntuples(r) != static_cast<int>(events.size())) {
+    return Status::Internal("enqueue batch: " + std::to_string(PQntuples(r)) + " rows for " +
+                            std::to_string(events.size()) + " events");
   }
-  pg::PipelineResult pr = pg::RunPipeline(conn, "enqueue batch", statements);
-  if (!pr.status.ok()) return pr.status;
-  for (std::size_t k = 0; k < order.size(); ++k) out[order[k]] = ReadRow(pr.results[k + 1].get());
+  for (int i = 0; i < PQntuples(r); ++i) {
+    const std::int64_t ord = pg::GetInt64(r, i, 0);
+    if (ord < 1 || ord > static_cast<std::int64_t>(events.size())) {
+      return Status::Internal("enqueue batch: position " + std::to_string(ord) + " out of range");
+    }
+    out[static_cast<std::size_t>(ord - 1)] =
+        EnqueueResult{pg::GetText(r, i, 1), pg::GetText(r, i, 2) == "t"};
+  }
   return out;
 }
 

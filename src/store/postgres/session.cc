@@ -403,14 +403,53 @@ Result<std::uint64_t> ParseLsn(std::string_view text) {
   return (hi << 32) | lo;
 }
 
+namespace {
+
+void AppendQuotedElement(std::string& s, std::string_view v) {
+  s += '"';
+  for (char c : v) {
+    if (c == '"' || c == '\\') s += '\\';
+    s += c;
+  }
+  s += '"';
+}
+
+}  // namespace
+
 std::string TextArrayLiteral(std::span<const std::string> values) {
   std::string s = "{";
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (i) s += ',';
-    s += '"';
-    for (char c : values[i]) {
-      if (c == '"' || c == '\\') s += '\\';
-      s += c;
+    AppendQuotedElement(s, values[i]);
+  }
+  s += '}';
+  return s;
+}
+
+std::string TextArrayLiteral(std::span<const std::optional<std::string>> values) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) s += ',';
+    if (values[i]) {
+      AppendQuotedElement(s, *values[i]);
+    } else {
+      s += "NULL";
+    }
+  }
+  s += '}';
+  return s;
+}
+
+std::string ByteaArrayLiteral(std::span<const std::string> values) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) s += ',';
+    s += "\"\\\\x";  // "\\x: the array literal's escaped backslash, then bytea's hex marker
+    for (char ch : values[i]) {
+      const auto c = static_cast<unsigned char>(ch);
+      s += kHex[c >> 4];
+      s += kHex[c & 15];
     }
     s += '"';
   }

@@ -151,6 +151,10 @@ std::string LsnText(std::uint64_t lsn);
 Result<std::uint64_t> ParseLsn(std::string_view text);
 // A text[] literal; every element quoted and escaped.
 std::string TextArrayLiteral(std::span<const std::string> values);
+// The same with NULL for each element that has no value.
+std::string TextArrayLiteral(std::span<const std::optional<std::string>> values);
+// A bytea[] literal: each element in bytea's hex form ("\\x...").
+std::string ByteaArrayLiteral(std::span<const std::string> values);
 
 inline constexpr Oid kTextOid = 25;
 inline constexpr Oid kByteaOid = 17;

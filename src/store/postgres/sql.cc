@@ -353,13 +353,15 @@ std::string Enqueue(const std::string& schema) {
       "SELECT event_id::text, enqueued FROM {S}.enqueue($1, $2, $3, $4, $5::jsonb, $6)", schema);
 }
 
-// Takes a batch's per-aggregate locks (the ones enqueue() takes one by one) up
-// front, in lock-key order: two batches over colliding keys then lock in the
-// same order and cannot deadlock. enqueue()'s own lock calls are re-entrant.
-// (A function so that its plan is cached per session.)
-// $1 aggregate types, $2 aggregate ids (text arrays of equal length)
-std::string LockAggregates(const std::string& schema) {
-  return WithSchema("SELECT {S}.lock_aggregates($1::text[], $2::text[])", schema);
+// Many events in one call (migration 10): $1 aggregate types, $2 aggregate
+// ids, $3 event types, $4 payloads, $5 headers, $6 dedup keys, arrays of equal
+// length. enqueue_batch() takes the aggregates' locks in key order (two batches
+// never deadlock) and returns (position from 1, event id, enqueued) per event.
+std::string EnqueueBatch(const std::string& schema) {
+  return WithSchema(
+      "SELECT ord, event_id::text, enqueued FROM {S}.enqueue_batch($1::text[], $2::text[], "
+      "$3::text[], $4::bytea[], $5::jsonb[], $6::text[])",
+      schema);
 }
 
 std::string ClaimOrdered(const std::string& schema) {

@@ -37,10 +37,11 @@ std::string HasTable();
 
 // $1 event payload fields ... see enqueue.cc
 std::string Enqueue(const std::string& schema);
+// Arrays of the events' fields; see sql.cc.
+std::string EnqueueBatch(const std::string& schema);
 
 // $1 batch, $2 owner, $3 lease ms, $4 max attempts, $5 FAILED holds its aggregate,
 // $6 batch bytes, $7 CDC sweep margin ms (NULL: no bound), $8 stream stale after ms
-std::string LockAggregates(const std::string& schema);
 std::string ClaimOrdered(const std::string& schema);
 std::string ClaimUnordered(const std::string& schema);
 // $1 bigint[] seqs, $2 bigint[] tokens
