@@ -129,22 +129,28 @@ inline long PeakRssOfExecutable(const std::string& exe) {
 // One producer offering `rate` events/s for `seconds`: a transaction of
 // rate/200 events every 5 ms (200-byte payloads over 1,000 aggregates).
 // Returns the offered rate; exits on an enqueue error.
+// One producer commits per_transaction events every tick_ms: ticks of 5 ms,
+// or one event per transaction at 1000/rate ms below 200 events/s.
+// `session` (if any) runs first on the producer's connection (e.g. a SET).
 struct SteadyLoad {
   double offered = 0;
   int per_transaction = 0;
+  int tick_ms = 5;
   static constexpr int kTickMs = 5;
 };
 inline SteadyLoad OfferSteadyLoad(const std::string& url, const std::string& schema, int rate,
-                                  int seconds) {
+                                  int seconds, const std::string& session = "") {
   SteadyLoad load;
   load.per_transaction = std::max(1, rate * SteadyLoad::kTickMs / 1000);
+  load.tick_ms = rate * SteadyLoad::kTickMs >= 1000 ? SteadyLoad::kTickMs : std::max(1, 1000 / std::max(1, rate));
   PGconn* producer = MustConnect(url);
+  if (!session.empty()) MustExec(producer, session);
   EnqueueOptions eo;
   eo.schema = schema;
   std::vector<Event> events(static_cast<std::size_t>(load.per_transaction));
   long enqueued = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (long tick = 0; tick < static_cast<long>(seconds) * 1000 / SteadyLoad::kTickMs; ++tick) {
+  for (long tick = 0; tick < static_cast<long>(seconds) * 1000 / load.tick_ms; ++tick) {
     for (int i = 0; i < load.per_transaction; ++i) {
       Event& e = events[static_cast<std::size_t>(i)];
       e.aggregate_type = "bench";
@@ -160,7 +166,7 @@ inline SteadyLoad OfferSteadyLoad(const std::string& url, const std::string& sch
     }
     MustExec(producer, "COMMIT");
     enqueued += load.per_transaction;
-    std::this_thread::sleep_until(start + std::chrono::milliseconds((tick + 1) * SteadyLoad::kTickMs));
+    std::this_thread::sleep_until(start + std::chrono::milliseconds((tick + 1) * load.tick_ms));
   }
   load.offered = static_cast<double>(enqueued) / SecondsSince(start);
   PQfinish(producer);

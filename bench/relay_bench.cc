@@ -9,7 +9,10 @@
 //     (an upper bound of commit -> broker ack, which happens before the mark).
 //
 //   relay_bench --relay BIN --mock BIN [--db URL] [--rows 200000] [--runs 3]
-//               [--rate 5000] [--seconds 20] [--batch 500] [--workers 2]
+//               [--rate 5000] [--seconds 20] [--batch 500] [--workers 4]
+//               [--relay-set KEY=VALUE[,KEY=VALUE...]]   (more relay settings)
+//               [--producer-sql "SET outbox.notify = on"] (the producer's session)
+// --rows 0 skips the drain.
 #include <signal.h>
 
 #include <filesystem>
@@ -54,6 +57,17 @@ std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                    "--set", "http.listen=127.0.0.1:0",
                                    "--set", "log.level=" + f.Str("relay-log-level"),
                                    "--set", "retention.purge_interval_s=86400"};
+  std::string extra = f.Str("relay-set");
+  for (std::size_t pos = 0; !extra.empty() && pos <= extra.size();) {
+    const std::size_t comma = extra.find(',', pos);
+    const std::string kv = extra.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!kv.empty()) {
+      argv.push_back("--set");
+      argv.push_back(kv);
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
   return std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log.string());
 }
 
@@ -87,7 +101,8 @@ RelayRun DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
 int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
-                       {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"}});
+                       {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
+                       {"relay-set", ""}, {"producer-sql", ""}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "relay_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
@@ -124,7 +139,7 @@ int main(int argc, char** argv) {
       {"ceiling: bare DELETE … RETURNING, 1 connection, no broker",
        [&] { return DrainCeiling(admin, kSchema, batch, rows); }, {}},
   };
-  for (int r = 0; r < runs; ++r) {
+  for (int r = 0; r < (rows > 0 ? runs : 0); ++r) {
     for (auto& m : methods) {
       FillOutbox(admin, kSchema, rows, f.Int("aggregates"), 200);
       m.rates.push_back(m.run());
@@ -132,20 +147,22 @@ int main(int argc, char** argv) {
     }
   }
   const double ceiling = Median(methods.back().rates);
-  std::printf("#### Drain of a pre-filled outbox (%d events, batch %d, %s relay workers)\n\n", rows,
-              batch, f.Str("workers").c_str());
-  std::printf("| method | median events/s | runs | / ceiling |\n|---|---|---|---|\n");
-  for (auto& m : methods) {
-    std::string all;
-    for (double x : m.rates) {
-      if (!all.empty()) all += ", ";
-      all += std::to_string(static_cast<long>(x));
+  if (rows > 0) {
+    std::printf("#### Drain of a pre-filled outbox (%d events, batch %d, %s relay workers)\n\n", rows,
+                batch, f.Str("workers").c_str());
+    std::printf("| method | median events/s | runs | / ceiling |\n|---|---|---|---|\n");
+    for (auto& m : methods) {
+      std::string all;
+      for (double x : m.rates) {
+        if (!all.empty()) all += ", ";
+        all += std::to_string(static_cast<long>(x));
+      }
+      std::printf("| %s | %.0f | %s | %.2f |\n", m.name.c_str(), Median(m.rates), all.c_str(),
+                  Median(m.rates) / ceiling);
     }
-    std::printf("| %s | %.0f | %s | %.2f |\n", m.name.c_str(), Median(m.rates), all.c_str(),
-                Median(m.rates) / ceiling);
+    std::printf("\nRelay peak RSS (VmHWM) during the drain: median %.1f MiB (update mode), %.1f MiB (delete mode).\n",
+                Median(rss_update), Median(rss_delete));
   }
-  std::printf("\nRelay peak RSS (VmHWM) during the drain: median %.1f MiB (update mode), %.1f MiB (delete mode).\n",
-              Median(rss_update), Median(rss_delete));
 
   // ---- latency at a steady offered load ----
   MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
@@ -153,7 +170,7 @@ int main(int argc, char** argv) {
   auto relay = StartRelay(f, url, bootstrap, "update", log);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const int seconds = f.Int("seconds");
-  const SteadyLoad load = OfferSteadyLoad(url, kSchema, f.Int("rate"), seconds);
+  const SteadyLoad load = OfferSteadyLoad(url, kSchema, f.Int("rate"), seconds, f.Str("producer-sql"));
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   relay->Signal(SIGTERM);
   relay->Wait(std::chrono::seconds(60));
@@ -161,7 +178,7 @@ int main(int argc, char** argv) {
   std::printf("\n#### Latency at a steady offered load\n\n");
   std::printf("| offered load | events | enqueue → marked SENT p50 | p99 | max |\n|---|---|---|---|---|\n");
   std::printf("| %.0f events/s for %d s (%d events per transaction every %d ms) | %s | %s ms | %s ms | %s ms |\n",
-              load.offered, seconds, load.per_transaction, SteadyLoad::kTickMs, lat[3].c_str(),
+              load.offered, seconds, load.per_transaction, load.tick_ms, lat[3].c_str(),
               lat[0].c_str(), lat[1].c_str(), lat[2].c_str());
   MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
   PQfinish(admin);

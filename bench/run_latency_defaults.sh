@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Reproduces "Latency with the defaults" in docs/benchmarks.md: enqueue → marked
+# SENT at 100, 1,000 and 5,000 events/s offered, the relay with its defaults,
+# beside two alternatives a user can switch on: producers with
+# outbox.notify = on, and relay.source = cdc. Rounds interleave the variants;
+# medians of the rounds. One relay_bench per (rate, variant, round), no drain.
+#   bench/run_latency_defaults.sh [--rounds 3] [--seconds 10] [--rates "100 1000 5000"]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+ROUNDS=3 SECS=10 RATES="100 1000 5000"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --seconds) SECS="$2"; shift 2 ;;
+    --rates) RATES="$2"; shift 2 ;;
+    *) echo "unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+bench_build
+bench_env
+B="$ROOT/build/release"
+machine="$(machine_line)"
+RAW="$(mktemp)"
+one() {  # rate variant
+  local extra=()
+  case "$2" in
+    notify) extra=(--producer-sql "SET outbox.notify = on") ;;
+    cdc) extra=(--relay-set "relay.source=cdc") ;;
+  esac
+  "$B/bench/relay_bench" --relay "$B/tools/outbox_relay/outbox-relay" \
+    --mock "$B/tools/mock_kafka/outbox-mock-kafka" --rows 0 --seconds "$SECS" --rate "$1" \
+    "${extra[@]}" | grep -E '^\| [0-9.]+ events/s' |
+    awk -F'|' -v r="$1" -v v="$2" '{ gsub(/ ms| /, "", $4); gsub(/ ms| /, "", $5); split($2, o, " ");
+      print r, v, o[1], $4, $5 }' >>"$RAW"
+}
+for round in $(seq 1 "$ROUNDS"); do
+  for rate in $RATES; do
+    for v in defaults notify cdc; do one "$rate" "$v"; done
+  done
+done
+table="$(awk '
+  function median(s,   a, n, t, i, j) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+  { k = $1 " " $2; off[k] = off[k] " " $3; p50[k] = p50[k] " " $4; p99[k] = p99[k] " " $5; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+  END {
+    print "| offered, events/s | defaults: p50 / p99, ms | producers with `outbox.notify = on`: p50 / p99 | `relay.source = cdc`: p50 / p99 | goal (issue 26, defaults) |"
+    print "|---|---|---|---|---|"
+    for (i = 1; i <= n; i++) { r = order[i]
+      goal = r + 0 <= 100 ? "p50 ≤ 5" : "p99 ≤ 20"
+      printf "| %s (offered %.0f) | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %s |\n", r, median(off[r " defaults"]),
+        median(p50[r " defaults"]), median(p99[r " defaults"]), median(p50[r " notify"]), median(p99[r " notify"]),
+        median(p50[r " cdc"]), median(p99[r " cdc"]), goal }
+  }' "$RAW")"
+rm -f "$RAW"
+update_section latency_defaults <<MD
+### Latency with the defaults (issue 26)
+
+Command: \`bench/run_latency_defaults.sh --rounds $ROUNDS --seconds $SECS --rates "$RATES"\`
+(per rate, variant and round, \`build/release/bench/relay_bench --rows 0 --rate R --seconds $SECS\`:
+the release \`outbox-relay\` with its defaults — 4 workers, batch 500, idle poll 2 → 250 ms,
+no notifications — and a private \`outbox-mock-kafka\`; one producer commits
+\`EnqueueBatch\` transactions every 5 ms, or one event every 1000/R ms below 200 events/s).
+$machine
+
+Latency is enqueue (\`created_at\`) → marked SENT (\`sent_at\`), database clock, over every
+event; medians of $ROUNDS rounds.
+
+$table
+MD
+echo "$table"
