@@ -286,15 +286,11 @@ class Relay {
   void EndBrokerRound(bool outage, bool broker_answered, bool probing);
   milliseconds NextOutageDelay() const;
   milliseconds NextOutageDelayLocked() const OUTBOX_REQUIRES(mu_);
-  // Idle polling: one idle worker polls, the others wait until it finds work
-  // (EndIdle) or a notification arrives, so idle workers do not each walk the
-  // rows held behind an in-flight hot aggregate. The poll interval is the
-  // relay's, not a worker's: it starts at poll_min whenever any worker found
-  // work (FoundWork) and doubles up to poll_max with each empty poll; the
-  // poller sleeps at least `claim_cost` (what its empty claim took).
-  void IdleWait(int index, milliseconds claim_cost);
+  // Idle polling: one idle worker polls (sleeping `d` between claims), the
+  // others wait until it finds work (EndIdle) or a notification arrives, so idle
+  // workers do not each walk the rows held behind an in-flight hot aggregate.
+  void IdleWait(int index, milliseconds d);
   void EndIdle(int index);
-  void FoundWork();
 
   RelayOptions options_;
   StoreParts store_;
@@ -326,7 +322,6 @@ class Relay {
   std::chrono::steady_clock::time_point outage_until_ OUTBOX_GUARDED_BY(mu_);
   bool probe_in_flight_ OUTBOX_GUARDED_BY(mu_) = false;
   int idle_poller_ OUTBOX_GUARDED_BY(mu_) = -1;  // the worker polling for the idle ones
-  milliseconds idle_interval_ OUTBOX_GUARDED_BY(mu_){0};  // its next sleep (poll_min after work)
   // The last PermissionDenied of the workers' claims and of housekeeping's
   // stats, each until that side succeeds again.
   std::string refused_by_workers_ OUTBOX_GUARDED_BY(mu_);

@@ -395,35 +395,24 @@ bool Relay::SleepFor(milliseconds d) {
   return !stopping_;
 }
 
-void Relay::IdleWait(int index, milliseconds claim_cost) {
+void Relay::IdleWait(int index, milliseconds d) {
   MutexLock lock(mu_);
   const std::uint64_t seen = wake_seq_;
   if (idle_poller_ < 0 || idle_poller_ == index) {
     idle_poller_ = index;  // this worker polls for the idle ones
-    // The relay's interval, not this worker's own history: a worker taking
-    // the role after another found work starts short (it used to resume the
-    // poll_max it had reached itself, and a row waited up to that long).
-    const milliseconds d = std::max({idle_interval_, options_.poll_min, claim_cost});
-    idle_interval_ = std::min(std::max(idle_interval_, options_.poll_min) * 2, options_.poll_max);
     WaitForWake(lock, seen, clock_.Now() + d);
     return;
   }
   // Another worker polls; wait for it to find work, for a notification, or (a
   // safety net) a few poll intervals.
-  WaitForWake(lock, seen, clock_.Now() + std::max(claim_cost, options_.poll_max * 4));
+  WaitForWake(lock, seen, clock_.Now() + std::max(d, options_.poll_max * 4));
 }
 
 void Relay::EndIdle(int index) {
   MutexLock lock(mu_);
   if (idle_poller_ == index) idle_poller_ = -1;
-  idle_interval_ = options_.poll_min;
   ++wake_seq_;  // work found after idling: there may be more for the others
   cv_.notify_all();
-}
-
-void Relay::FoundWork() {
-  MutexLock lock(mu_);
-  idle_interval_ = options_.poll_min;
 }
 
 milliseconds Relay::NextOutageDelayLocked() const {
@@ -560,10 +549,11 @@ Status Relay::Run() {
 // One worker's loop state: its name, its random source, and what it last
 // logged and waited.
 struct Relay::Worker {
-  Worker(int i, const std::string& relay_id)
+  Worker(int i, const std::string& relay_id, milliseconds poll_min)
       : index(i),
         who(relay_id + "/" + std::to_string(i)),
-        rng(std::random_device{}() ^ static_cast<std::uint64_t>(i)) {}
+        rng(std::random_device{}() ^ static_cast<std::uint64_t>(i)),
+        idle(poll_min) {}
   const int index;
   const std::string who;
   std::mt19937_64 rng;
@@ -573,6 +563,7 @@ struct Relay::Worker {
   bool logged_outage = false;
   bool was_idle = false;
   milliseconds db_backoff{100};
+  milliseconds idle;
 };
 
 ClaimOptions Relay::WorkerClaimOptions() {
@@ -631,7 +622,7 @@ void Relay::WorkerDbSucceeded(Worker& w) {
 // The steps of a worker's round: its turn with the broker, a claim, then an
 // empty claim's idle wait or the batch's publish and settlement.
 void Relay::WorkerLoop(int index) {
-  Worker w(index, options_.relay_id);
+  Worker w(index, options_.relay_id, options_.poll_min);
   const ClaimOptions co = WorkerClaimOptions();
   std::unique_ptr<ClaimQueue> store;
   while (!stopping_) {
@@ -665,16 +656,14 @@ void Relay::WorkerLoop(int index) {
       // An empty claim can be costly (it walked rows held behind in-flight
       // events): the idle poller waits at least as long as its last one took.
       const auto claim_cost = std::chrono::duration_cast<milliseconds>(clock_.Now() - claimed_at);
-      IdleWait(index, claim_cost);
+      IdleWait(index, std::max(w.idle, claim_cost));
+      w.idle = std::min(w.idle * 2, options_.poll_max);
       w.was_idle = true;
       continue;
     }
-    if (w.was_idle) {
-      EndIdle(index);
-    } else {
-      FoundWork();
-    }
+    if (w.was_idle) EndIdle(index);
     w.was_idle = false;
+    w.idle = options_.poll_min;
     PublishAndSettle(w, *store, claim->events, probing, claimed_at);
   }
   if (w.db_ok) --db_ok_workers_;
