@@ -1,4 +1,4 @@
-// Lock annotations that clang checks (-Wthread-safety, the fuzz preset's clang
+// Lock annotations that clang checks (-Wthread-safety, the asan preset's clang
 // build turns the warnings into errors), and the annotated mutexes they need:
 // libstdc++'s std::mutex carries no annotations, so a member guarded by one
 // could not be checked. Other compilers see empty macros and plain mutexes.
