@@ -27,7 +27,7 @@
 #include <random>
 #include <thread>
 
-#include "bench_util.h"
+#include "drain_common.h"
 #include "outbox/mariadb.h"
 #include "outbox/postgres.h"
 
@@ -105,15 +105,7 @@ void PgInstallBefore(PGconn* admin, const std::string& migration_file) {
 
 void PgSetUp(const std::string& url, const std::string& before_file) {
   PGconn* admin = MustConnect(url);
-  MustExec(admin, "DROP SCHEMA IF EXISTS " + kSchema + " CASCADE");
-  PostgresStoreOptions o;
-  o.conninfo = url;
-  o.schema = kSchema;
-  auto s = OpenPostgresStore(o);
-  if (!s.ok() || !(*s)->Migrate().ok()) {
-    std::fprintf(stderr, "cannot migrate %s\n", kSchema.c_str());
-    std::exit(1);
-  }
+  MigrateFresh(admin, url, kSchema);
   MustExec(admin, "CREATE TABLE " + kSchema +
                       ".business (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
                       "customer text NOT NULL, note text NOT NULL, "
@@ -159,6 +151,22 @@ PGconn* PgClient(const std::string& url, bool durable, const std::string& sessio
   return c;
 }
 
+// `clients` threads each run `session(t, stop)` (its own connection and loop of
+// transactions, returning how many it committed) for `seconds`; returns
+// transactions/s over all of them.
+double RunClients(int clients, int seconds,
+                  const std::function<long(int t, const std::atomic<bool>& stop)>& session) {
+  std::atomic<long> done{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < clients; ++t) ts.emplace_back([&, t] { done += session(t, stop); });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  return static_cast<double>(done.load()) / SecondsSince(t0);
+}
+
 double PgRate(const std::string& url, bool durable, int clients, int seconds, int aggregates,
               const std::string& session, const PgBody& body) {
   PGconn* admin = MustConnect(url);
@@ -166,31 +174,20 @@ double PgRate(const std::string& url, bool durable, int clients, int seconds, in
                       ".outbox_hand");
   MustExec(admin, "CHECKPOINT");
   PQfinish(admin);
-  std::atomic<long> done{0};
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < clients; ++t) {
-    ts.emplace_back([&, t] {
-      PGconn* c = PgClient(url, durable, session);
-      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
-      std::uniform_int_distribution<int> agg(0, aggregates - 1);
-      long n = 0;
-      while (!stop.load(std::memory_order_relaxed)) {
-        MustExec(c, "BEGIN");
-        PgRun(c, "business", {"customer-" + std::to_string(agg(rng)), kBusinessRow});
-        body(c, std::to_string(agg(rng)));
-        MustExec(c, "COMMIT");
-        ++n;
-      }
-      done += n;
-      PQfinish(c);
-    });
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::seconds(seconds));
-  stop = true;
-  for (auto& t : ts) t.join();
-  return static_cast<double>(done.load()) / SecondsSince(t0);
+  return RunClients(clients, seconds, [&](int t, const std::atomic<bool>& stop) {
+    PGconn* c = PgClient(url, durable, session);
+    std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+    std::uniform_int_distribution<int> agg(0, aggregates - 1);
+    long n = 0;
+    for (; !stop.load(std::memory_order_relaxed); ++n) {
+      MustExec(c, "BEGIN");
+      PgRun(c, "business", {"customer-" + std::to_string(agg(rng)), kBusinessRow});
+      body(c, std::to_string(agg(rng)));
+      MustExec(c, "COMMIT");
+    }
+    PQfinish(c);
+    return n;
+  });
 }
 
 // ---- MariaDB ----
@@ -259,33 +256,22 @@ double MyRate(const std::string& url, bool durable, int clients, int seconds, in
   MyExec(admin, "TRUNCATE outbox_hand");
   MyExec(admin, std::string("SET GLOBAL innodb_flush_log_at_trx_commit = ") + (durable ? "1" : "2"));
   mysql_close(admin);
-  std::atomic<long> done{0};
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < clients; ++t) {
-    ts.emplace_back([&, t] {
-      MYSQL* c = MyConnect(url);
-      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
-      std::uniform_int_distribution<int> agg(0, aggregates - 1);
-      const std::string row = MyQuote(c, kBusinessRow);
-      long n = 0;
-      while (!stop.load(std::memory_order_relaxed)) {
-        MyExec(c, "START TRANSACTION");
-        MyExec(c, "INSERT INTO business (customer, note) VALUES ('customer-" +
-                      std::to_string(agg(rng)) + "', " + row + ")");
-        body(c, std::to_string(agg(rng)));
-        MyExec(c, "COMMIT");
-        ++n;
-      }
-      done += n;
-      mysql_close(c);
-    });
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::seconds(seconds));
-  stop = true;
-  for (auto& t : ts) t.join();
-  return static_cast<double>(done.load()) / SecondsSince(t0);
+  return RunClients(clients, seconds, [&](int t, const std::atomic<bool>& stop) {
+    MYSQL* c = MyConnect(url);
+    std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+    std::uniform_int_distribution<int> agg(0, aggregates - 1);
+    const std::string row = MyQuote(c, kBusinessRow);
+    long n = 0;
+    for (; !stop.load(std::memory_order_relaxed); ++n) {
+      MyExec(c, "START TRANSACTION");
+      MyExec(c, "INSERT INTO business (customer, note) VALUES ('customer-" +
+                    std::to_string(agg(rng)) + "', " + row + ")");
+      body(c, std::to_string(agg(rng)));
+      MyExec(c, "COMMIT");
+    }
+    mysql_close(c);
+    return n;
+  });
 }
 
 // ---- the cases and the report ----
