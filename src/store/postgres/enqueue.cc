@@ -4,6 +4,7 @@
 // reaches the server and the caller's transaction stays usable.
 #include <libpq-fe.h>
 
+#include <string_view>
 
 #include "outbox/postgres.h"
 #include "headers_json.h"
@@ -69,7 +70,8 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
 
   // One statement: enqueue_batch() checks the events, takes their aggregates'
   // locks in key order and inserts them in the given order.
-  std::vector<std::string> types, ids, event_types, payloads, headers;
+  std::vector<std::string> types, ids, event_types, headers;
+  std::vector<std::string_view> payloads;  // hex-encoded once, into the literal
   std::vector<std::optional<std::string>> keys;
   for (const Event& e : events) {
     types.push_back(e.aggregate_type);

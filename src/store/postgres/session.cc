@@ -440,7 +440,7 @@ std::string TextArrayLiteral(std::span<const std::optional<std::string>> values)
   return s;
 }
 
-std::string ByteaArrayLiteral(std::span<const std::string> values) {
+std::string ByteaArrayLiteral(std::span<const std::string_view> values) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string s = "{";
   for (std::size_t i = 0; i < values.size(); ++i) {

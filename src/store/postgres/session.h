@@ -154,7 +154,7 @@ std::string TextArrayLiteral(std::span<const std::string> values);
 // The same with NULL for each element that has no value.
 std::string TextArrayLiteral(std::span<const std::optional<std::string>> values);
 // A bytea[] literal: each element in bytea's hex form ("\\x...").
-std::string ByteaArrayLiteral(std::span<const std::string> values);
+std::string ByteaArrayLiteral(std::span<const std::string_view> values);
 
 inline constexpr Oid kTextOid = 25;
 inline constexpr Oid kByteaOid = 17;
