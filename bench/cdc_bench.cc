@@ -19,8 +19,6 @@
 #include <libpq-fe.h>
 #include <signal.h>
 #include <unistd.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 
 #include <cmath>
 #include <limits>
@@ -34,6 +32,7 @@
 #include <httplib.h>
 
 #include "drain_common.h"
+#include "relay_http.h"
 #include "mock_broker.h"
 #include "subprocess.h"
 
@@ -278,30 +277,6 @@ std::string Join(const std::vector<double>& v) {
     s += std::to_string(static_cast<long>(x));
   }
   return s;
-}
-
-// A port nobody listens on now (bound once by us, then released).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    std::perror("cdc_bench: free port");
-    std::exit(1);
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// GET http://127.0.0.1:port/path; the body or "".
-std::string HttpGet(int port, const std::string& path) {
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(5, 0);
-  auto res = cli.Get(path.c_str());
-  return res && res->status == 200 ? res->body : "";
 }
 
 // The relay's commit → broker ack histogram (outbox_relay_commit_to_ack_seconds):

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "drain_common.h"
+#include "relay_http.h"
 #include "mock_broker.h"
 
 namespace {
@@ -48,13 +49,13 @@ struct RelayRun {
 
 std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                        const std::string& bootstrap, const std::string& mode,
-                                       const fs::path& log) {
+                                       const fs::path& log, int http_port = 0) {
   std::vector<std::string> argv = {f.Str("relay"), "--db", url, "--bootstrap", bootstrap,
                                    "--set", "database.schema=" + kSchema,
                                    "--set", "database.sent_mode=" + mode,
                                    "--set", "relay.batch_size=" + f.Str("batch"),
                                    "--set", "relay.workers=" + f.Str("workers"),
-                                   "--set", "http.listen=127.0.0.1:0",
+                                   "--set", "http.listen=127.0.0.1:" + std::to_string(http_port),
                                    "--set", "log.level=" + f.Str("relay-log-level"),
                                    "--set", "retention.purge_interval_s=86400"};
   std::string extra = f.Str("relay-set");
@@ -167,11 +168,19 @@ int main(int argc, char** argv) {
   // ---- latency at a steady offered load ----
   MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
   const fs::path log = fs::temp_directory_path() / "relay_bench_latency.log";
-  auto relay = StartRelay(f, url, bootstrap, "update", log);
+  const int port = FreePort();
+  auto relay = StartRelay(f, url, bootstrap, "update", log, port);
   std::this_thread::sleep_for(std::chrono::seconds(1));
+  // The claims the relay made while the load ran (idle polls included): what
+  // its latency costs the database.
+  const std::string before = HttpGet(port, "/metrics");
   const int seconds = f.Int("seconds");
   const SteadyLoad load = OfferSteadyLoad(url, kSchema, f.Int("rate"), seconds, f.Str("producer-sql"));
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string after = HttpGet(port, "/metrics");
+  auto delta = [&](const char* name) { return MetricSample(after, name) - MetricSample(before, name); };
+  const double claims = delta("outbox_relay_claims_total");
+  const double empty = delta("outbox_relay_empty_claims_total");
   relay->Signal(SIGTERM);
   relay->Wait(std::chrono::seconds(60));
   const std::vector<std::string> lat = SentLatency(admin, kSchema);
@@ -180,6 +189,9 @@ int main(int argc, char** argv) {
   std::printf("| %.0f events/s for %d s (%d events per transaction every %d ms) | %s | %s ms | %s ms | %s ms |\n",
               load.offered, seconds, load.per_transaction, load.tick_ms, lat[3].c_str(),
               lat[0].c_str(), lat[1].c_str(), lat[2].c_str());
+  std::printf("\nClaims during the load: %.0f with rows, %.0f empty (%.0f/s, %.2f per event).\n",
+              claims, empty, (claims + empty) / seconds,
+              (claims + empty) / std::max(1.0, std::atof(lat[3].c_str())));
   MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
   PQfinish(admin);
   return 0;

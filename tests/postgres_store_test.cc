@@ -365,15 +365,23 @@ TEST_F(PostgresTest, SqlEnqueueBatchKeepsOrderDedupsAndNamesTheBadEvent) {
   const std::string call = "SELECT ord, enqueued, event_id::text FROM " + schema_ + ".enqueue_batch(";
   Exec(conn_.get(), "BEGIN");
   // Four events of aggregate 1, one of 2; the fourth repeats the second's key,
-  // the fifth a key that existed before.
-  std::string rows = Exec(conn_.get(), call +
+  // the fifth a key that existed before. Every returned row is kept.
+  Exec(conn_.get(), "CREATE TEMP TABLE b ON COMMIT DROP AS SELECT * FROM " + schema_ + ".enqueue_batch(" +
       "ARRAY['order','order','order','order','order'], ARRAY['1','2','1','1','1'], "
       "ARRAY['A','B','C','D','E'], ARRAY['1','2','3','4','5']::bytea[], "
       "ARRAY['{\"traceparent\":\"00-x\"}', NULL, '{}', '{}', '{}']::jsonb[], "
-      "ARRAY[NULL, 'k2', NULL, 'k2', 'before']) ORDER BY ord");
+      "ARRAY[NULL, 'k2', NULL, 'k2', 'before'])");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(ord || ':' || enqueued, ',' ORDER BY ord) FROM b"),
+            "1:true,2:true,3:true,4:false,5:false");
+  // Each returned id is the row's that holds the event (or its key).
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(ord || '=' || coalesce(convert_from(o.payload, 'UTF8'), "
+                              "o.dedup_key, '?'), ',' ORDER BY ord) FROM b LEFT JOIN " + schema_ +
+                              ".outbox o USING (event_id)"),
+            "1=1,2=2,3=3,4=2,5=");  // 5: the row enqueued before, with an empty payload
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM b JOIN " + schema_ +
+                              ".outbox o USING (event_id) WHERE b.ord = 5 AND o.dedup_key = 'before'"),
+            "1");
   Exec(conn_.get(), "COMMIT");
-  // Exec returns the first column of the first row: check the rows by query.
-  EXPECT_EQ(rows, "1");
   EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(enqueued::text, ',' ORDER BY ord) FROM " + schema_ +
                                   ".enqueue_batch(ARRAY['order'], ARRAY['9'], ARRAY['E'], "
                                   "ARRAY['']::bytea[], NULL, ARRAY['k2'])"),
@@ -401,7 +409,22 @@ TEST_F(PostgresTest, SqlEnqueueBatchKeepsOrderDedupsAndNamesTheBadEvent) {
   Exec(conn_.get(), call + "ARRAY['order','order'], ARRAY['1'], ARRAY['A','B'], "
                           "ARRAY['','']::bytea[])", true, &err);
   EXPECT_NE(err.find("same length"), std::string::npos) << err;
+  // Several bad events: the first in the caller's order is named.
+  Exec(conn_.get(), call + "ARRAY['order','order','order'], ARRAY['','1',''], ARRAY['A','B',''], "
+                          "ARRAY['','','']::bytea[])", true, &err);
+  EXPECT_NE(err.find("event 1 of 3"), std::string::npos) << err;
   EXPECT_EQ(Count("outbox"), "4");
+  // Arrays need not start at 1 ('[0:1]={...}' is a text[] too): a duplicate's
+  // id is still its original's (version 10 read the key at the wrong place).
+  Exec(conn_.get(), "BEGIN");
+  Exec(conn_.get(), "CREATE TEMP TABLE b0 ON COMMIT DROP AS SELECT * FROM " + schema_ +
+                        ".enqueue_batch(ARRAY['order','order'], ARRAY['3','3'], ARRAY['A','B'], "
+                        "ARRAY['','']::bytea[], NULL, '[0:1]={z7,z7}'::text[])");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(b0.ord || ':' || b0.enqueued || ':' || "
+                              "(b0.event_id = o.event_id), ',' ORDER BY b0.ord) FROM b0, " + schema_ +
+                              ".outbox o WHERE o.dedup_key = 'z7'"),
+            "1:true:true,2:false:true");
+  Exec(conn_.get(), "COMMIT");
 }
 
 // One size story: the SQL enqueue() and the C++ enqueue agree on the limit

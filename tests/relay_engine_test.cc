@@ -213,5 +213,114 @@ TEST(RelayEngine, ClaimsFailingForAWhileDeliverEveryRowOnceAfterwards) {
   EXPECT_TRUE(e.table.attempts.empty()) << "every row delivered after the database came back";
 }
 
+// Idle polling on a stopped fake clock that the test moves 1 ms at a time
+// (each step after a real millisecond, so that waiting workers see it; the
+// bounds below leave room for a worker that sees it a step late).
+struct IdleRelay {
+  explicit IdleRelay(RelayOptions o) {
+    o.clock = &clock;
+    relay = e.Make(o);
+  }
+  ~IdleRelay() {
+    if (runner.joinable()) {
+      (*relay)->RequestStop();
+      runner.join();
+    }
+  }
+  void Start() {
+    runner = std::thread([this] { (void)(*relay)->Run(); });
+    // Every worker's first claim is empty; then all but the poller wait.
+    int settled = -1;
+    for (int i = 0; i < 100 && e.table.claims.load() != settled; ++i) {
+      settled = e.table.claims.load();
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  void Pass(std::chrono::milliseconds d) {
+    for (auto t = 0ms; t < d; t += 1ms) {
+      clock.Advance(1ms);
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  // Adds row `seq`; moves time until it is marked. The fake time that took.
+  std::chrono::milliseconds Deliver(std::int64_t seq) {
+    const int marks = e.table.marks.load();
+    {
+      std::lock_guard<std::mutex> l(e.table.mu);
+      e.table.attempts[seq] = 0;
+    }
+    auto t = 0ms;
+    for (; e.table.marks.load() == marks && t < 5000ms; t += 1ms) Pass(1ms);
+    return t;
+  }
+  Engine e{0};
+  test_util::FakeClock clock;
+  Result<std::unique_ptr<Relay>> relay = Status::Internal("not made");
+  std::thread runner;
+};
+
+// One worker polls for the idle ones, at the relay's interval (doubling from
+// poll_min to poll_max), not one poll per worker.
+TEST(RelayEngine, IdleWorkersPollAsOneAtADoublingInterval) {
+  RelayOptions o = Options();
+  o.poll_min = 10ms;
+  o.poll_hot = 0ms;
+  o.poll_max = 200ms;
+  IdleRelay r(o);
+  ASSERT_TRUE(r.relay.ok()) << r.relay.status().ToString();
+  r.Start();
+  const int before = r.e.table.claims.load();
+  r.Pass(1000ms);
+  // The poller: 10, 20, 40, 80, 160, then every 200 ms: 8 polls in 1 s; the
+  // three others' safety net (4 x poll_max) adds one claim each. Four workers
+  // each polling on their own would make 32.
+  const int polls = r.e.table.claims.load() - before;
+  EXPECT_GE(polls, 6);
+  EXPECT_LE(polls, 14);
+}
+
+// After the poller found work (a claim that took all there was), one waiting
+// worker takes over the polling, at poll_min: not at the interval it had
+// reached itself, and without every waiting worker claiming at once.
+TEST(RelayEngine, AfterWorkIsFoundOneWorkerTakesOverThePollingAtPollMin) {
+  RelayOptions o = Options();
+  o.poll_min = 10ms;
+  o.poll_hot = 0ms;
+  o.poll_max = 200ms;
+  IdleRelay r(o);
+  ASSERT_TRUE(r.relay.ok()) << r.relay.status().ToString();
+  r.Start();
+  r.Pass(1000ms);  // the interval is at poll_max now
+  const int before = r.e.table.claims.load();
+  EXPECT_LE(r.Deliver(1), 250ms) << "found within poll_max";
+  std::this_thread::sleep_for(100ms);  // time stands still: no poll is due
+  // The claim that found the row, its finder's next claim and perhaps the new
+  // poller's first; waking every waiting worker to claim would make five.
+  EXPECT_LE(r.e.table.claims.load() - before, 4);
+  EXPECT_LE(r.Deliver(2), 30ms) << "the next poller starts at poll_min, not poll_max";
+}
+
+// For poll_hot after work was found, the poller stays at poll_min; then it
+// backs off.
+TEST(RelayEngine, ThePollerStaysAtPollMinForPollHotAfterWork) {
+  RelayOptions o = Options();
+  o.poll_min = 5ms;
+  o.poll_hot = 50ms;
+  o.poll_max = 200ms;
+  IdleRelay r(o);
+  ASSERT_TRUE(r.relay.ok()) << r.relay.status().ToString();
+  r.Start();
+  r.Pass(500ms);
+  r.Deliver(1);
+  int before = r.e.table.claims.load();
+  r.Pass(50ms);
+  EXPECT_GE(r.e.table.claims.load() - before, 5) << "every 5 ms while hot";
+  before = r.e.table.claims.load();
+  r.Pass(500ms);
+  // 5, 10, 20, 40, 80, 160, 200: about 7 polls in the next 500 ms (10 ms at
+  // most between polls would be 50).
+  EXPECT_LE(r.e.table.claims.load() - before, 12) << "backed off after poll_hot";
+}
+
 }  // namespace
 }  // namespace outbox

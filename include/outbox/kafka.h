@@ -53,7 +53,7 @@ struct KafkaTransportOptions {
   // librdkafka properties, e.g. {"bootstrap.servers", "host:9092"}. Required:
   // bootstrap.servers. Ours, overridable: enable.idempotence=true, acks=all,
   // message.timeout.ms=10000, message.max.bytes=kDefaultMessageMaxBytes,
-  // linger.ms=5, queue.buffering.max.kbytes=65536 (the
+  // linger.ms=0, queue.buffering.max.kbytes=65536 (the
   // librdkafka default is 1 GiB), queue.buffering.max.messages=100000.
   std::map<std::string, std::string> properties;
   // Placeholders: {aggregate_type}, {event_type}. Default like Debezium's router.

@@ -123,8 +123,11 @@ struct RelayOptions {
   // Wake idle workers on PostgreSQL notifications (see Store::WaitForWork); the
   // producers opt in with the setting outbox.notify = on. Polling stays the fallback.
   bool listen = true;
-  milliseconds poll_min{2};           // idle poll starts here after work ...
-  milliseconds poll_max{250};         // ... and doubles up to this
+  // Idle polling: every poll_min while an idle worker found work in the last
+  // poll_hot, then doubling up to poll_max (see Relay::IdleWait).
+  milliseconds poll_min{2};
+  milliseconds poll_hot{20};
+  milliseconds poll_max{250};
   milliseconds db_retry_max{5'000};   // cap of the backoff on database errors
   milliseconds shutdown_timeout{30'000};  // graceful stop: finish in-flight, then exit
   seconds sent_retention{7 * 24 * 3600};  // purge SENT rows older than this
@@ -173,6 +176,7 @@ struct RelayMetrics {
   Counter& failed_expired;  // lease lapsed max_attempts times (e.g. crash loops)
   Counter& fenced;          // transitions refused: another claim holds the row
   Counter& claims;
+  Counter& empty_claims;
   Counter& not_sent;
   Counter& acked_out_of_order;  // acked behind an unacked earlier event of its aggregate
   Counter& outage_batches;
@@ -286,11 +290,19 @@ class Relay {
   void EndBrokerRound(bool outage, bool broker_answered, bool probing);
   milliseconds NextOutageDelay() const;
   milliseconds NextOutageDelayLocked() const OUTBOX_REQUIRES(mu_);
-  // Idle polling: one idle worker polls (sleeping `d` between claims), the
-  // others wait until it finds work (EndIdle) or a notification arrives, so idle
-  // workers do not each walk the rows held behind an in-flight hot aggregate.
-  void IdleWait(int index, milliseconds d);
-  void EndIdle(int index);
+  // Idle polling: one idle worker polls, the others wait until it finds work
+  // (EndIdle) or a notification arrives, so idle workers do not each walk the
+  // rows held behind an in-flight hot aggregate. The interval is the relay's,
+  // not a worker's (a worker taking over the polling must not resume the
+  // interval it reached itself): poll_min while an idle worker found work in
+  // the last poll_hot, then doubling to poll_max; never shorter than the last
+  // empty claim took. Only an idle worker finding work resets it: a busy
+  // worker's next batch does not, so with a hot aggregate in flight (the
+  // others' claims walk its held rows) the poller backs off.
+  void IdleWait(int index, milliseconds claim_cost);
+  void EndIdle(int index, bool full);
+  // True when a claim stopped at batch_size or batch_bytes (more may be due).
+  bool FullBatch(const std::vector<ClaimedEvent>& events) const;
 
   RelayOptions options_;
   StoreParts store_;
@@ -316,12 +328,15 @@ class Relay {
   std::atomic<bool> stream_reported_{false};
   mutable Mutex mu_;
   std::condition_variable cv_;
-  std::uint64_t wake_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped by ListenLoop to end idle sleeps
+  std::uint64_t wake_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped to end idle sleeps (all claim)
+  std::uint64_t handover_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped when the poller found work
   // 0 while the broker answers; else the current outage backoff.
   milliseconds outage_delay_ OUTBOX_GUARDED_BY(mu_){0};
   std::chrono::steady_clock::time_point outage_until_ OUTBOX_GUARDED_BY(mu_);
   bool probe_in_flight_ OUTBOX_GUARDED_BY(mu_) = false;
   int idle_poller_ OUTBOX_GUARDED_BY(mu_) = -1;  // the worker polling for the idle ones
+  milliseconds idle_interval_ OUTBOX_GUARDED_BY(mu_);  // its next sleep (poll_min after work)
+  std::chrono::steady_clock::time_point idle_found_at_ OUTBOX_GUARDED_BY(mu_);  // last EndIdle
   // The last PermissionDenied of the workers' claims and of housekeeping's
   // stats, each until that side succeeds again.
   std::string refused_by_workers_ OUTBOX_GUARDED_BY(mu_);

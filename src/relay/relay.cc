@@ -81,6 +81,8 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema)
       fenced(r.AddCounter("outbox_relay_transitions_fenced_total",
                           "Transitions refused because another claim holds the row (lease lost).")),
       claims(r.AddCounter("outbox_relay_claims_total", "Claims that returned at least one row.")),
+      empty_claims(r.AddCounter("outbox_relay_empty_claims_total",
+                                "Claims that returned no row (idle polls).")),
       not_sent(r.AddCounter("outbox_relay_events_not_sent_total",
                             "Events kept from the broker because an earlier event of their "
                             "aggregate failed first in the same batch (attempt not counted).")),
@@ -238,6 +240,7 @@ Status ValidateRelayOptions(const RelayOptions& o) {
   if (!(o.backoff_jitter >= 0 && o.backoff_jitter <= 1)) return bad("backoff_jitter", "must be 0..1");
   if (o.poll_min.count() < 1) return bad("poll_min_ms", "must be >= 1");
   if (o.poll_max < o.poll_min) return bad("poll_max_ms", "must be >= poll_min_ms");
+  if (o.poll_hot.count() < 0) return bad("poll_hot_ms", "must be >= 0");
   if (o.db_retry_max.count() < 1) return bad("db_retry_max_ms", "must be >= 1");
   if (o.purge_batch < 1) return bad("purge_batch", "must be >= 1");
   if (o.purge_interval.count() < 1) return bad("purge_interval_s", "must be >= 1");
@@ -316,7 +319,8 @@ Relay::Relay(RelayOptions o, StoreParts s, ChangeSource c, Transport& t, RelayMe
       metrics_(m),
       logger_(l),
       beat_slots_(options_.workers + 3),
-      beats_(std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(beat_slots_))) {
+      beats_(std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(beat_slots_))),
+      idle_interval_(options_.poll_min) {
   // Allocated here, never replaced: Alive() may run on another thread at any time.
   for (int i = 0; i < beat_slots_; ++i) beats_[static_cast<std::size_t>(i)] = kIdleBeat;
 }
@@ -395,24 +399,56 @@ bool Relay::SleepFor(milliseconds d) {
   return !stopping_;
 }
 
-void Relay::IdleWait(int index, milliseconds d) {
+void Relay::IdleWait(int index, milliseconds claim_cost) {
   MutexLock lock(mu_);
   const std::uint64_t seen = wake_seq_;
-  if (idle_poller_ < 0 || idle_poller_ == index) {
-    idle_poller_ = index;  // this worker polls for the idle ones
-    WaitForWake(lock, seen, clock_.Now() + d);
-    return;
+  for (;;) {
+    const auto now = clock_.Now();
+    if (idle_poller_ < 0 || idle_poller_ == index) {
+      idle_poller_ = index;  // this worker polls for the idle ones
+      const milliseconds d = std::max(idle_interval_, claim_cost);
+      if (now - idle_found_at_ >= options_.poll_hot) {
+        idle_interval_ = std::min(idle_interval_ * 2, options_.poll_max);
+      }
+      WaitForWake(lock, seen, now + d);
+      return;
+    }
+    // Another worker polls; wait for a notification, for the poller to hand
+    // its role over (it found work: the first waiter to see it polls next,
+    // after the interval, not at once), or (a safety net) a few poll intervals.
+    const std::uint64_t handovers = handover_seq_;
+    const auto until = now + options_.poll_max * 4;
+    while (!stopping_ && wake_seq_ == seen && handover_seq_ == handovers) {
+      if (clock_.WaitUntil(cv_, lock.native(), until) == std::cv_status::timeout) return;
+    }
+    if (stopping_ || wake_seq_ != seen) return;
+    claim_cost = milliseconds(0);
   }
-  // Another worker polls; wait for it to find work, for a notification, or (a
-  // safety net) a few poll intervals.
-  WaitForWake(lock, seen, clock_.Now() + std::max(d, options_.poll_max * 4));
 }
 
-void Relay::EndIdle(int index) {
+void Relay::EndIdle(int index, bool full) {
   MutexLock lock(mu_);
   if (idle_poller_ == index) idle_poller_ = -1;
-  ++wake_seq_;  // work found after idling: there may be more for the others
+  idle_interval_ = options_.poll_min;
+  idle_found_at_ = clock_.Now();
+  // A full batch may have left more: every idle worker claims now. Else the
+  // claim took all there was: one of them takes over the polling.
+  if (full) {
+    ++wake_seq_;
+  } else {
+    ++handover_seq_;
+  }
   cv_.notify_all();
+}
+
+bool Relay::FullBatch(const std::vector<ClaimedEvent>& events) const {
+  if (static_cast<int>(events.size()) >= options_.batch_size) return true;
+  // The claim stops before a row that would go over batch_bytes; which row
+  // that was is not known here, so past half the bound counts as full (a wrong
+  // guess costs the idle workers one claim each, or the next event a poll).
+  std::int64_t bytes = 0;
+  for (const auto& e : events) bytes += static_cast<std::int64_t>(e.event.payload.size());
+  return bytes * 2 >= options_.batch_bytes;
 }
 
 milliseconds Relay::NextOutageDelayLocked() const {
@@ -549,11 +585,10 @@ Status Relay::Run() {
 // One worker's loop state: its name, its random source, and what it last
 // logged and waited.
 struct Relay::Worker {
-  Worker(int i, const std::string& relay_id, milliseconds poll_min)
+  Worker(int i, const std::string& relay_id)
       : index(i),
         who(relay_id + "/" + std::to_string(i)),
-        rng(std::random_device{}() ^ static_cast<std::uint64_t>(i)),
-        idle(poll_min) {}
+        rng(std::random_device{}() ^ static_cast<std::uint64_t>(i)) {}
   const int index;
   const std::string who;
   std::mt19937_64 rng;
@@ -563,7 +598,6 @@ struct Relay::Worker {
   bool logged_outage = false;
   bool was_idle = false;
   milliseconds db_backoff{100};
-  milliseconds idle;
 };
 
 ClaimOptions Relay::WorkerClaimOptions() {
@@ -622,7 +656,7 @@ void Relay::WorkerDbSucceeded(Worker& w) {
 // The steps of a worker's round: its turn with the broker, a claim, then an
 // empty claim's idle wait or the batch's publish and settlement.
 void Relay::WorkerLoop(int index) {
-  Worker w(index, options_.relay_id, options_.poll_min);
+  Worker w(index, options_.relay_id);
   const ClaimOptions co = WorkerClaimOptions();
   std::unique_ptr<ClaimQueue> store;
   while (!stopping_) {
@@ -653,17 +687,15 @@ void Relay::WorkerLoop(int index) {
     }
     if (claim->events.empty()) {
       if (probing) EndBrokerProbe();
+      metrics_.empty_claims.Inc();
       // An empty claim can be costly (it walked rows held behind in-flight
       // events): the idle poller waits at least as long as its last one took.
-      const auto claim_cost = std::chrono::duration_cast<milliseconds>(clock_.Now() - claimed_at);
-      IdleWait(index, std::max(w.idle, claim_cost));
-      w.idle = std::min(w.idle * 2, options_.poll_max);
+      IdleWait(index, std::chrono::duration_cast<milliseconds>(clock_.Now() - claimed_at));
       w.was_idle = true;
       continue;
     }
-    if (w.was_idle) EndIdle(index);
+    if (w.was_idle) EndIdle(index, FullBatch(claim->events));
     w.was_idle = false;
-    w.idle = options_.poll_min;
     PublishAndSettle(w, *store, claim->events, probing, claimed_at);
   }
   if (w.db_ok) --db_ok_workers_;

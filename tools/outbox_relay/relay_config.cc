@@ -82,6 +82,9 @@ const config::Schema<Config>& RelaySchema() {
         "relay.poll_min_ms", "OUTBOX_RELAY_POLL_MIN_MS", 1, 60000,
         [](Config& c) -> std::chrono::milliseconds& { return c.relay.poll_min; }));
     s.keys.push_back(config::Span<Config, std::chrono::milliseconds>(
+        "relay.poll_hot_ms", "OUTBOX_RELAY_POLL_HOT_MS", 0, 600000,
+        [](Config& c) -> std::chrono::milliseconds& { return c.relay.poll_hot; }));
+    s.keys.push_back(config::Span<Config, std::chrono::milliseconds>(
         "relay.poll_max_ms", "OUTBOX_RELAY_POLL_MAX_MS", 1, 600000,
         [](Config& c) -> std::chrono::milliseconds& { return c.relay.poll_max; }));
     s.keys.push_back(config::Span<Config, std::chrono::milliseconds>(
@@ -282,13 +285,6 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
     return Status::InvalidArgument(
         "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "
         "--bootstrap)");
-  }
-  if (c.relay.source == RelaySource::kCdc && !c.kafka.properties.count("linger.ms")) {
-    // The stream publishes what a commit brought as soon as it is decoded;
-    // waiting 5 ms for more (the polling default, which batches the claim's
-    // rows) was most of a streamed event's commit-to-ack time
-    // (docs/benchmarks.md, "CDC"). A value the operator set wins.
-    c.kafka.properties["linger.ms"] = "0";
   }
   c.relay.cdc.slot = c.cdc_slot.empty() ? DefaultStreamName(c.database.schema) : c.cdc_slot;
   for (const auto& [key, name] : {std::pair<std::string, std::string>{"cdc.slot", c.relay.cdc.slot},

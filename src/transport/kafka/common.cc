@@ -13,7 +13,12 @@ const Props& ProducerDefaults() {
       // bytes of payload + key + headers) plus the relay's own headers; below
       // the broker's default message.max.bytes (1,048,588).
       {"message.max.bytes", std::to_string(kDefaultMessageMaxBytes)},
-      {"linger.ms", "5"},
+      // Send at once: the relay produces a claimed batch in one go and waits
+      // for its acks, so a wait for more messages only delays it (5 ms was
+      // most of an idle relay's enqueue → SENT; docs/benchmarks.md, "Latency
+      // with the defaults"). Messages queued while a request is in flight
+      // still go together.
+      {"linger.ms", "0"},
       {"queue.buffering.max.kbytes", "65536"},
       {"queue.buffering.max.messages", "100000"},
       {"log_level", "4"},
