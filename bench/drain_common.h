@@ -29,6 +29,9 @@ inline void FillOutbox(PGconn* c, const std::string& schema, int rows, int aggre
 
 inline void MigrateFresh(PGconn* admin, const std::string& url, const std::string& schema) {
   MustExec(admin, "DROP SCHEMA IF EXISTS " + schema + " CASCADE");
+  // The publication outlives the schema (without its table): a cdc relay of
+  // the new schema would stream nothing.
+  MustExec(admin, "DROP PUBLICATION IF EXISTS " + DefaultStreamName(schema));
   PostgresStoreOptions o;
   o.conninfo = url;
   o.schema = schema;

@@ -135,6 +135,7 @@ class PostgresTest : public ::testing::Test {
     if (conn_ && PQstatus(conn_.get()) == CONNECTION_OK) {
       Exec(conn_.get(), "ROLLBACK");  // harmless warning if idle
       Exec(conn_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+      Exec(conn_.get(), "DROP PUBLICATION IF EXISTS " + DefaultStreamName(schema_));
     }
   }
   std::unique_ptr<Store> OpenStore() {
@@ -425,6 +426,39 @@ TEST_F(PostgresTest, SqlEnqueueBatchKeepsOrderDedupsAndNamesTheBadEvent) {
                               ".outbox o WHERE o.dedup_key = 'z7'"),
             "1:true:true,2:false:true");
   Exec(conn_.get(), "COMMIT");
+}
+
+// The outbox dropped and migrated afresh (DROP SCHEMA ... CASCADE keeps the
+// publication, without the table): migrating adds the table back, and a
+// change stream refuses a publication without it, naming the fix, instead of
+// streaming nothing (every event would wait for the sweeper).
+TEST_F(PostgresTest, APublicationWithoutTheOutboxIsRepairedByMigrateAndRefusedByTheStream) {
+  const std::string pub = DefaultStreamName(schema_);
+  const std::string published = "SELECT count(*) FROM pg_publication_tables WHERE pubname = '" +
+                                pub + "' AND schemaname = '" + schema_ + "' AND tablename = 'outbox'";
+  ASSERT_EQ(Exec(conn_.get(), published), "1");
+  Exec(conn_.get(), "DROP SCHEMA " + schema_ + " CASCADE");
+  store_ = OpenStore();
+  ASSERT_NE(store_, nullptr);
+  ASSERT_TRUE(store_->Migrate().ok());
+  EXPECT_EQ(Exec(conn_.get(), published), "1") << "migrating afresh adds the table back";
+
+  Exec(conn_.get(), "ALTER PUBLICATION " + pub + " DROP TABLE " + schema_ + ".outbox");
+  PostgresChangeStreamOptions co;
+  co.conninfo = url_;
+  co.schema = schema_;
+  co.slot = "t_nopub_" + schema_.substr(2);
+  auto stream = OpenPostgresChangeStream(co);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_EQ(stream.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(stream.status().message().find("ALTER PUBLICATION " + pub + " ADD TABLE " + schema_ +
+                                           ".outbox"),
+            std::string::npos)
+      << stream.status().ToString();
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
+                                  co.slot + "'"),
+            "0")
+      << "refused before a slot pins WAL";
 }
 
 // One size story: the SQL enqueue() and the C++ enqueue agree on the limit

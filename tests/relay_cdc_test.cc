@@ -232,6 +232,38 @@ TEST_F(RelayCdcTest, FatalErrorFailsTheRowInTheTableAndHoldsItsAggregateForTheSw
   EXPECT_EQ(big, (std::vector<std::string>{"big#0", "big#1"}));
 }
 
+// A slot whose position precedes its publication (the publication dropped and
+// created again, as DROP SCHEMA ... CASCADE and a fresh migration do): every
+// read of the stream fails. The stream must not keep announcing itself after
+// each failed opening, or the sweepers would wait for it forever; it stands
+// aside and every event is delivered, in order, by polling.
+TEST_F(RelayCdcTest, AStreamThatFailsOnEveryOpeningStandsAsideAndTheSweepersDeliver) {
+  {
+    Subprocess& first = StartRelay(CdcSets());
+    ASSERT_TRUE(WaitForLog(first, "streaming")) << first.Log();
+    EnqueueMany(1, 5, 2);
+    ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 10; }, 30s)) << first.Log();
+    first.Signal(SIGTERM);
+    ASSERT_EQ(first.Wait(Scaled(30s)), 0) << first.Log();
+  }
+  // Rows committed while there is no publication: decoding them from the
+  // slot's position fails ("publication ... does not exist"), for good.
+  Exec(admin_.get(), "DROP PUBLICATION " + Slot());
+  EnqueueMany(1, 5, 4, 2);
+  Exec(admin_.get(), "CREATE PUBLICATION " + Slot() + " FOR TABLE " + schema_ +
+                         ".outbox WITH (publish = 'insert')");
+  EnqueueMany(1, 5, 6, 4);
+  // Reopening backs off to at most 1 s, well inside the 3 s of staleness
+  // (production: 5 s and 10 s): only standing aside lets the progress go stale.
+  Subprocess& relay = StartRelay(CdcSets({"relay.db_retry_max_ms=1000"}));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 30; }, Scaled(60s)))
+      << "sent " << CountStatus("SENT") << "\n" << relay.Log();
+  EXPECT_NE(relay.Log().find("not announcing it"), std::string::npos) << relay.Log();
+  auto next = FirstCopiesInOrder(ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, 30, Scaled(30s)));
+  ASSERT_EQ(next.size(), 5u);
+  for (const auto& [key, n] : next) EXPECT_EQ(n, 6) << key;
+}
+
 TEST_F(RelayCdcTest, SlotDroppedUnderTheRelayIsCreatedAgainAndTheGapSwept) {
   Subprocess& relay = StartRelay(CdcSets());
   const int port = HttpPort(relay);

@@ -126,6 +126,19 @@ class Relay::StreamPump {
   bool logged_standby_ = false, logged_down_ = false, logged_outage_ = false;
   bool cap_handled_ = false;  // this cap episode's slot drop is done (or another relay's)
   milliseconds backoff_{200};
+  // A stream that fails soon after each opening (say its slot's position
+  // precedes the publication: every read fails) must not keep announcing
+  // itself, or the sweepers would wait for it forever. After this many
+  // sessions in a row shorter than cdc.stream_stale_after it stands aside
+  // (no progress written: the sweepers take its rows once the progress is
+  // stale) until a session lives that long.
+  static constexpr int kShortSessionsToStandAside = 3;
+  int short_sessions_ = 0;
+  Steady::time_point opened_at_;
+  bool StandingAside() const { return short_sessions_ >= kShortSessionsToStandAside; }
+  // Called while a stream is open: a session that lived stream_stale_after
+  // ends the episode (announces again, backoff from the start).
+  void NoteHealthy();
 };
 
 void Relay::StreamLoop() { StreamPump(*this).Run(); }
@@ -222,8 +235,10 @@ bool Relay::StreamPump::EnsureStream() {
     return false;
   }
   stream_ = std::move(s).value();
+  opened_at_ = r_.clock_.Now();
   logged_standby_ = logged_down_ = false;
-  backoff_ = milliseconds(200);
+  // The backoff starts over once the stream has lived (NoteHealthy), not at
+  // opening: a stream that fails right after opening backs off.
   book_.Restart();
   if (stream_->created_slot()) {
     r_.metrics_.cdc_slot_created.Inc();
@@ -236,8 +251,15 @@ bool Relay::StreamPump::EnsureStream() {
   }
   // Tell the sweepers before reading: until the first report (a keepalive
   // round trip and a status interval away, longer under load) they would see
-  // no stream and take the rows it is about to read.
-  if (Status opened = ledger_->OpenStreamProgress(cdc_.slot, r_.options_.relay_id); !opened.ok()) {
+  // no stream and take the rows it is about to read. Not while standing aside.
+  if (StandingAside()) {
+    r_.logger_.Warn("change stream failed soon after opening several times in a row; not "
+                    "announcing it, so the sweepers deliver its rows, until it streams for "
+                    "cdc.stream_stale_after",
+                    {{"worker", who_}, {"slot", stream_->slot()},
+                     {"short_sessions", std::to_string(short_sessions_)}});
+  } else if (Status opened = ledger_->OpenStreamProgress(cdc_.slot, r_.options_.relay_id);
+             !opened.ok()) {
     r_.metrics_.db_errors.Inc();
     ledger_.reset();
     CloseStream("announce the stream", opened);
@@ -469,6 +491,16 @@ void Relay::StreamPump::MaybeReport() {
 
 // Confirms what the book says may be confirmed and records the stream's
 // progress for the sweepers; false when the stream must be reopened.
+void Relay::StreamPump::NoteHealthy() {
+  if (r_.clock_.Now() - opened_at_ < cdc_.stream_stale_after) return;
+  if (StandingAside()) {
+    r_.logger_.Info("change stream has streamed for cdc.stream_stale_after; announcing it again",
+                    {{"worker", who_}, {"slot", stream_->slot()}});
+  }
+  short_sessions_ = 0;
+  backoff_ = milliseconds(200);
+}
+
 bool Relay::StreamPump::Report(bool want_reply) {
   const std::uint64_t lsn = book_.Confirmable();
   const std::int64_t covered = book_.Covered();
@@ -476,6 +508,12 @@ bool Relay::StreamPump::Report(bool want_reply) {
   if (!st.ok()) {
     CloseStream("confirm", st);
     return false;
+  }
+  NoteHealthy();
+  if (StandingAside()) {  // the sweepers deliver meanwhile: no progress written
+    r_.metrics_.cdc_confirmed_lsn.Set(static_cast<double>(lsn));
+    last_status_ = r_.clock_.Now();
+    return true;
   }
   // Nothing settled yet (a first keepalive or batch still on its way): the
   // announcement is renewed, so that the stream does not look stale.
@@ -523,6 +561,7 @@ bool Relay::StreamPump::StopStreaming() {
 void Relay::StreamPump::CloseStream(const char* why, const Status& st) {
   if (!StopStreaming()) return;
   r_.metrics_.cdc_restarts.Inc();
+  short_sessions_ = r_.clock_.Now() - opened_at_ < cdc_.stream_stale_after ? short_sessions_ + 1 : 0;
   r_.logger_.Warn("change stream closed; it reopens at the slot's confirmed position",
                   {{"worker", who_}, {"why", why}, {"error", st.ToString()}});
 }

@@ -253,14 +253,26 @@ Result<std::unique_ptr<ChangeStream>> OpenPostgresChangeStream(
         "cdc: the server runs with wal_level = " + wal_level +
         "; change data capture needs wal_level = logical (postgresql.conf; then restart)");
   }
+  // The publication, and whether it publishes the outbox: dropping the table
+  // (DROP SCHEMA ... CASCADE, then migrating again) leaves the publication
+  // without it, and a stream of it would decode nothing, every event waiting
+  // for the sweeper.
   auto pub = Command(c, "cdc: publication",
-                     "SELECT 1 FROM pg_publication WHERE pubname = '" + names->publication + "'");
+                     "SELECT EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname"
+                     " AND t.schemaname = '" + o.schema + "' AND t.tablename = 'outbox')"
+                     " FROM pg_publication p WHERE p.pubname = '" + names->publication + "'");
   if (!pub.ok()) return pub.status();
   if (PQntuples(pub->get()) == 0) {
     return Status::FailedPrecondition(
         "cdc: publication " + names->publication + " does not exist; run `outboxctl migrate` "
         "as a role that may create it, or: CREATE PUBLICATION " + names->publication +
         " FOR TABLE " + o.schema + ".outbox WITH (publish = 'insert')");
+  }
+  if (std::string(PQgetvalue(pub->get(), 0, 0)) != "t") {
+    return Status::FailedPrecondition(
+        "cdc: publication " + names->publication + " does not publish " + o.schema +
+        ".outbox (was the table dropped and created again?): ALTER PUBLICATION " +
+        names->publication + " ADD TABLE " + o.schema + ".outbox");
   }
 
   const std::string start = "START_REPLICATION SLOT " + names->slot +
