@@ -30,8 +30,11 @@ inline void FillOutbox(PGconn* c, const std::string& schema, int rows, int aggre
 inline void MigrateFresh(PGconn* admin, const std::string& url, const std::string& schema) {
   MustExec(admin, "DROP SCHEMA IF EXISTS " + schema + " CASCADE");
   // The publication outlives the schema (without its table): a cdc relay of
-  // the new schema would stream nothing.
+  // the new schema would stream nothing. An old slot would start before the
+  // new publication and fail on every read (docs/relay.md, "CDC").
   MustExec(admin, "DROP PUBLICATION IF EXISTS " + DefaultStreamName(schema));
+  MustExec(admin, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                  "WHERE slot_name = '" + DefaultStreamName(schema) + "' AND NOT active");
   PostgresStoreOptions o;
   o.conninfo = url;
   o.schema = schema;

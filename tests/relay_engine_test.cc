@@ -217,8 +217,13 @@ TEST(RelayEngine, ClaimsFailingForAWhileDeliverEveryRowOnceAfterwards) {
 // (each step after a real millisecond, so that waiting workers see it; the
 // bounds below leave room for a worker that sees it a step late).
 struct IdleRelay {
-  explicit IdleRelay(RelayOptions o) {
+  IdleRelay(std::chrono::milliseconds poll_min, std::chrono::milliseconds poll_hot,
+            std::chrono::milliseconds poll_max) {
+    RelayOptions o = Options();
     o.clock = &clock;
+    o.poll_min = poll_min;
+    o.poll_hot = poll_hot;
+    o.poll_max = poll_max;
     relay = e.Make(o);
   }
   ~IdleRelay() {
@@ -228,6 +233,7 @@ struct IdleRelay {
     }
   }
   void Start() {
+    ASSERT_TRUE(relay.ok()) << relay.status().ToString();
     runner = std::thread([this] { (void)(*relay)->Run(); });
     // Every worker's first claim is empty; then all but the poller wait.
     int settled = -1;
@@ -262,13 +268,8 @@ struct IdleRelay {
 // One worker polls for the idle ones, at the relay's interval (doubling from
 // poll_min to poll_max), not one poll per worker.
 TEST(RelayEngine, IdleWorkersPollAsOneAtADoublingInterval) {
-  RelayOptions o = Options();
-  o.poll_min = 10ms;
-  o.poll_hot = 0ms;
-  o.poll_max = 200ms;
-  IdleRelay r(o);
-  ASSERT_TRUE(r.relay.ok()) << r.relay.status().ToString();
-  r.Start();
+  IdleRelay r(10ms, 0ms, 200ms);
+  ASSERT_NO_FATAL_FAILURE(r.Start());
   const int before = r.e.table.claims.load();
   r.Pass(1000ms);
   // The poller: 10, 20, 40, 80, 160, then every 200 ms: 8 polls in 1 s; the
@@ -283,13 +284,8 @@ TEST(RelayEngine, IdleWorkersPollAsOneAtADoublingInterval) {
 // worker takes over the polling, at poll_min: not at the interval it had
 // reached itself, and without every waiting worker claiming at once.
 TEST(RelayEngine, AfterWorkIsFoundOneWorkerTakesOverThePollingAtPollMin) {
-  RelayOptions o = Options();
-  o.poll_min = 10ms;
-  o.poll_hot = 0ms;
-  o.poll_max = 200ms;
-  IdleRelay r(o);
-  ASSERT_TRUE(r.relay.ok()) << r.relay.status().ToString();
-  r.Start();
+  IdleRelay r(10ms, 0ms, 200ms);
+  ASSERT_NO_FATAL_FAILURE(r.Start());
   r.Pass(1000ms);  // the interval is at poll_max now
   const int before = r.e.table.claims.load();
   EXPECT_LE(r.Deliver(1), 250ms) << "found within poll_max";
@@ -303,13 +299,8 @@ TEST(RelayEngine, AfterWorkIsFoundOneWorkerTakesOverThePollingAtPollMin) {
 // For poll_hot after work was found, the poller stays at poll_min; then it
 // backs off.
 TEST(RelayEngine, ThePollerStaysAtPollMinForPollHotAfterWork) {
-  RelayOptions o = Options();
-  o.poll_min = 5ms;
-  o.poll_hot = 50ms;
-  o.poll_max = 200ms;
-  IdleRelay r(o);
-  ASSERT_TRUE(r.relay.ok()) << r.relay.status().ToString();
-  r.Start();
+  IdleRelay r(5ms, 50ms, 200ms);
+  ASSERT_NO_FATAL_FAILURE(r.Start());
   r.Pass(500ms);
   r.Deliver(1);
   int before = r.e.table.claims.load();
