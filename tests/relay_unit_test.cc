@@ -191,6 +191,31 @@ TEST(PlanTransitions, AnOutageBatchCountsNoAttemptAndFailsNothing) {
   EXPECT_FALSE(relay_internal::IsOutage(std::vector<PublishResult>{}));
 }
 
+// A server's Retry-After (HTTP 429/503) makes the rows due no sooner than it:
+// an outage's rows, and an ordinary retry's.
+TEST(PlanTransitions, RetryAfterDelaysTheRetryAndTheOutageBackoff) {
+  RelayOptions o;
+  std::mt19937_64 rng(1);
+  std::vector<ClaimedEvent> ev = {Ce(1, "a", 1), Ce(2, "b", 1)};
+  PublishResult later = Down();
+  later.retry_after = milliseconds(60000);
+  std::vector<PublishResult> r = {later, Down()};
+  auto p = PlanTransitions(ev, r, o, kOutage, rng);
+  ASSERT_TRUE(p.outage);
+  EXPECT_EQ(p.outage_delay, milliseconds(60000));
+  for (const auto& it : p.reschedule) EXPECT_EQ(it.delay, milliseconds(60000));
+  // Shorter than the shared backoff: the backoff stands.
+  r[0].retry_after = milliseconds(1);
+  EXPECT_EQ(PlanTransitions(ev, r, o, kOutage, rng).outage_delay, kOutage);
+  // Not an outage (b was acked): a's own retry waits for it.
+  r = {Retry(), Acked()};
+  r[0].retry_after = milliseconds(60000);
+  p = PlanTransitions(ev, r, o, kOutage, rng);
+  ASSERT_FALSE(p.outage);
+  ASSERT_EQ(Seqs(p.reschedule), std::vector<std::int64_t>{1});
+  EXPECT_EQ(p.reschedule[0].delay, milliseconds(60000));
+}
+
 TEST(BackoffDelay, GrowsExponentiallyWithJitterAndACap) {
   RelayOptions o;
   o.backoff_base = milliseconds(100);
@@ -325,6 +350,48 @@ TEST(Config, LingerIsTheTransportsDefaultUnlessTheOperatorSetsIt) {
   auto set = daemon::LoadConfig("[relay]\nsource = \"cdc\"\n", "relay.toml", env, {});
   ASSERT_TRUE(set.ok()) << set.status().ToString();
   EXPECT_EQ(set->kafka.properties.at("linger.ms"), "3");
+}
+
+// relay.transport = http: the URL is required and checked, the broker is not;
+// headers come from the file, the environment and _FILE variables, and are
+// never printed.
+TEST(Config, HttpDeliveryNeedsItsUrlNotABrokerAndHidesItsHeaders) {
+  const std::map<std::string, std::string> db = {{"OUTBOX_DATABASE_URL", "postgresql://h/db"}};
+  auto no_url = daemon::LoadConfig("[relay]\ntransport = \"http\"\n", "relay.toml", db, {});
+  ASSERT_FALSE(no_url.ok());
+  EXPECT_NE(no_url.status().message().find("http_delivery.url"), std::string::npos);
+  auto bad = daemon::LoadConfig("", "", db, {{"relay.transport", "http"},
+                                             {"http_delivery.url", "http://h/{topic}"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("http_delivery.url"), std::string::npos);
+  auto kind = daemon::LoadConfig("", "", db, {{"relay.transport", "smtp"}});
+  ASSERT_FALSE(kind.ok());
+  EXPECT_NE(kind.status().message().find("relay.transport"), std::string::npos);
+
+  const std::string secret_file = ::testing::TempDir() + "/outbox-http-token";
+  {
+    std::ofstream f(secret_file);
+    f << "Bearer from-a-file\n";
+  }
+  std::map<std::string, std::string> env = db;
+  env["OUTBOX_HTTP_DELIVERY_HEADERS_AUTHORIZATION_FILE"] = secret_file;
+  env["OUTBOX_HTTP_DELIVERY_TIMEOUT_MS"] = "3000";
+  auto c = daemon::LoadConfig(
+      "[relay]\ntransport = \"http\"\n[http_delivery]\nurl = \"https://hooks.example/in/{event_type}\"\n"
+      "[http_delivery.headers]\nX-Api-Key = \"k-123\"\n",
+      "relay.toml", env, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->transport, daemon::TransportKind::kHttp);
+  EXPECT_EQ(c->http_delivery.url_template, "https://hooks.example/in/{event_type}");
+  EXPECT_EQ(c->http_delivery.timeout, std::chrono::milliseconds(3000));
+  EXPECT_TRUE(c->http_delivery.tls_verify);
+  EXPECT_EQ(c->http_delivery.headers.at("authorization"), "Bearer from-a-file");
+  EXPECT_EQ(c->http_delivery.headers.at("X-Api-Key"), "k-123");
+  const std::string printed = daemon::PrintConfig(*c);
+  EXPECT_EQ(printed.find("from-a-file"), std::string::npos) << printed;
+  EXPECT_EQ(printed.find("k-123"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("transport = \"http\""), std::string::npos) << printed;
+  std::remove(secret_file.c_str());
 }
 
 TEST(Config, ErrorsNameTheKey) {

@@ -285,9 +285,10 @@ class Relay {
   // after a backoff); false after waiting a while (call again).
   bool BrokerTurn(bool* probing);
   void EndBrokerProbe();
-  // After a batch: `outage` (no broker at all) extends the shared backoff,
+  // After a batch: `outage` (no broker at all) extends the shared backoff (to
+  // at least `at_least`: a server's Retry-After),
   // `broker_answered` (anything acked) ends it.
-  void EndBrokerRound(bool outage, bool broker_answered, bool probing);
+  void EndBrokerRound(bool outage, milliseconds at_least, bool broker_answered, bool probing);
   milliseconds NextOutageDelay() const;
   milliseconds NextOutageDelayLocked() const OUTBOX_REQUIRES(mu_);
   // Idle polling: one idle worker polls, the others wait until it finds work
@@ -301,6 +302,9 @@ class Relay {
   // others' claims walk its held rows) the poller backs off.
   void IdleWait(int index, milliseconds claim_cost);
   void EndIdle(int index, bool full);
+  // A poller that is about to back off (database error, broker outage) hands
+  // its role to a waiting worker, so the idle ones are not left unpolled.
+  void LeavePolling(int index);
   // True when a claim stopped at batch_size or batch_bytes (more may be due).
   bool FullBatch(const std::vector<ClaimedEvent>& events) const;
 

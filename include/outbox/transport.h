@@ -37,6 +37,10 @@ struct PublishResult {
   // the event itself is at fault. A batch whose every failure is of this kind is
   // an outage: it does not count toward max_attempts (docs/relay.md).
   bool broker_unavailable = false;
+  // kRetryable only: the server asked to be left alone this long (HTTP's
+  // Retry-After on 429 and 503); the retry, or the shared outage backoff, is
+  // not due before it. Zero: no such request.
+  std::chrono::milliseconds retry_after{0};
 };
 
 class Transport {

@@ -36,11 +36,15 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
     // Every row goes back with its attempt given back, due when the relay's
     // shared outage backoff ends.
     plan.outage = true;
+    plan.outage_delay = outage_delay;
+    for (const PublishResult& r : results) {
+      plan.outage_delay = std::max(plan.outage_delay, r.retry_after);
+    }
     for (std::size_t i = 0; i < events.size(); ++i) {
       const std::string& why = results[i].outcome == PublishOutcome::kNotSent
                                    ? std::string("broker unavailable")
                                    : results[i].error;
-      plan.reschedule.push_back({events[i].ticket, outage_delay, "broker unavailable: " + why,
+      plan.reschedule.push_back({events[i].ticket, plan.outage_delay, "broker unavailable: " + why,
                                  /*attempt_counts=*/false});
     }
     return plan;
@@ -94,7 +98,7 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
             hold(key, BackoffDelay(options, e.attempts, rng), "it FAILED (" + r.error + ")");
           }
         } else {
-          milliseconds d = BackoffDelay(options, e.attempts, rng);
+          milliseconds d = std::max(BackoffDelay(options, e.attempts, rng), r.retry_after);
           plan.reschedule.push_back({e.ticket, d, r.error});
           hold(key, d, r.error);
         }

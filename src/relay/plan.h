@@ -26,6 +26,9 @@ struct Plan {
   std::size_t held_back = 0;     // acked, but behind an unacked earlier event of its aggregate
   std::size_t not_sent = 0;      // kept from the broker behind an earlier failure (kNotSent)
   bool outage = false;           // the whole batch failed for want of a broker (IsOutage)
+  // An outage's rows are due after this (the shared backoff, or longer when
+  // the server asked for it with PublishResult::retry_after).
+  milliseconds outage_delay{0};
 };
 
 // True when every result is kNotSent or a kRetryable with broker_unavailable:

@@ -441,6 +441,14 @@ void Relay::EndIdle(int index, bool full) {
   cv_.notify_all();
 }
 
+void Relay::LeavePolling(int index) {
+  MutexLock lock(mu_);
+  if (idle_poller_ != index) return;
+  idle_poller_ = -1;
+  ++handover_seq_;
+  cv_.notify_all();
+}
+
 bool Relay::FullBatch(const std::vector<ClaimedEvent>& events) const {
   if (static_cast<int>(events.size()) >= options_.batch_size) return true;
   // The claim stops before a row that would go over batch_bytes; which row
@@ -483,12 +491,15 @@ void Relay::EndBrokerProbe() {
   cv_.notify_all();
 }
 
-void Relay::EndBrokerRound(bool outage, bool broker_answered, bool probing) {
+void Relay::EndBrokerRound(bool outage, milliseconds at_least, bool broker_answered,
+                           bool probing) {
   MutexLock lock(mu_);
   if (probing) probe_in_flight_ = false;
   if (outage) {
     const milliseconds next = NextOutageDelayLocked();
-    const auto until = clock_.Now() + next;
+    // The doubling goes on from `next`; a server's Retry-After only moves this
+    // outage's end.
+    const auto until = clock_.Now() + std::max(next, at_least);
     // Several workers may report the same outage at once: the backoff only
     // ever moves later, it is not shortened by a report that started earlier.
     if (until > outage_until_) {
@@ -621,6 +632,7 @@ ClaimOptions Relay::WorkerClaimOptions() {
 }
 
 void Relay::WorkerDbFailed(Worker& w, const Status& st) {
+  LeavePolling(w.index);
   const bool refused = NoteDbError(st, &refused_by_workers_);
   if (w.db_ok) --db_ok_workers_;
   w.db_ok = false;
@@ -670,7 +682,10 @@ void Relay::WorkerLoop(int index) {
       store = std::move(s).value();
     }
     bool probing = false;
-    if (!BrokerTurn(&probing)) continue;
+    if (!BrokerTurn(&probing)) {
+      LeavePolling(index);
+      continue;
+    }
     const auto claimed_at = clock_.Now();
     auto claim = store->Claim(co);
     if (!claim.ok()) {
@@ -715,7 +730,7 @@ void Relay::PublishAndSettle(Worker& w, ClaimQueue& store, std::vector<ClaimedEv
   (void)OUTBOX_FAULT_TAGGED(fault::kRelayAfterPublishBeforeMarkSent,
                             AckedEventTypes(events, results));
   Plan plan = PlanTransitions(events, results, options_, NextOutageDelay(), w.rng);
-  EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, probing);
+  EndBrokerRound(plan.outage, plan.outage_delay, !plan.sent.empty() || plan.held_back > 0, probing);
   RecordPublish(metrics_, logger_, w.who, events, results, plan, acked_at - claimed_at,
                 &w.logged_outage);
 

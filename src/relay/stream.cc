@@ -312,7 +312,8 @@ Relay::StreamPump::Step Relay::StreamPump::SettleFront() {
   const std::vector<ClaimedEvent>& events = *p.events;
   relay_internal::Plan plan =
       relay_internal::PlanTransitions(events, results, r_.options_, r_.NextOutageDelay(), rng_);
-  r_.EndBrokerRound(plan.outage, !plan.sent.empty() || plan.held_back > 0, p.probing);
+  r_.EndBrokerRound(plan.outage, plan.outage_delay, !plan.sent.empty() || plan.held_back > 0,
+                    p.probing);
   relay_internal::RecordPublish(r_.metrics_, r_.logger_, who_, events, results, plan,
                                 acked_at - p.received_at, &logged_outage_);
   if (plan.outage) {

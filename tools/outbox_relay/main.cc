@@ -80,9 +80,14 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  outbox::KafkaTransportOptions kafka_options = cfg->kafka;
-  kafka_options.logger = &logger;  // librdkafka's lines and errors, in our format
-  auto transport = outbox::OpenKafkaTransport(kafka_options);
+  outbox::Result<std::unique_ptr<outbox::Transport>> transport = outbox::Status::Internal("none");
+  if (cfg->transport == outbox::daemon::TransportKind::kHttp) {
+    transport = outbox::OpenHttpTransport(cfg->http_delivery);
+  } else {
+    outbox::KafkaTransportOptions kafka_options = cfg->kafka;
+    kafka_options.logger = &logger;  // librdkafka's lines and errors, in our format
+    transport = outbox::OpenKafkaTransport(kafka_options);
+  }
   if (!transport.ok()) {
     std::cerr << "outbox-relay: configuration error: " << transport.status().message() << "\n";
     return kExitConfig;

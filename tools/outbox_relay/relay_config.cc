@@ -111,6 +111,27 @@ const config::Schema<Config>& RelaySchema() {
                       return std::string(c.relay.source == RelaySource::kCdc ? "cdc" : "poll");
                     },
                     true});
+    s.keys.push_back(config::Choice<Config, TransportKind>(
+        "relay.transport", "OUTBOX_RELAY_TRANSPORT",
+        {{"kafka", TransportKind::kKafka}, {"http", TransportKind::kHttp}},
+        [](Config& c) -> TransportKind& { return c.transport; }));
+    s.keys.push_back(config::String<Config>("http_delivery.url", "OUTBOX_HTTP_DELIVERY_URL",
+                    [](Config& c) -> std::string& { return c.http_delivery.url_template; }));
+    s.keys.push_back(config::Span<Config, std::chrono::milliseconds>(
+        "http_delivery.timeout_ms", "OUTBOX_HTTP_DELIVERY_TIMEOUT_MS", 1, kMaxMs,
+        [](Config& c) -> std::chrono::milliseconds& { return c.http_delivery.timeout; }));
+    s.keys.push_back(config::Integer<Config, int>("http_delivery.concurrency",
+                         "OUTBOX_HTTP_DELIVERY_CONCURRENCY", 1, 256,
+                         [](Config& c) -> int& { return c.http_delivery.concurrency; }));
+    s.keys.push_back(config::Boolean<Config>("http_delivery.tls_verify", "OUTBOX_HTTP_DELIVERY_TLS_VERIFY",
+                     [](Config& c) -> bool& { return c.http_delivery.tls_verify; }));
+    s.keys.push_back(config::String<Config>("http_delivery.tls_ca_file", "OUTBOX_HTTP_DELIVERY_TLS_CA_FILE",
+                    [](Config& c) -> std::string& { return c.http_delivery.tls_ca_file; }));
+    s.maps.push_back({"http_delivery.headers.", "OUTBOX_HTTP_DELIVERY_HEADERS_",
+                      [](Config& c) -> std::map<std::string, std::string>& {
+                        return c.http_delivery.headers;
+                      },
+                      [](const std::string&) { return true; }, "http_delivery.tls_ca_file"});
     s.keys.push_back(config::String<Config>("cdc.slot", "OUTBOX_CDC_SLOT",
                     [](Config& c) -> std::string& { return c.cdc_slot; }));
     s.keys.push_back(config::String<Config>("cdc.publication", "OUTBOX_CDC_PUBLICATION",
@@ -281,7 +302,16 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
           "database.url use relay.source = poll");
     }
   }
-  if (required.bootstrap && !c.kafka.properties.count("bootstrap.servers")) {
+  if (c.transport == TransportKind::kHttp) {
+    if (c.http_delivery.url_template.empty()) {
+      return Status::InvalidArgument(
+          "config key http_delivery.url is required with relay.transport = http (or "
+          "OUTBOX_HTTP_DELIVERY_URL)");
+    }
+    if (Status st = ValidateHttpUrlTemplate(c.http_delivery.url_template); !st.ok()) {
+      return Status::InvalidArgument("config key http_delivery.url: " + st.message());
+    }
+  } else if (required.bootstrap && !c.kafka.properties.count("bootstrap.servers")) {
     return Status::InvalidArgument(
         "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "
         "--bootstrap)");

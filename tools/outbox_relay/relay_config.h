@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/http_transport.h"
 #include "outbox/kafka.h"
 #include "outbox/log.h"
 #include "outbox/open.h"
@@ -15,9 +16,14 @@
 
 namespace outbox::daemon {
 
+// Where the relay delivers: Kafka (the default) or HTTP (docs/relay.md, "HTTP delivery").
+enum class TransportKind { kKafka, kHttp };
+
 struct Config {
   StoreOptions database;
+  TransportKind transport = TransportKind::kKafka;
   KafkaTransportOptions kafka;
+  HttpTransportOptions http_delivery;
   RelayOptions relay;
   std::string cdc_slot;         // "" = outbox_<schema> (relay.cdc.slot is resolved from it)
   std::string cdc_publication;  // "" = outbox_<schema>
@@ -47,7 +53,8 @@ std::map<std::string, std::string> OutboxEnvironment();
 Result<std::string> ReadConfigFile(const std::string& path);
 
 // The effective configuration as TOML, with secrets (passwords in the database
-// URL, kafka properties whose name mentions password/secret/key) redacted.
+// URL, kafka properties whose name mentions password/secret/key, every
+// http_delivery.headers value) redacted.
 std::string PrintConfig(const Config& c);
 
 // The command line (without argv[0]).

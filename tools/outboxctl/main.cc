@@ -125,7 +125,8 @@ const outbox::config::Schema<CtlConfig>& CtlSchema() {
         s, [](CtlConfig& c) -> outbox::StoreOptions& { return c.database; });
     outbox::config::AddKafkaProperties<CtlConfig>(
         s, [](CtlConfig& c) -> std::map<std::string, std::string>& { return c.kafka; });
-    s.ignored_prefixes = {"relay.", "cdc.", "retention.", "http.", "log.", "kafka.topic_template"};
+    s.ignored_prefixes = {"relay.", "cdc.", "retention.", "http.", "http_delivery.", "log.",
+                          "kafka.topic_template"};
     return s;
   }();
   return schema;

@@ -1,0 +1,399 @@
+// HTTP delivery (include/outbox/http_transport.h) on cpp-httplib's client.
+//
+// One Publish call: the events are grouped by aggregate (in call order); up to
+// `concurrency` threads take whole aggregates and send their events one after
+// another, each on a keep-alive connection from a pool. The calling thread
+// watches the deadline and stops the connections still in use when it passes,
+// so a call never outlives MaxPublishTime() even against a server that trickles.
+#include "outbox/http_transport.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "outbox/thread_annotations.h"
+
+namespace outbox {
+namespace {
+
+using std::chrono::milliseconds;
+using Steady = std::chrono::steady_clock;
+
+constexpr std::size_t kErrorBodyBytes = 200;
+constexpr milliseconds kMaxRetryAfter{10 * 60 * 1000};
+
+struct ParsedUrl {
+  std::string origin;  // scheme://host[:port]
+  std::string path;    // from the first '/', placeholders still in
+};
+
+bool ParseUrl(const std::string& url, ParsedUrl* out, std::string* why) {
+  static const std::regex re(R"(^(https?)://([^/?#@\s]+)(/[^#\s]*)?$)", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(url, m, re)) {
+    *why = "\"" + url + "\" must be http:// or https://HOST[:PORT]/PATH (no user-info, no fragment)";
+    return false;
+  }
+  const std::string host = m[2];
+  if (host.find('{') != std::string::npos || host.find('}') != std::string::npos) {
+    *why = "placeholders may only stand in the path, not in \"" + host + "\"";
+    return false;
+  }
+  const auto colon = host.rfind(':');
+  if (colon != std::string::npos && host.find(']') == std::string::npos) {
+    const std::string port = host.substr(colon + 1);
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stoi(port) < 1 || std::stoi(port) > 65535) {
+      *why = "the port in \"" + host + "\" must be 1..65535";
+      return false;
+    }
+  }
+  out->origin = std::string(m[1]) + "://" + host;
+  out->path = m[3].matched ? std::string(m[3]) : "/";
+  return true;
+}
+
+std::string PercentEncode(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string Fill(std::string text, const Event& e) {
+  for (const auto& [name, value] :
+       {std::pair<std::string, const std::string*>{"{aggregate_type}", &e.aggregate_type},
+        {"{event_type}", &e.event_type}}) {
+    for (std::size_t p; (p = text.find(name)) != std::string::npos;) {
+      text.replace(p, name.size(), PercentEncode(*value));
+    }
+  }
+  return text;
+}
+
+bool IsToken(const std::string& name) {
+  static const std::string extra = "!#$%&'*+-.^_`|~";
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string::npos;
+  });
+}
+
+bool IsFieldValue(const std::string& v) {
+  return v.find_first_of(std::string("\r\n\0", 3)) == std::string::npos;
+}
+
+bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Retry-After: delay-seconds or an HTTP-date; zero when absent or unreadable.
+milliseconds ParseRetryAfter(const std::string& v) {
+  if (v.empty()) return milliseconds(0);
+  if (std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (v.size() > 7) return kMaxRetryAfter;
+    return std::min(kMaxRetryAfter, milliseconds(std::stoll(v) * 1000));
+  }
+  std::tm tm{};
+  if (strptime(v.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm) == nullptr) return milliseconds(0);
+  const auto at = std::chrono::system_clock::from_time_t(timegm(&tm));
+  const auto d = std::chrono::duration_cast<milliseconds>(at - std::chrono::system_clock::now());
+  return std::clamp(d, milliseconds(0), kMaxRetryAfter);
+}
+
+PublishResult Unavailable(std::string why, milliseconds retry_after = milliseconds(0)) {
+  PublishResult r;
+  r.outcome = PublishOutcome::kRetryable;
+  r.broker_unavailable = true;
+  r.error = std::move(why);
+  r.retry_after = retry_after;
+  return r;
+}
+
+PublishResult Fatal(std::string why) {
+  PublishResult r;
+  r.outcome = PublishOutcome::kFatal;
+  r.error = std::move(why);
+  return r;
+}
+
+class HttpTransport final : public Transport {
+ public:
+  HttpTransport(HttpTransportOptions options, ParsedUrl url)
+      : options_(std::move(options)), url_(std::move(url)) {}
+
+  std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) override {
+    const auto deadline = Steady::now() + options_.timeout;
+    std::vector<PublishResult> results(events.size());
+    // Aggregates in the order their first event comes.
+    std::vector<std::vector<std::size_t>> groups;
+    std::map<std::pair<std::string, std::string>, std::size_t> group_of;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const Event& e = events[i].event;
+      auto [it, fresh] = group_of.try_emplace({e.aggregate_type, e.aggregate_id}, groups.size());
+      if (fresh) groups.emplace_back();
+      groups[it->second].push_back(i);
+    }
+    Call call;
+    call.deadline = deadline;
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      Finish finish{call};
+      for (std::size_t g; (g = next.fetch_add(1)) < groups.size();) {
+        bool broken = false;
+        for (std::size_t i : groups[g]) {
+          if (broken) {
+            results[i].outcome = PublishOutcome::kNotSent;
+            results[i].error = "an earlier event of its aggregate was not delivered";
+            continue;
+          }
+          results[i] = Send(call, events[i]);
+          broken = results[i].outcome != PublishOutcome::kAcked;
+        }
+      }
+    };
+    const std::size_t threads =
+        std::min<std::size_t>(static_cast<std::size_t>(options_.concurrency), groups.size());
+    std::vector<std::thread> pool;
+    for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work);
+    {
+      // The watchdog: at the deadline, stop the requests still going.
+      MutexLock lock(call.mu);
+      while (call.finished != threads &&
+             call.cv.wait_until(lock.native(), deadline) != std::cv_status::timeout) {
+      }
+      call.expired = call.finished != threads;
+      if (call.expired) {
+        for (httplib::Client* c : call.in_use) c->stop();
+      }
+    }
+    for (std::thread& t : pool) t.join();
+    return results;
+  }
+
+  milliseconds MaxPublishTime() const override { return options_.timeout + milliseconds(1000); }
+
+  std::string DescribeMaxPublishTime() const override {
+    return "http_delivery.timeout_ms + 1000 ms";
+  }
+
+  bool Healthy() const override { return !unreachable_.load(); }
+
+ private:
+  // One Publish call's shared state: the deadline and the connections in use.
+  struct Call {
+    Steady::time_point deadline;
+    Mutex mu;
+    std::condition_variable cv;
+    std::set<httplib::Client*> in_use OUTBOX_GUARDED_BY(mu);
+    std::size_t finished OUTBOX_GUARDED_BY(mu) = 0;
+    bool expired OUTBOX_GUARDED_BY(mu) = false;
+  };
+
+  // A worker thread's end: counted by the watchdog. Called once per thread.
+  struct Finish {
+    Call& call;
+    ~Finish() {
+      MutexLock lock(call.mu);
+      ++call.finished;
+      call.cv.notify_all();
+    }
+  };
+
+  std::unique_ptr<httplib::Client> Checkout() {
+    {
+      MutexLock lock(pool_mu_);
+      if (!idle_.empty()) {
+        auto c = std::move(idle_.back());
+        idle_.pop_back();
+        return c;
+      }
+    }
+    auto c = std::make_unique<httplib::Client>(url_.origin);
+    c->set_keep_alive(true);
+    c->set_url_encode(false);  // the path is encoded already
+    c->set_tcp_nodelay(true);
+    if (url_.origin.rfind("https", 0) == 0) {
+      c->enable_server_certificate_verification(options_.tls_verify);
+      if (!options_.tls_ca_file.empty()) c->set_ca_cert_path(options_.tls_ca_file);
+    }
+    return c;
+  }
+
+  void Return(std::unique_ptr<httplib::Client> c) {
+    MutexLock lock(pool_mu_);
+    if (idle_.size() < static_cast<std::size_t>(options_.concurrency)) idle_.push_back(std::move(c));
+  }
+
+  PublishResult Send(Call& call, const ClaimedEvent& ce) {
+    const Event& e = ce.event;
+    const std::string url = url_.origin + Fill(url_.path, e);
+    const std::string where = "POST " + url.substr(0, url.find('?'));
+    httplib::Headers headers;
+    std::string content_type = "application/octet-stream";
+    auto add = [&](const std::string& name, const std::string& value) {
+      for (auto it = headers.begin(); it != headers.end();) {
+        it = EqualsIgnoreCase(it->first, name) ? headers.erase(it) : std::next(it);
+      }
+      headers.emplace(name, value);
+    };
+    add("Idempotency-Key", ce.event_id);
+    add("Outbox-Event-Id", ce.event_id);
+    add("Outbox-Aggregate-Type", e.aggregate_type);
+    add("Outbox-Event-Type", e.event_type);
+    add("Outbox-Attempt", std::to_string(ce.attempts));
+    std::vector<std::pair<std::string, const std::string*>> text = {
+        {"Outbox-Aggregate-Id", &e.aggregate_id}, {"Outbox-Event-Type", &e.event_type}};
+    if (e.dedup_key) text.emplace_back("Outbox-Dedup-Key", &*e.dedup_key);
+    for (const Header& h : e.headers) text.emplace_back(h.name, &h.value);
+    for (const auto& [name, value] : text) {
+      if (!IsFieldValue(*value)) {
+        return Fatal(name + " has a line break or NUL, which an HTTP header cannot carry (" +
+                     where + ")");
+      }
+      if (EqualsIgnoreCase(name, "Content-Type")) {
+        content_type = *value;
+      } else {
+        add(name, *value);
+      }
+    }
+    for (const auto& [name, value] : options_.headers) {
+      if (EqualsIgnoreCase(name, "Content-Type")) {
+        content_type = value;
+      } else {
+        add(name, value);
+      }
+    }
+
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(call.deadline -
+                                                                            Steady::now());
+    if (left.count() <= 0) {
+      return Unavailable("not sent: http_delivery.timeout_ms (" +
+                         std::to_string(options_.timeout.count()) +
+                         " ms) ran out before its turn (" + where + ")");
+    }
+    std::unique_ptr<httplib::Client> client = Checkout();
+    client->set_connection_timeout(left);
+    client->set_read_timeout(left);
+    client->set_write_timeout(left);
+    {
+      MutexLock lock(call.mu);
+      if (call.expired) return Unavailable("not sent: the call's deadline passed (" + where + ")");
+      call.in_use.insert(client.get());
+    }
+    httplib::Result res = client->Post(url.substr(url_.origin.size()), headers, e.payload, content_type);
+    bool stopped;
+    {
+      MutexLock lock(call.mu);
+      call.in_use.erase(client.get());
+      stopped = call.expired;
+    }
+    if (!res) {
+      unreachable_ = true;
+      // A stopped client's socket is closed: not worth keeping.
+      if (!stopped) Return(std::move(client));
+      return Unavailable(where + ": " + (stopped ? std::string("no answer within http_delivery.timeout_ms")
+                                                 : httplib::to_string(res.error())));
+    }
+    unreachable_ = res->status >= 500;
+    Return(std::move(client));
+    const int status = res->status;
+    if (status >= 200 && status < 300) return PublishResult{PublishOutcome::kAcked, "", false, {}};
+    std::string body = res->body.substr(0, kErrorBodyBytes);
+    for (char& c : body) {
+      if (c == '\r' || c == '\n' || c == '\0') c = ' ';
+    }
+    const std::string why = "HTTP " + std::to_string(status) + " from " + where +
+                            (body.empty() ? std::string() : ": " + body);
+    if (status == 408 || status == 429 || status >= 500) {
+      return Unavailable(why, ParseRetryAfter(res->get_header_value("Retry-After")));
+    }
+    return Fatal(why);
+  }
+
+  const HttpTransportOptions options_;
+  const ParsedUrl url_;
+  Mutex pool_mu_;
+  std::vector<std::unique_ptr<httplib::Client>> idle_ OUTBOX_GUARDED_BY(pool_mu_);
+  std::atomic<bool> unreachable_{false};
+};
+
+}  // namespace
+
+Status ValidateHttpUrlTemplate(const std::string& tmpl) {
+  ParsedUrl url;
+  std::string why;
+  if (!ParseUrl(tmpl, &url, &why)) return Status::InvalidArgument(why);
+  std::string rest = url.path;
+  for (const char* name : {"{aggregate_type}", "{event_type}"}) {
+    for (std::size_t p; (p = rest.find(name)) != std::string::npos;) rest.erase(p, std::strlen(name));
+  }
+  if (rest.find_first_of("{}") != std::string::npos) {
+    return Status::InvalidArgument("\"" + tmpl +
+                                   "\" has an unknown placeholder; known: {aggregate_type}, {event_type}");
+  }
+  return Status::Ok();
+}
+
+std::string RenderHttpUrl(const std::string& tmpl, const Event& event) {
+  ParsedUrl url;
+  std::string why;
+  if (!ParseUrl(tmpl, &url, &why)) return tmpl;
+  return url.origin + Fill(url.path, event);
+}
+
+Result<std::unique_ptr<Transport>> OpenHttpTransport(const HttpTransportOptions& options) {
+  if (Status st = ValidateHttpUrlTemplate(options.url_template); !st.ok()) {
+    return Status::InvalidArgument("http_delivery.url: " + st.message());
+  }
+  if (options.timeout.count() <= 0) {
+    return Status::InvalidArgument("http_delivery.timeout_ms must be above 0");
+  }
+  if (options.concurrency < 1 || options.concurrency > 256) {
+    return Status::InvalidArgument("http_delivery.concurrency must be 1..256");
+  }
+  for (const auto& [name, value] : options.headers) {
+    if (!IsToken(name)) {
+      return Status::InvalidArgument("http_delivery.headers." + name + ": not a valid header name");
+    }
+    if (!IsFieldValue(value)) {
+      return Status::InvalidArgument("http_delivery.headers." + name +
+                                     ": the value has a line break or NUL");
+    }
+  }
+  if (!options.tls_ca_file.empty()) {
+    std::FILE* f = std::fopen(options.tls_ca_file.c_str(), "r");
+    if (f == nullptr) {
+      return Status::InvalidArgument("http_delivery.tls_ca_file: cannot read \"" +
+                                     options.tls_ca_file + "\"");
+    }
+    std::fclose(f);
+  }
+  ParsedUrl url;
+  std::string why;
+  ParseUrl(options.url_template, &url, &why);
+  return std::unique_ptr<Transport>(new HttpTransport(options, std::move(url)));
+}
+
+}  // namespace outbox
