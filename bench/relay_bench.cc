@@ -12,6 +12,8 @@
 //               [--rate 5000] [--seconds 20] [--batch 500] [--workers 4]
 //               [--relay-set KEY=VALUE[,KEY=VALUE...]]   (more relay settings)
 //               [--producer-sql "SET outbox.notify = on"] (the producer's session)
+//               [--http-drain 1]  (also drain with relay.transport = http to a
+//                                  receiver in this process that answers 200)
 // --rows 0 skips the drain.
 #include <signal.h>
 
@@ -47,9 +49,31 @@ struct RelayRun {
   long rss_kb = 0;
 };
 
+// HTTP delivery's receiver: answers 200 to every POST, from its own threads.
+class Receiver {
+ public:
+  Receiver() {
+    server_.Post(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~Receiver() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/events"; }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
 std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                        const std::string& bootstrap, const std::string& mode,
-                                       const fs::path& log, int http_port = 0) {
+                                       const fs::path& log, int http_port = 0,
+                                       const std::vector<std::string>& sets = {}) {
   std::vector<std::string> argv = {f.Str("relay"), "--db", url, "--bootstrap", bootstrap,
                                    "--set", "database.schema=" + kSchema,
                                    "--set", "database.sent_mode=" + mode,
@@ -58,6 +82,10 @@ std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
                                    "--set", "http.listen=127.0.0.1:" + std::to_string(http_port),
                                    "--set", "log.level=" + f.Str("relay-log-level"),
                                    "--set", "retention.purge_interval_s=86400"};
+  for (const std::string& kv : sets) {
+    argv.push_back("--set");
+    argv.push_back(kv);
+  }
   std::string extra = f.Str("relay-set");
   for (std::size_t pos = 0; !extra.empty() && pos <= extra.size();) {
     const std::size_t comma = extra.find(',', pos);
@@ -73,10 +101,11 @@ std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
 }
 
 RelayRun DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
-                        const std::string& bootstrap, const std::string& mode, long rows) {
+                        const std::string& bootstrap, const std::string& mode, long rows,
+                        const std::vector<std::string>& sets = {}) {
   const fs::path log = fs::temp_directory_path() / "relay_bench.log";
   auto t0 = std::chrono::steady_clock::now();
-  auto relay = StartRelay(f, url, bootstrap, mode, log);
+  auto relay = StartRelay(f, url, bootstrap, mode, log, 0, sets);
   while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   RelayRun run;
   run.rate = static_cast<double>(rows) / SecondsSince(t0);
@@ -103,7 +132,7 @@ int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
                        {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
-                       {"relay-set", ""}, {"producer-sql", ""}});
+                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "relay_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
@@ -140,6 +169,16 @@ int main(int argc, char** argv) {
       {"ceiling: bare DELETE … RETURNING, 1 connection, no broker",
        [&] { return DrainCeiling(admin, kSchema, batch, rows); }, {}},
   };
+  Receiver receiver;
+  if (f.Int("http-drain") != 0) {
+    methods.insert(methods.begin() + 1,
+                   Method{"outbox-relay → HTTP receiver (200 at once), sent_mode=update", [&] {
+                            return DrainWithRelay(f, admin, url, bootstrap, "update", rows,
+                                                  {"relay.transport=http",
+                                                   "http_delivery.url=" + receiver.url()})
+                                .rate;
+                          }, {}});
+  }
   for (int r = 0; r < (rows > 0 ? runs : 0); ++r) {
     for (auto& m : methods) {
       FillOutbox(admin, kSchema, rows, f.Int("aggregates"), 200);

@@ -1,6 +1,7 @@
 // The relay's HTTP endpoint from a benchmark: a port for http.listen, a GET,
 // and one sample of /metrics. Single-threaded use; no state.
-#pragma once
+#ifndef OUTBOX_BENCH_RELAY_HTTP_H_
+#define OUTBOX_BENCH_RELAY_HTTP_H_
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,6 +12,8 @@
 #include <string>
 
 #include <httplib.h>
+
+namespace outbox::bench {
 
 // A port nobody listens on now (bound once by us, then released).
 inline int FreePort() {
@@ -47,3 +50,7 @@ inline double MetricSample(const std::string& body, const std::string& name) {
   }
   return -1;
 }
+
+}  // namespace outbox::bench
+
+#endif  // OUTBOX_BENCH_RELAY_HTTP_H_

@@ -96,7 +96,11 @@ TEST(HttpTransport, EachRequestCarriesThePayloadTheIdsTheHeadersAndTheRenderedUr
   ClaimedEvent e = MakeEvent(7, "42", std::string("\x00\x01{\"a\":1}", 9));
   e.event.event_type = "Order Changed/v2";
   e.event.headers = {{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
-                     {"content-type", "application/json"}};
+                     {"content-type", "application/json"},
+                     // Names the transport sets: the event's never replace them.
+                     {"Idempotency-Key", "not-the-event-id"},
+                     {"Outbox-Event-Id", "forged"},
+                     {"Content-Length", "1"}};
   e.event.dedup_key = "order-42-v2";
   e.attempts = 3;
   auto results = t->Publish(std::vector<ClaimedEvent>{e});
@@ -357,6 +361,10 @@ TEST(HttpTransport, BadOptionsAreRefusedNamingTheKey) {
   EXPECT_NE(error(o).find("http_delivery.headers.Bad Name"), std::string::npos);
   o.headers = {{"X-Token", "a\nb"}};
   EXPECT_NE(error(o).find("http_delivery.headers.X-Token"), std::string::npos);
+  o.headers = {{"idempotency-key", "x"}};
+  EXPECT_NE(error(o).find("sets this header itself"), std::string::npos) << error(o);
+  o.headers = {{"Outbox-Attempt", "x"}};
+  EXPECT_NE(error(o).find("sets this header itself"), std::string::npos) << error(o);
   o.headers = {};
   o.tls_ca_file = "/nonexistent/ca.pem";
   EXPECT_NE(error(o).find("http_delivery.tls_ca_file"), std::string::npos);

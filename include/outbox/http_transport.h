@@ -10,7 +10,10 @@
 //   Outbox-Dedup-Key       when the event has one
 //   Outbox-Attempt         the claim attempt that sent this copy
 //   ...                    the event's own headers (traceparent included), then
-//                          the configured extra headers (they win on a clash)
+//                          the configured extra headers (they win on a clash);
+//                          an event header named like one the transport sets
+//                          (Idempotency-Key, Outbox-* in any case, the framing
+//                          ones) is not sent, and a configured one is refused
 //   Content-Type           the event's content-type header, else
 //                          application/octet-stream
 //

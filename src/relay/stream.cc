@@ -253,11 +253,14 @@ bool Relay::StreamPump::EnsureStream() {
   // round trip and a status interval away, longer under load) they would see
   // no stream and take the rows it is about to read. Not while standing aside.
   if (StandingAside()) {
-    r_.logger_.Warn("change stream failed soon after opening several times in a row; not "
-                    "announcing it, so the sweepers deliver its rows, until it streams for "
-                    "cdc.stream_stale_after",
-                    {{"worker", who_}, {"slot", stream_->slot()},
-                     {"short_sessions", std::to_string(short_sessions_)}});
+    // Once per episode: at every later reopening the count has only grown.
+    if (short_sessions_ == kShortSessionsToStandAside) {
+      r_.logger_.Warn("change stream failed soon after opening several times in a row; not "
+                      "announcing it, so the sweepers deliver its rows, until it streams for "
+                      "cdc.stream_stale_after",
+                      {{"worker", who_}, {"slot", stream_->slot()},
+                       {"short_sessions", std::to_string(short_sessions_)}});
+    }
   } else if (Status opened = ledger_->OpenStreamProgress(cdc_.slot, r_.options_.relay_id);
              !opened.ok()) {
     r_.metrics_.db_errors.Inc();
@@ -490,8 +493,8 @@ void Relay::StreamPump::MaybeReport() {
   if (!Report(heartbeat)) Pause();
 }
 
-// Confirms what the book says may be confirmed and records the stream's
-// progress for the sweepers; false when the stream must be reopened.
+// A session that has lived cdc.stream_stale_after ends a run of short ones:
+// the stream is announced to the sweepers again.
 void Relay::StreamPump::NoteHealthy() {
   if (r_.clock_.Now() - opened_at_ < cdc_.stream_stale_after) return;
   if (StandingAside()) {
@@ -502,6 +505,8 @@ void Relay::StreamPump::NoteHealthy() {
   backoff_ = milliseconds(200);
 }
 
+// Confirms what the book says may be confirmed and records the stream's
+// progress for the sweepers; false when the stream must be reopened.
 bool Relay::StreamPump::Report(bool want_reply) {
   const std::uint64_t lsn = book_.Confirmable();
   const std::int64_t covered = book_.Covered();

@@ -478,6 +478,23 @@ int DltReplay(const Options& o) {
   return kExitOk;
 }
 
+// Creates or upgrades the inbox schema: what a consumer that keeps its own
+// client needs before it calls try_apply (docs/inbox.md, "From any language").
+int InboxMigrate(const Options& o) {
+  if (auto bad = CheckInboxDb(o)) return *bad;
+  auto inbox = OpenOperatorInbox(o, "outboxctl");
+  if (!inbox.ok()) return Fail(inbox.status(), o.json);
+  if (outbox::Status st = (*inbox)->Migrate(); !st.ok()) return Fail(st, o.json);
+  const std::string where =
+      outbox::IsMariaDbUrl(o.inbox_db) ? "the database" : "schema " + o.inbox_schema;
+  if (o.json) {
+    std::cout << nlohmann::json{{"inbox", where}, {"up_to_date", true}}.dump() << "\n";
+  } else {
+    std::cout << "inbox in " << where << ": up to date\n";
+  }
+  return kExitOk;
+}
+
 int InboxStatus(const Options& o) {
   if (auto bad = CheckInboxDb(o)) return *bad;
   auto inbox = OpenOperatorInbox(o, "outboxctl");
@@ -798,12 +815,15 @@ int main(int argc, char** argv) {
 
   auto* inbox = app.add_subcommand("inbox", "a consumer's inbox");
   inbox->require_subcommand(1);
+  auto* inbox_migrate = inbox->add_subcommand(
+      "migrate", "create/upgrade the inbox schema (idempotent): its stamps, and try_apply for "
+                 "consumers that keep their own client");
   auto* inbox_status = inbox->add_subcommand("status", "stamps and parked messages per consumer");
   auto* inbox_purge = inbox->add_subcommand(
       "purge",
       "delete stamps past the horizon: the longer of the broker retention and the oldest unsent "
       "event in --db, plus 1 h");
-  for (auto* sub : {inbox_status, inbox_purge}) {
+  for (auto* sub : {inbox_migrate, inbox_status, inbox_purge}) {
     sub->add_option("--inbox-db", o.inbox_db, "the consumer's database (PostgreSQL or mysql://)")->required();
     sub->add_option("--inbox-schema", o.inbox_schema, "the inbox's PostgreSQL schema (default inbox)")
         ->check(SchemaName());
@@ -882,6 +902,7 @@ int main(int argc, char** argv) {
   }
 
   if (dlt_replay->parsed()) return DltReplay(o);
+  if (inbox_migrate->parsed()) return InboxMigrate(o);
   if (inbox_status->parsed()) return InboxStatus(o);
   if (inbox_purge->parsed()) return InboxPurge(o);
   const std::string command = app.get_subcommands().front()->get_name();

@@ -108,6 +108,18 @@ bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
          });
 }
 
+// Names the transport sets itself: the ids, and the request's framing and
+// connection (an event header named so would change what the request means).
+bool IsTransportHeader(const std::string& name) {
+  static const char* const kOurs[] = {"idempotency-key", "content-length", "transfer-encoding",
+                                      "connection", "host", "keep-alive", "te", "trailer",
+                                      "upgrade", "expect", "proxy-connection"};
+  for (const char* ours : kOurs) {
+    if (EqualsIgnoreCase(name, ours)) return true;
+  }
+  return name.size() >= 7 && EqualsIgnoreCase(name.substr(0, 7), "outbox-");
+}
+
 // Retry-After: delay-seconds or an HTTP-date; zero when absent or unreadable.
 milliseconds ParseRetryAfter(const std::string& v) {
   if (v.empty()) return milliseconds(0);
@@ -266,8 +278,13 @@ class HttpTransport final : public Transport {
     std::vector<std::pair<std::string, const std::string*>> text = {
         {"Outbox-Aggregate-Id", &e.aggregate_id}, {"Outbox-Event-Type", &e.event_type}};
     if (e.dedup_key) text.emplace_back("Outbox-Dedup-Key", &*e.dedup_key);
+    const std::size_t ours = text.size();
     for (const Header& h : e.headers) text.emplace_back(h.name, &h.value);
-    for (const auto& [name, value] : text) {
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const auto& [name, value] = text[i];
+      // The event's own headers never replace ours (names differ from Kafka's
+      // only in case, and HTTP ignores case).
+      if (i >= ours && IsTransportHeader(name)) continue;
       if (!IsFieldValue(*value)) {
         return Fatal(name + " has a line break or NUL, which an HTTP header cannot carry (" +
                      where + ")");
@@ -380,6 +397,10 @@ Result<std::unique_ptr<Transport>> OpenHttpTransport(const HttpTransportOptions&
     if (!IsFieldValue(value)) {
       return Status::InvalidArgument("http_delivery.headers." + name +
                                      ": the value has a line break or NUL");
+    }
+    if (IsTransportHeader(name)) {
+      return Status::InvalidArgument("http_delivery.headers." + name +
+                                     ": the transport sets this header itself");
     }
   }
   if (!options.tls_ca_file.empty()) {
