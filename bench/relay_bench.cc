@@ -54,6 +54,10 @@ class Receiver {
  public:
   Receiver() {
     server_.Post(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+    // Enough threads for every connection the relay keeps (4 workers x 8), and
+    // no limit on requests per connection: the receiver is not what is measured.
+    server_.new_task_queue = [] { return new httplib::ThreadPool(64); };
+    server_.set_keep_alive_max_count(1'000'000);
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

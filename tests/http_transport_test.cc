@@ -15,11 +15,13 @@
 #include <thread>
 
 #include "outbox/http_transport.h"
+#include "test_env.h"
 
 namespace outbox {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Scaled;
 
 struct Seen {
   std::string path, body, idempotency_key;
@@ -281,13 +283,39 @@ TEST(HttpTransport, AStallPastTheTimeoutIsRetriedAndTheReceiverSeesTheKeyTwice) 
   EXPECT_LT(std::chrono::steady_clock::now() - t0, t->MaxPublishTime());
   EXPECT_EQ(r[0].outcome, PublishOutcome::kRetryable);
   EXPECT_TRUE(r[0].broker_unavailable);
+  EXPECT_TRUE(r[0].outage_for_event);
   EXPECT_EQ(r[1].outcome, PublishOutcome::kNotSent);
+  o.timeout = Scaled(5000ms);  // the retry: time for a new connection, under sanitizers too
+  t = Open(o);
+  ASSERT_TRUE(t);
   r = t->Publish(events);
   EXPECT_EQ(r[0].outcome, PublishOutcome::kAcked) << r[0].error;
   EXPECT_EQ(r[1].outcome, PublishOutcome::kAcked) << r[1].error;
   auto seen = server.seen();
   ASSERT_GE(seen.size(), 3u);
   EXPECT_EQ(seen[0].idempotency_key, seen[1].idempotency_key);
+}
+
+// A server that answers at once but trickles its body, a byte every 100 ms,
+// so that no read ever times out: the watchdog ends the call at the deadline.
+TEST(HttpTransport, ATricklingAnswerIsCutAtTheDeadline) {
+  Server server([](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_chunked_content_provider("text/plain", [](std::size_t, httplib::DataSink& sink) {
+      std::this_thread::sleep_for(100ms);
+      return sink.write("x", 1);
+    });
+  });
+  HttpTransportOptions o;
+  o.url_template = server.url("/e");
+  o.timeout = 500ms;
+  auto t = Open(o);
+  ASSERT_TRUE(t);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = t->Publish(std::vector<ClaimedEvent>{MakeEvent(1, "a", "1")});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, t->MaxPublishTime());
+  EXPECT_EQ(r[0].outcome, PublishOutcome::kRetryable) << r[0].error;
+  EXPECT_NE(r[0].error.find("http_delivery.timeout_ms"), std::string::npos) << r[0].error;
 }
 
 // A peer that accepts and closes at once: retryable, an outage.

@@ -110,6 +110,28 @@ TEST_F(RelayHttpTest, AnOutageLongerThanTheRetriesSpanFailsNothingAndKeepsTheOrd
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }
 
+// The receiver rate-limits one aggregate (429) while it takes the others: an
+// outage for those events alone. With max_attempts = 2 nothing is FAILED, and
+// once it lets them through every event arrives in order.
+TEST_F(RelayHttpTest, OneAggregateRateLimitedWhileOthersGoThroughFailsNothing) {
+  std::atomic<bool> limited{true};
+  receiver_.Answer([&](const httplib::Request& req) {
+    return limited && req.get_header_value("Outbox-Aggregate-Id") == "agg-0-0" ? 429 : 200;
+  });
+  EnqueueMany(1, 4, 10);  // 40 events, agg-0-0 .. agg-0-3
+  Subprocess& relay = StartRelay(Http({"relay.max_attempts=2"}));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 30; }, Scaled(20s))) << relay.Log();
+  std::this_thread::sleep_for(Scaled(2s));  // several rounds of 429 for agg-0-0
+  EXPECT_EQ(CountStatus("FAILED"), 0) << relay.Log();
+  EXPECT_EQ(CountStatus("SENT"), 30);
+  limited = false;
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 40; }, Scaled(30s))) << relay.Log();
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+  ExpectInOrder(1, 4, 10);
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
 // A 404 is a permanent refusal: the event is FAILED with the status and the
 // body in last_error, its aggregate's later event waits behind it, and other
 // aggregates go on.

@@ -216,6 +216,30 @@ TEST(PlanTransitions, RetryAfterDelaysTheRetryAndTheOutageBackoff) {
   EXPECT_EQ(p.reschedule[0].delay, milliseconds(60000));
 }
 
+// An event whose receiver was away (HTTP 503 for its aggregate) in a batch
+// whose other events went through: not counted, never FAILED, however many
+// attempts it has; its aggregate's followers wait behind it.
+TEST(PlanTransitions, AnOutageForOneEventInABatchThatWentThroughFailsNothing) {
+  RelayOptions o;
+  o.max_attempts = 2;
+  std::mt19937_64 rng(1);
+  std::vector<ClaimedEvent> ev = {Ce(1, "a", 5), Ce(2, "a", 5), Ce(3, "b", 1)};
+  PublishResult away = Down();
+  away.outage_for_event = true;
+  away.retry_after = milliseconds(3000);
+  std::vector<PublishResult> r = {away, NotSent(), Acked()};
+  auto p = PlanTransitions(ev, r, o, kOutage, rng);
+  EXPECT_FALSE(p.outage);
+  EXPECT_TRUE(p.failed.empty());
+  EXPECT_EQ(Seqs(p.sent), std::vector<std::int64_t>{3});
+  ASSERT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{1, 2}));
+  for (const auto& it : p.reschedule) EXPECT_FALSE(it.attempt_counts);
+  EXPECT_EQ(p.reschedule[0].delay, std::max(kOutage, milliseconds(3000)));
+  // Without the flag (Kafka: the event's own timeout), the attempt counts.
+  r[0].outage_for_event = false;
+  EXPECT_EQ(Seqs(PlanTransitions(ev, r, o, kOutage, rng).failed), std::vector<std::int64_t>{1});
+}
+
 TEST(BackoffDelay, GrowsExponentiallyWithJitterAndACap) {
   RelayOptions o;
   o.backoff_base = milliseconds(100);
@@ -386,11 +410,21 @@ TEST(Config, HttpDeliveryNeedsItsUrlNotABrokerAndHidesItsHeaders) {
   EXPECT_EQ(c->http_delivery.timeout, std::chrono::milliseconds(3000));
   EXPECT_TRUE(c->http_delivery.tls_verify);
   EXPECT_EQ(c->http_delivery.headers.at("authorization"), "Bearer from-a-file");
-  EXPECT_EQ(c->http_delivery.headers.at("X-Api-Key"), "k-123");
+  EXPECT_EQ(c->http_delivery.headers.at("x-api-key"), "k-123") << "names in lower case";
   const std::string printed = daemon::PrintConfig(*c);
   EXPECT_EQ(printed.find("from-a-file"), std::string::npos) << printed;
   EXPECT_EQ(printed.find("k-123"), std::string::npos) << printed;
   EXPECT_NE(printed.find("transport = \"http\""), std::string::npos) << printed;
+  // A later source replaces a header whatever the case of its name; a query
+  // string (a token, often) is not printed.
+  auto later = daemon::LoadConfig(
+      "[relay]\ntransport = \"http\"\n[http_delivery]\nurl = \"https://h/in?token=t0p\"\n"
+      "[http_delivery.headers]\nAuthorization = \"from the file\"\n",
+      "relay.toml", env, {});
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  EXPECT_EQ(later->http_delivery.headers.size(), 1u);
+  EXPECT_EQ(later->http_delivery.headers.at("authorization"), "Bearer from-a-file");
+  EXPECT_EQ(daemon::PrintConfig(*later).find("t0p"), std::string::npos) << daemon::PrintConfig(*later);
   std::remove(secret_file.c_str());
 }
 

@@ -4,8 +4,8 @@
 # the mariadb client, each first in the transaction that writes the effect.
 # Checks: a new key is applied once and its redelivery is a counted duplicate;
 # a rolled-back transaction leaves no stamp; two sessions racing on one key
-# apply it once; an empty key is refused naming the field; `outboxctl inbox
-# status` sees the stamps.
+# apply it once; an empty key (and on MariaDB one over 512 characters) is
+# refused naming the field; `outboxctl inbox status` sees the stamps.
 #   tests/sql_inbox_test.sh OUTBOXCTL   (needs OUTBOX_PG_URL and OUTBOX_MYSQL_URL)
 set -euo pipefail
 ctl="${1:?outboxctl binary}"
@@ -96,6 +96,25 @@ expect "MariaDB duplicates counted" \
   "$(my "$db" -e "SELECT duplicates FROM inbox_stamps WHERE consumer = 'mailer' AND dedup_key = 'k1'")" 1
 expect "MariaDB rolled back" "$(my_apply k2 ROLLBACK)" 1
 expect "MariaDB after the rollback" "$(my_apply k2)" 1
+my_race() {
+  my "$db" <<SQL
+START TRANSACTION;
+CALL inbox_try_apply('mailer', 'k3', NULL, NULL, NULL);
+SELECT SLEEP(0.5);
+COMMIT;
+SQL
+}
+my_race > /tmp/sql_inbox_a.$$ & a=$!
+my_race > /tmp/sql_inbox_b.$$ & b=$!
+wait $a $b
+got="$(head -n 1 /tmp/sql_inbox_a.$$)$(head -n 1 /tmp/sql_inbox_b.$$)"
+rm -f /tmp/sql_inbox_a.$$ /tmp/sql_inbox_b.$$
+[ "$got" = 10 ] || [ "$got" = 01 ] || fail "MariaDB race: got '$got', want one 1 and one 0"
 err="$(my "$db" -e "CALL inbox_try_apply('mailer', '', NULL, NULL, NULL)" 2>&1 || true)"
 case "$err" in *"dedup_key is required"*) ;; *) fail "MariaDB empty key: $err" ;; esac
+long="$(printf 'k%.0s' $(seq 1 513))"
+err="$(my "$db" -e "CALL inbox_try_apply('mailer', '$long', NULL, NULL, NULL)" 2>&1 || true)"
+case "$err" in *"limited to 128, 512 and 255"*) ;; *) fail "MariaDB 513-character key: $err" ;; esac
+expect "MariaDB: nothing stamped for the refused key" \
+  "$(my "$db" -e "SELECT count(*) FROM inbox_stamps WHERE char_length(dedup_key) > 500")" 0
 echo "sql inbox ok"

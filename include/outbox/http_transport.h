@@ -21,9 +21,11 @@
 //   - order: one request in flight per aggregate, the next only after a 2xx;
 //     once one fails, the later events of its aggregate in the call are
 //     kNotSent;
-//   - outages never FAIL: connection errors, timeouts, 408, 429 and 5xx are
-//     kRetryable with broker_unavailable (429/503's Retry-After is honoured
-//     through PublishResult::retry_after);
+//   - outages never FAIL: connection errors, timeouts, 408, 429 and 5xx (and an
+//     event not sent before the deadline) are kRetryable with
+//     broker_unavailable and outage_for_event, even when others of the batch
+//     went through; a Retry-After on any of them is honoured through
+//     PublishResult::retry_after;
 //   - permanent refusals: any other status (3xx, 4xx) is kFatal, with the status
 //     and the first bytes of the body in the error;
 //   - a request answered 2xx after its timeout was delivered but is retried:
@@ -49,9 +51,14 @@ struct HttpTransportOptions {
   // {event_type} anywhere in the path (percent-encoded when filled in).
   std::string url_template;
   // Bounds one Publish call (a batch): each request gets what is left of it. A
-  // request still unanswered then is retried (kRetryable).
+  // request still unanswered then is retried (kRetryable). 10 s, as Kafka's
+  // message.timeout.ms here. A call ends within 2 x timeout + 1 s
+  // (MaxPublishTime: a connection being opened at the deadline, TCP or TLS,
+  // ends on its own timeouts; name resolution is not bounded).
   std::chrono::milliseconds timeout{10000};
-  // Aggregates delivered at once, each on its own keep-alive connection.
+  // Aggregates of a batch delivered at once, each on its own keep-alive
+  // connection. 8: a batch's aggregates go in parallel without opening a
+  // connection per event against a receiver with a small thread pool.
   int concurrency = 8;
   // Extra request headers, e.g. {"Authorization", "Bearer ..."}.
   std::map<std::string, std::string> headers;

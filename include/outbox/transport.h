@@ -38,9 +38,16 @@ struct PublishResult {
   // an outage: it does not count toward max_attempts (docs/relay.md).
   bool broker_unavailable = false;
   // kRetryable only: the server asked to be left alone this long (HTTP's
-  // Retry-After on 429 and 503); the retry, or the shared outage backoff, is
-  // not due before it. Zero: no such request.
+  // Retry-After); the retry, or the shared outage backoff, is not due before
+  // it. Zero: no such request.
   std::chrono::milliseconds retry_after{0};
+  // kRetryable only: the receiver was unavailable for this event alone (HTTP:
+  // no answer, 408, 429, 5xx; or never sent before the deadline), while
+  // others of the batch may have gone through. Outage semantics per event:
+  // its attempt is given back and it is never FAILED for it (docs/relay.md,
+  // "HTTP delivery"). Kafka leaves it false: there an event's own timeout in
+  // a batch that otherwise went through counts.
+  bool outage_for_event = false;
 };
 
 class Transport {

@@ -54,6 +54,10 @@ struct MapSection {
   std::function<std::map<std::string, std::string>&(T&)> field;
   std::function<bool(const std::string&)> secret;  // names whose values Print redacts
   std::string print_after;  // Print writes the section after this key ("" = at the end)
+  // Names that mean the same (HTTP headers ignore case): each name is stored as
+  // this returns it, so a later source replaces an earlier one. Unset: as given.
+  std::function<std::string(const std::string&)> normalize;
+  std::string Name(const std::string& name) const { return normalize ? normalize(name) : name; }
 };
 
 template <class T>
@@ -210,7 +214,7 @@ template <class T>
 Status Set(const Schema<T>& s, T& out, const std::string& key, const std::string& value) {
   for (const MapSection<T>& m : s.maps) {
     if (key.rfind(m.prefix, 0) == 0 && key.size() > m.prefix.size()) {
-      m.field(out)[key.substr(m.prefix.size())] = value;
+      m.field(out)[m.Name(key.substr(m.prefix.size()))] = value;
       return Status::Ok();
     }
   }
@@ -250,7 +254,7 @@ Status Load(const Schema<T>& s, const Sources& src, T& out) {
   for (const MapSection<T>& m : s.maps) {
     for (const auto& [var, value] : *env) {
       if (var.rfind(m.env_prefix, 0) != 0 || var.size() == m.env_prefix.size()) continue;
-      m.field(out)[MapNameFromEnv(var, m.env_prefix)] = value;
+      m.field(out)[m.Name(MapNameFromEnv(var, m.env_prefix))] = value;
     }
   }
   for (const auto& [key, value] : src.overrides) OUTBOX_RETURN_IF_ERROR(Set(s, out, key, value));
@@ -316,7 +320,7 @@ template <class T>
 void AddKafkaProperties(Schema<T>& s, std::function<std::map<std::string, std::string>&(T&)> props,
                         std::string print_after) {
   s.maps.push_back({"kafka.properties.", "OUTBOX_KAFKA_PROPERTIES_", props, IsSecretKafkaProperty,
-                    std::move(print_after)});
+                    std::move(print_after), nullptr});
   s.env_aliases.emplace_back("OUTBOX_KAFKA_BOOTSTRAP", "kafka.properties.bootstrap.servers");
 }
 

@@ -90,6 +90,16 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
         }
         break;
       case PublishOutcome::kRetryable:
+        if (r.outage_for_event) {
+          // The receiver is away for this event only: an outage, not its
+          // fault. Not counted, never FAILED; due after the shared backoff's
+          // next step (or the receiver's Retry-After).
+          const milliseconds d = std::max(outage_delay, r.retry_after);
+          plan.reschedule.push_back({e.ticket, d, "receiver unavailable: " + r.error,
+                                     /*attempt_counts=*/false});
+          hold(key, d, r.error);
+          break;
+        }
         if (e.attempts >= options.max_attempts) {
           ++plan.max_attempts;
           plan.failed.push_back({e.ticket, "gave up after " + std::to_string(e.attempts) +

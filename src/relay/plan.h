@@ -46,7 +46,9 @@ milliseconds BackoffDelay(const RelayOptions& o, int attempts, std::mt19937_64& 
 // except past a FAILED one under FailedPolicy::kPass.
 // Attempts: events that were not produced (kNotSent) get their claim's attempt
 // back; so does every event of an outage batch, which is rescheduled after
-// `outage_delay` and never FAILED, however many attempts it has.
+// `outage_delay` and never FAILED, however many attempts it has, and a
+// kRetryable with outage_for_event in any batch (after the longer of
+// `outage_delay` and its retry_after).
 Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
                      const RelayOptions& options, milliseconds outage_delay,
                      std::mt19937_64& rng);

@@ -138,7 +138,9 @@ int main(int argc, char** argv) {
   // From here on the first signal stops whatever runs (the migration wait or
   // the relay), the second exits at once.
   std::atomic<bool> stop_requested{false};
-  std::thread signal_thread([&] {
+  // `sigs` by value: the thread is detached and still waits in sigwait while
+  // main returns and exit handlers reuse its stack (TSan saw OpenSSL's).
+  std::thread signal_thread([&, sigs] {
     int sig = 0;
     sigwait(&sigs, &sig);
     logger.Info("signal received; stopping gracefully (send again to exit at once)",

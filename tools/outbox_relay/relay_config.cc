@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -115,8 +116,16 @@ const config::Schema<Config>& RelaySchema() {
         "relay.transport", "OUTBOX_RELAY_TRANSPORT",
         {{"kafka", TransportKind::kKafka}, {"http", TransportKind::kHttp}},
         [](Config& c) -> TransportKind& { return c.transport; }));
-    s.keys.push_back(config::String<Config>("http_delivery.url", "OUTBOX_HTTP_DELIVERY_URL",
-                    [](Config& c) -> std::string& { return c.http_delivery.url_template; }));
+    // Printed without its query string, which may carry a token.
+    config::Key<Config> url = config::String<Config>(
+        "http_delivery.url", "OUTBOX_HTTP_DELIVERY_URL",
+        [](Config& c) -> std::string& { return c.http_delivery.url_template; });
+    url.get = [](const Config& c) {
+      const std::string& u = c.http_delivery.url_template;
+      const auto q = u.find('?');
+      return q == std::string::npos ? u : u.substr(0, q) + "?***";
+    };
+    s.keys.push_back(url);
     s.keys.push_back(config::Span<Config, std::chrono::milliseconds>(
         "http_delivery.timeout_ms", "OUTBOX_HTTP_DELIVERY_TIMEOUT_MS", 1, kMaxMs,
         [](Config& c) -> std::chrono::milliseconds& { return c.http_delivery.timeout; }));
@@ -131,7 +140,14 @@ const config::Schema<Config>& RelaySchema() {
                       [](Config& c) -> std::map<std::string, std::string>& {
                         return c.http_delivery.headers;
                       },
-                      [](const std::string&) { return true; }, "http_delivery.tls_ca_file"});
+                      [](const std::string&) { return true; }, "http_delivery.tls_ca_file",
+                      [](const std::string& name) {  // HTTP header names ignore case
+                        std::string lower = name;
+                        for (char& ch : lower) {
+                          ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+                        }
+                        return lower;
+                      }});
     s.keys.push_back(config::String<Config>("cdc.slot", "OUTBOX_CDC_SLOT",
                     [](Config& c) -> std::string& { return c.cdc_slot; }));
     s.keys.push_back(config::String<Config>("cdc.publication", "OUTBOX_CDC_PUBLICATION",

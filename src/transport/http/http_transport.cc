@@ -4,19 +4,25 @@
 // `concurrency` threads take whole aggregates and send their events one after
 // another, each on a keep-alive connection from a pool. The calling thread
 // watches the deadline and stops the connections still in use when it passes,
-// so a call never outlives MaxPublishTime() even against a server that trickles.
+// so a call never outlives MaxPublishTime() even against a server that trickles
+// (a connection still being opened, TCP or TLS, ends on its own timeouts first:
+// hence twice the timeout).
 #include "outbox/http_transport.h"
 
 #include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <mutex>
 #include <regex>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -138,6 +144,7 @@ PublishResult Unavailable(std::string why, milliseconds retry_after = millisecon
   PublishResult r;
   r.outcome = PublishOutcome::kRetryable;
   r.broker_unavailable = true;
+  r.outage_for_event = true;
   r.error = std::move(why);
   r.retry_after = retry_after;
   return r;
@@ -188,26 +195,27 @@ class HttpTransport final : public Transport {
     const std::size_t threads =
         std::min<std::size_t>(static_cast<std::size_t>(options_.concurrency), groups.size());
     std::vector<std::thread> pool;
-    for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work);
-    {
-      // The watchdog: at the deadline, stop the requests still going.
-      MutexLock lock(call.mu);
-      while (call.finished != threads &&
-             call.cv.wait_until(lock.native(), deadline) != std::cv_status::timeout) {
-      }
-      call.expired = call.finished != threads;
-      if (call.expired) {
-        for (httplib::Client* c : call.in_use) c->stop();
-      }
+    try {
+      while (pool.size() < threads) pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      // No thread to spare: the ones started take every aggregate in turn.
+    }
+    if (pool.empty()) {
+      work();  // this thread alone; each request still ends by its own timeouts
+    } else {
+      Watch(call, pool.size());
     }
     for (std::thread& t : pool) t.join();
     return results;
   }
 
-  milliseconds MaxPublishTime() const override { return options_.timeout + milliseconds(1000); }
+  milliseconds MaxPublishTime() const override {
+    return options_.timeout * 2 + milliseconds(1000);
+  }
 
   std::string DescribeMaxPublishTime() const override {
-    return "http_delivery.timeout_ms + 1000 ms";
+    return "2 x http_delivery.timeout_ms + 1000 ms (a connection being opened at the deadline "
+           "ends on its own timeouts)";
   }
 
   bool Healthy() const override { return !unreachable_.load(); }
@@ -222,6 +230,22 @@ class HttpTransport final : public Transport {
     std::size_t finished OUTBOX_GUARDED_BY(mu) = 0;
     bool expired OUTBOX_GUARDED_BY(mu) = false;
   };
+
+  // The watchdog: at the deadline, stops the requests still going, and again
+  // every 10 ms until every worker is done (a stop() that lands before a
+  // request has opened its socket closes nothing). Under call.mu: a worker
+  // erases its client from in_use under it before it returns or frees it.
+  static void Watch(Call& call, std::size_t workers) {
+    MutexLock lock(call.mu);
+    for (auto until = call.deadline;; until = Steady::now() + milliseconds(10)) {
+      while (call.finished != workers &&
+             call.cv.wait_until(lock.native(), until) != std::cv_status::timeout) {
+      }
+      if (call.finished == workers) return;
+      call.expired = true;
+      for (httplib::Client* c : call.in_use) c->stop();
+    }
+  }
 
   // A worker thread's end: counted by the watchdog. Called once per thread.
   struct Finish {
@@ -255,7 +279,11 @@ class HttpTransport final : public Transport {
 
   void Return(std::unique_ptr<httplib::Client> c) {
     MutexLock lock(pool_mu_);
-    if (idle_.size() < static_cast<std::size_t>(options_.concurrency)) idle_.push_back(std::move(c));
+    // Several workers share the transport, each with up to `concurrency`
+    // requests: keep enough connections for a few of them.
+    if (idle_.size() < static_cast<std::size_t>(std::max(64, 4 * options_.concurrency))) {
+      idle_.push_back(std::move(c));
+    }
   }
 
   PublishResult Send(Call& call, const ClaimedEvent& ce) {
@@ -272,11 +300,11 @@ class HttpTransport final : public Transport {
     };
     add("Idempotency-Key", ce.event_id);
     add("Outbox-Event-Id", ce.event_id);
-    add("Outbox-Aggregate-Type", e.aggregate_type);
-    add("Outbox-Event-Type", e.event_type);
     add("Outbox-Attempt", std::to_string(ce.attempts));
     std::vector<std::pair<std::string, const std::string*>> text = {
-        {"Outbox-Aggregate-Id", &e.aggregate_id}, {"Outbox-Event-Type", &e.event_type}};
+        {"Outbox-Aggregate-Type", &e.aggregate_type},
+        {"Outbox-Aggregate-Id", &e.aggregate_id},
+        {"Outbox-Event-Type", &e.event_type}};
     if (e.dedup_key) text.emplace_back("Outbox-Dedup-Key", &*e.dedup_key);
     const std::size_t ours = text.size();
     for (const Header& h : e.headers) text.emplace_back(h.name, &h.value);
@@ -285,6 +313,10 @@ class HttpTransport final : public Transport {
       // The event's own headers never replace ours (names differ from Kafka's
       // only in case, and HTTP ignores case).
       if (i >= ours && IsTransportHeader(name)) continue;
+      // Enqueue validates names and values; a row written by hand may not be.
+      if (!IsToken(name)) {
+        return Fatal("header name \"" + name + "\" is not fit for HTTP (" + where + ")");
+      }
       if (!IsFieldValue(*value)) {
         return Fatal(name + " has a line break or NUL, which an HTTP header cannot carry (" +
                      where + ")");
@@ -311,7 +343,7 @@ class HttpTransport final : public Transport {
                          " ms) ran out before its turn (" + where + ")");
     }
     std::unique_ptr<httplib::Client> client = Checkout();
-    client->set_connection_timeout(left);
+    client->set_connection_timeout(left / 2);
     client->set_read_timeout(left);
     client->set_write_timeout(left);
     {

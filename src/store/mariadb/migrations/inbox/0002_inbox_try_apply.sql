@@ -10,8 +10,14 @@
 -- with the effects; a second transaction with the same key waits for the
 -- first's row lock, then counts as a duplicate if it committed.
 DELIMITER $$
-CREATE PROCEDURE inbox_try_apply(IN p_consumer VARCHAR(128), IN p_dedup_key VARCHAR(512),
-                                 IN p_topic VARCHAR(255), IN p_partition INT, IN p_offset BIGINT)
+-- The parameters are wider than the columns and in the table's character set,
+-- so a key too long for the stamp is refused rather than cut (two keys cut to
+-- the same prefix would be one stamp: an effect skipped).
+CREATE PROCEDURE inbox_try_apply(
+    IN p_consumer TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_dedup_key TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_topic TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN p_partition INT,
+    IN p_offset BIGINT)
   MODIFIES SQL DATA
 BEGIN
   IF p_consumer IS NULL OR p_consumer = '' THEN
@@ -19,6 +25,10 @@ BEGIN
   END IF;
   IF p_dedup_key IS NULL OR p_dedup_key = '' THEN
     SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'inbox.try_apply: dedup_key is required and must not be empty';
+  END IF;
+  IF char_length(p_consumer) > 128 OR char_length(p_dedup_key) > 512
+     OR char_length(p_topic) > 255 THEN
+    SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'inbox.try_apply: consumer, dedup_key and topic are limited to 128, 512 and 255 characters';
   END IF;
   INSERT INTO inbox_stamps (consumer, dedup_key, topic, `partition`, `offset`, applied_at)
   VALUES (p_consumer, p_dedup_key, p_topic, p_partition, p_offset, UTC_TIMESTAMP(6))
