@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "drain_common.h"
+#include "http_receiver.h"
 #include "relay_http.h"
 #include "mock_broker.h"
 
@@ -47,31 +48,6 @@ bool AnyUnsent(PGconn* c) {
 struct RelayRun {
   double rate = 0;
   long rss_kb = 0;
-};
-
-// HTTP delivery's receiver: answers 200 to every POST, from its own threads.
-class Receiver {
- public:
-  Receiver() {
-    server_.Post(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-    // Enough threads for every connection the relay keeps (4 workers x 8), and
-    // no limit on requests per connection: the receiver is not what is measured.
-    server_.new_task_queue = [] { return new httplib::ThreadPool(64); };
-    server_.set_keep_alive_max_count(1'000'000);
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ~Receiver() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/events"; }
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
 };
 
 std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
@@ -173,13 +149,16 @@ int main(int argc, char** argv) {
       {"ceiling: bare DELETE … RETURNING, 1 connection, no broker",
        [&] { return DrainCeiling(admin, kSchema, batch, rows); }, {}},
   };
-  Receiver receiver;
+  // HTTP delivery's receiver: 200 at once; threads for every connection the
+  // relay keeps (4 workers x 8): the receiver is not what is measured.
+  outbox::testing::HttpReceiver receiver(
+      [](const httplib::Request&, httplib::Response& res) { res.status = 200; }, 64);
   if (f.Int("http-drain") != 0) {
     methods.insert(methods.begin() + 1,
                    Method{"outbox-relay → HTTP receiver (200 at once), sent_mode=update", [&] {
                             return DrainWithRelay(f, admin, url, bootstrap, "update", rows,
                                                   {"relay.transport=http",
-                                                   "http_delivery.url=" + receiver.url()})
+                                                   "http_delivery.url=" + receiver.url("/events")})
                                 .rate;
                           }, {}});
   }

@@ -34,7 +34,8 @@ $machine
 
 $out
 
-The receiver does no work, so this is the transport's own cost: one HTTP request per
+The receiver does no work (64 threads, no limit on requests per keep-alive connection),
+so this is the transport's own cost: one HTTP request per
 event, at most \`concurrency\` aggregates of a batch at once and one request in flight per
 aggregate, against Kafka's batched produce. Everything shares the same 2 cores.
 MD

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "http_receiver.h"
 #include "outbox/http_transport.h"
 #include "test_env.h"
 
@@ -28,33 +29,21 @@ struct Seen {
   httplib::Headers headers;
 };
 
-// A server on a free loopback port; `handle` answers every POST.
+// A receiver that records every request, then lets `handle` answer it.
 class Server {
  public:
   explicit Server(std::function<void(const httplib::Request&, httplib::Response&)> handle)
-      : handle_(std::move(handle)) {
-    server_.Post(".*", [this](const httplib::Request& req, httplib::Response& res) {
-      {
-        std::lock_guard l(mu_);
-        seen_.push_back({req.path, req.body, req.get_header_value("Idempotency-Key"), req.headers});
-      }
-      handle_(req, res);
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    // Bound and listening already: a connection waits in the backlog until
-    // the server thread accepts it.
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // stop() before the loop runs would be lost (and the join would hang).
-    while (!server_.is_running()) std::this_thread::sleep_for(1ms);
-  }
-  ~Server() {
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  std::string url(const std::string& path) const {
-    return "http://127.0.0.1:" + std::to_string(port_) + path;
-  }
+      : handle_(std::move(handle)), receiver_([this](const httplib::Request& req,
+                                                     httplib::Response& res) {
+          {
+            std::lock_guard l(mu_);
+            seen_.push_back(
+                {req.path, req.body, req.get_header_value("Idempotency-Key"), req.headers});
+          }
+          handle_(req, res);
+        }) {}
+  int port() const { return receiver_.port(); }
+  std::string url(const std::string& path) const { return receiver_.url(path); }
   std::vector<Seen> seen() {
     std::lock_guard l(mu_);
     return seen_;
@@ -62,11 +51,9 @@ class Server {
 
  private:
   std::function<void(const httplib::Request&, httplib::Response&)> handle_;
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
   std::mutex mu_;
   std::vector<Seen> seen_;
+  testing::HttpReceiver receiver_;  // last: stopped before what it uses
 };
 
 ClaimedEvent MakeEvent(std::int64_t seq, const std::string& aggregate, std::string payload) {

@@ -7,6 +7,7 @@
 
 #include <mutex>
 
+#include "http_receiver.h"
 #include "relay_fixture.h"
 
 namespace outbox::testing {
@@ -16,27 +17,7 @@ namespace {
 // each Idempotency-Key's count.
 class Receiver {
  public:
-  Receiver() {
-    server_.Post(".*", [this](const httplib::Request& req, httplib::Response& res) {
-      std::lock_guard l(mu_);
-      if (answer_) {
-        res.status = answer_(req);
-        if (res.status >= 300) return;
-      } else {
-        res.status = 200;
-      }
-      arrivals_[req.get_header_value("Outbox-Aggregate-Id")].push_back(req.body);
-      ++keys_[req.get_header_value("Idempotency-Key")];
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(1ms);
-  }
-  ~Receiver() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/events/{aggregate_type}"; }
+  std::string url() const { return receiver_.url("/events/{aggregate_type}"); }
   // The status for a request (>= 300: not recorded as delivered); unset: 200.
   void Answer(std::function<int(const httplib::Request&)> f) {
     std::lock_guard l(mu_);
@@ -52,13 +33,21 @@ class Receiver {
   }
 
  private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
+  void Handle(const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard l(mu_);
+    res.status = answer_ ? answer_(req) : 200;
+    if (res.status >= 300) return;
+    arrivals_[req.get_header_value("Outbox-Aggregate-Id")].push_back(req.body);
+    ++keys_[req.get_header_value("Idempotency-Key")];
+  }
+
   std::mutex mu_;
   std::function<int(const httplib::Request&)> answer_;
   std::map<std::string, std::vector<std::string>> arrivals_;
   std::map<std::string, int> keys_;
+  HttpReceiver receiver_{[this](const httplib::Request& req, httplib::Response& res) {
+    Handle(req, res);
+  }};  // last: stopped before what it uses
 };
 
 class RelayHttpTest : public RelayE2ETest {
