@@ -85,14 +85,22 @@ TEST_F(RelayHttpTest, AnOutageLongerThanTheRetriesSpanFailsNothingAndKeepsTheOrd
   receiver_.Answer([&](const httplib::Request&) { return down ? 503 : 200; });
   EnqueueMany(2, 5, 10);  // 100 events
   Subprocess& relay = StartRelay(Http({"relay.max_attempts=2"}));
+  const int metrics_port = HttpPort(relay);
   std::this_thread::sleep_for(Scaled(4s));
   EXPECT_EQ(CountStatus("FAILED"), 0) << relay.Log();
   EXPECT_EQ(CountStatus("SENT"), 0);
+  int status = 0;
+  const std::string why = Get(metrics_port, "/readyz", &status);
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(why.find("HTTP receiver unreachable (http://127.0.0.1:"), std::string::npos) << why;
   down = false;
   ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 100; }, Scaled(30s))) << relay.Log();
   EXPECT_EQ(CountStatus("FAILED"), 0);
   ExpectInOrder(2, 5, 10);
-  const int metrics_port = HttpPort(relay);
+  EXPECT_TRUE(WaitFor([&] {
+    Get(metrics_port, "/readyz", &status);
+    return status == 200;
+  }, Scaled(10s))) << "ready again once the receiver answers";
   const std::string metrics = Get(metrics_port, "/metrics");
   EXPECT_GT(Metric(metrics, "outbox_relay_broker_outage_batches_total"), 0) << metrics;
   relay.Signal(SIGTERM);

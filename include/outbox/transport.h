@@ -80,6 +80,8 @@ class Transport {
 
   // False while the broker has been unreachable recently (for /readyz).
   virtual bool Healthy() const = 0;
+  // What /readyz says while !Healthy(), naming the part that is down.
+  virtual std::string UnhealthyReason() const { return "broker unreachable"; }
 };
 
 }  // namespace outbox

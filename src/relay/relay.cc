@@ -350,7 +350,7 @@ std::string Relay::NotReadyReason() const {
                           : "the database refused the relay's role (a configuration error, not an "
                             "outage; retrying): " + refused;
   }
-  if (!transport_.Healthy()) why += (why.empty() ? "" : "; ") + std::string("broker unreachable");
+  if (!transport_.Healthy()) why += (why.empty() ? "" : "; ") + transport_.UnhealthyReason();
   return "not ready: " + (why.empty() ? std::string("starting") : why) + "\n";
 }
 

@@ -220,6 +220,10 @@ class HttpTransport final : public Transport {
 
   bool Healthy() const override { return !unreachable_.load(); }
 
+  std::string UnhealthyReason() const override {
+    return "HTTP receiver unreachable (" + url_.origin + ")";
+  }
+
  private:
   // One Publish call's shared state: the deadline and the connections in use.
   struct Call {
