@@ -10,6 +10,7 @@
 #include "outbox/http_transport.h"
 
 #include <httplib.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <atomic>
@@ -107,13 +108,6 @@ bool IsFieldValue(const std::string& v) {
   return v.find_first_of(std::string("\r\n\0", 3)) == std::string::npos;
 }
 
-bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 // Names the transport sets itself: the ids, and the request's framing and
 // connection (an event header named so would change what the request means).
 bool IsTransportHeader(const std::string& name) {
@@ -121,9 +115,9 @@ bool IsTransportHeader(const std::string& name) {
                                       "connection", "host", "keep-alive", "te", "trailer",
                                       "upgrade", "expect", "proxy-connection"};
   for (const char* ours : kOurs) {
-    if (EqualsIgnoreCase(name, ours)) return true;
+    if (strcasecmp(name.c_str(), ours) == 0) return true;
   }
-  return name.size() >= 7 && EqualsIgnoreCase(name.substr(0, 7), "outbox-");
+  return strncasecmp(name.c_str(), "outbox-", 7) == 0;
 }
 
 // Retry-After: delay-seconds or an HTTP-date; zero when absent or unreadable.
@@ -292,14 +286,16 @@ class HttpTransport final : public Transport {
 
   PublishResult Send(Call& call, const ClaimedEvent& ce) {
     const Event& e = ce.event;
-    const std::string url = url_.origin + Fill(url_.path, e);
-    const std::string where = "POST " + url.substr(0, url.find('?'));
-    httplib::Headers headers;
+    const std::string path = Fill(url_.path, e);
+    const std::string where = "POST " + url_.origin + path.substr(0, path.find('?'));
+    httplib::Headers headers;  // compares names ignoring case
     std::string content_type = "application/octet-stream";
     auto add = [&](const std::string& name, const std::string& value) {
-      for (auto it = headers.begin(); it != headers.end();) {
-        it = EqualsIgnoreCase(it->first, name) ? headers.erase(it) : std::next(it);
+      if (strcasecmp(name.c_str(), "Content-Type") == 0) {
+        content_type = value;  // a Post argument, not a header
+        return;
       }
+      headers.erase(name);  // a later one of the same name replaces it
       headers.emplace(name, value);
     };
     add("Idempotency-Key", ce.event_id);
@@ -325,19 +321,9 @@ class HttpTransport final : public Transport {
         return Fatal(name + " has a line break or NUL, which an HTTP header cannot carry (" +
                      where + ")");
       }
-      if (EqualsIgnoreCase(name, "Content-Type")) {
-        content_type = *value;
-      } else {
-        add(name, *value);
-      }
+      add(name, *value);
     }
-    for (const auto& [name, value] : options_.headers) {
-      if (EqualsIgnoreCase(name, "Content-Type")) {
-        content_type = value;
-      } else {
-        add(name, value);
-      }
-    }
+    for (const auto& [name, value] : options_.headers) add(name, value);
 
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(call.deadline -
                                                                             Steady::now());
@@ -355,7 +341,7 @@ class HttpTransport final : public Transport {
       if (call.expired) return Unavailable("not sent: the call's deadline passed (" + where + ")");
       call.in_use.insert(client.get());
     }
-    httplib::Result res = client->Post(url.substr(url_.origin.size()), headers, e.payload, content_type);
+    httplib::Result res = client->Post(path, headers, e.payload, content_type);
     bool stopped;
     {
       MutexLock lock(call.mu);
