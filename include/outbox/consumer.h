@@ -165,6 +165,10 @@ struct ConsumerOptions {
   // message.max.bytes; lower it to the dead-letter topics' max.message.bytes
   // if those are smaller.
   std::size_t forward_max_bytes = kMaxForwardMaxBytes;
+  // Labels put first on every outbox_inbox_* sample, rendered without braces
+  // (`consumer="learning-activity"`), so several consumers can share one
+  // registry; "" = none.
+  std::string metrics_labels = "";
   // The engine's time (retry due times, purge and lag intervals, backoff);
   // nullptr = SystemClock(). Not owned; must outlive the consumer.
   Clock* clock = nullptr;

@@ -78,6 +78,16 @@ struct HandlerResult {
   }
 };
 
+// The rule for a handler whose effect is one SQL statement (outbox-consumer's
+// `sql` handler): the statement is all there is, so only what can pass on a
+// later try is kTransient — class 08 (connection), 40 (serialization failure,
+// deadlock), 53 (insufficient resources), 55P03 (lock not available), 57
+// (query cancelled, server shutting down), 58 and XX (system, internal), and
+// 70100 (MariaDB's interrupted query). Everything else — data exception (22),
+// integrity (23), an undefined function or table or a syntax error (42), a
+// RAISE in the function (P0001) — is kPermanent. "" (no SQLSTATE) is kTransient.
+ErrorClass SqlHandlerErrorClass(std::string_view sqlstate);
+
 // The stamp's key for a message: the event id header, or a stable business
 // identity (e.g. "LessonCompleted:<user>:<lesson>"). Never a per-publish value.
 // An error, an empty key, a key that is not valid UTF-8 text, or a thrown

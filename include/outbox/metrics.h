@@ -68,7 +68,7 @@ class MetricsRegistry {
   Gauge& AddGauge(const std::string& name, const std::string& help,
                   const std::string& labels = "");
   Histogram& AddHistogram(const std::string& name, const std::string& help,
-                          std::vector<double> upper_bounds);
+                          std::vector<double> upper_bounds, const std::string& labels = "");
 
   // A gauge family whose samples are read at render time: `read` returns
   // (labels, value) pairs, e.g. one per partition. It runs on the rendering
@@ -88,6 +88,8 @@ class MetricsRegistry {
     Histogram* histogram = nullptr;
     std::function<GaugeSamples()> read;
   };
+  // Appends one entry's samples (the caller holds mu_ and wrote HELP and TYPE).
+  static void RenderEntry(const Entry& e, std::string& out);
   mutable Mutex mu_;
   std::vector<Entry> entries_ OUTBOX_GUARDED_BY(mu_);
   std::deque<Counter> counters_ OUTBOX_GUARDED_BY(mu_);

@@ -59,6 +59,11 @@ class StatementSink {
  public:
   // `sql` with $1..$n placeholders; parameters as text, std::nullopt for NULL.
   virtual void Add(std::string sql, std::vector<std::optional<std::string>> params = {}) = 0;
+  // The same with the parameters' PostgreSQL types (one OID per parameter:
+  // 17 bytea, 25 text, 3802 jsonb...), for a statement that does not fix them
+  // itself (a parameter it never uses, an overloaded function). Empty: inferred.
+  virtual void Add(std::string sql, std::vector<std::optional<std::string>> params,
+                   std::vector<unsigned> type_oids) = 0;
 
  protected:
   ~StatementSink() = default;
@@ -76,6 +81,12 @@ struct PostgresInboxOptions {
   // shown by `outboxctl trace`). One UPDATE per batch that holds duplicates;
   // off saves that write when whole topics are replayed (docs/benchmarks.md).
   bool count_duplicates = true;
+  // How a SinkHandler's failed statement is classified, from its SQLSTATE.
+  // nullptr: HandlerResult::FromSqlState's rule (class 22 and 23 permanent);
+  // SqlHandlerErrorClass is the rule for a handler that is one statement.
+  // Connection loss and statement timeouts fail the whole batch either way
+  // (Apply's error: consumed again).
+  std::function<ErrorClass(std::string_view sqlstate)> classify_sqlstate = nullptr;
 };
 
 // Connects at once (a failed connection is Unavailable; later calls reconnect).

@@ -40,6 +40,13 @@ Status Flatten(const toml::table& t, const std::string& prefix, const std::strin
       OUTBOX_RETURN_IF_ERROR(Flatten(*sub, key + ".", file_name, out));
       continue;
     }
+    if (const toml::array* arr = node.as_array(); arr && arr->is_array_of_tables()) {
+      for (std::size_t i = 0; i < arr->size(); ++i) {
+        OUTBOX_RETURN_IF_ERROR(
+            Flatten(*arr->get(i)->as_table(), key + "." + std::to_string(i) + ".", file_name, out));
+      }
+      continue;
+    }
     if (node.is_array()) {
       return Status::InvalidArgument(file_name + ": config key " + key +
                                      ": arrays are not supported");
@@ -50,6 +57,22 @@ Status Flatten(const toml::table& t, const std::string& prefix, const std::strin
 }
 
 }  // namespace
+
+bool SplitArrayKey(const std::string& key, const std::string& name, std::size_t max,
+                   std::size_t& index, std::string& sub) {
+  if (key.size() <= name.size() + 1 || key.compare(0, name.size(), name) != 0 ||
+      key[name.size()] != '.') {
+    return false;
+  }
+  const std::size_t dot = key.find('.', name.size() + 1);
+  if (dot == std::string::npos || dot + 1 == key.size()) return false;
+  auto n = ParseInteger("index", key.substr(name.size() + 1, dot - name.size() - 1), 0,
+                        static_cast<long long>(max) - 1);
+  if (!n.ok()) return false;
+  index = static_cast<std::size_t>(*n);
+  sub = key.substr(dot + 1);
+  return true;
+}
 
 Status BadValue(const std::string& key, const std::string& value, const std::string& want) {
   return Status::InvalidArgument("config key " + key + ": invalid value \"" + value + "\" (" +

@@ -60,11 +60,25 @@ struct MapSection {
   std::string Name(const std::string& name) const { return normalize ? normalize(name) : name; }
 };
 
+// An array of tables (`[[handler]]`): element i's keys arrive as
+// "<name>.<i>.<key>" (0-based, in document order), and --set addresses them
+// so. The environment does not reach them.
+template <class T>
+struct TableArray {
+  std::string name;  // "handler"
+  std::size_t max_elements = 64;
+  // Sets element `index`'s `key` (growing the array to hold it). Errors name the key.
+  std::function<Status(T&, std::size_t index, const std::string& key, const std::string& value)>
+      set;
+  std::function<std::string(const T&)> print;  // every element as [[name]] tables
+};
+
 template <class T>
 struct Schema {
   std::string docs;  // where the keys are documented, named in "unknown key" errors
   std::vector<Key<T>> keys;
   std::vector<MapSection<T>> maps;
+  std::vector<TableArray<T>> arrays;
   // Variables accepted as another name of a key (OUTBOX_PG_URL -> database.url).
   std::vector<std::pair<std::string, std::string>> env_aliases;
   // Keys under these prefixes belong to another tool reading the same file
@@ -85,8 +99,9 @@ struct Sources {
 // "config key NAME: invalid value "V" (WANT)".
 Status BadValue(const std::string& key, const std::string& value, const std::string& want);
 // The TOML document as (section.key, value) pairs in document order; nested
-// tables are flattened (kafka.properties' dotted names stay whole). A syntax
-// error names file:line:column; an array names its key.
+// tables are flattened (kafka.properties' dotted names stay whole), an array of
+// tables gives "name.<i>.key" (TableArray). A syntax error names
+// file:line:column; any other array names its key.
 Result<std::vector<std::pair<std::string, std::string>>> FlattenToml(const std::string& text,
                                                                      const std::string& file_name);
 // The environment with every OUTBOX_X_FILE replaced by OUTBOX_X = the file's
@@ -102,6 +117,10 @@ std::map<std::string, std::string> OutboxEnvironment();
 Result<std::string> ReadFile(const std::string& path);
 // A TOML basic string.
 std::string Quote(const std::string& s);
+// "handler.2.topic" with name "handler" -> index 2, sub "topic". False when
+// `key` is not of that array, or the index is not a number below `max`.
+bool SplitArrayKey(const std::string& key, const std::string& name, std::size_t max,
+                   std::size_t& index, std::string& sub);
 
 // --- Key builders: strict parsing, errors name the key. ---
 
@@ -221,6 +240,12 @@ Status Set(const Schema<T>& s, T& out, const std::string& key, const std::string
   for (const Key<T>& k : s.keys) {
     if (k.name == key) return k.set(out, value);
   }
+  for (const TableArray<T>& a : s.arrays) {
+    std::size_t index = 0;
+    std::string sub;
+    if (!SplitArrayKey(key, a.name, a.max_elements, index, sub)) continue;
+    return a.set(out, index, sub, value);
+  }
   for (const std::string& p : s.ignored_prefixes) {
     if (key.rfind(p, 0) == 0) return Status::Ok();
   }
@@ -289,7 +314,48 @@ std::string Print(const Schema<T>& s, const T& c) {
   for (const MapSection<T>& m : s.maps) {
     if (m.print_after.empty()) print_map(m);
   }
+  for (const TableArray<T>& a : s.arrays) out += a.print(c);
   return out;
+}
+
+// An array of tables whose elements are E's, in field(T); `keys` are E's keys,
+// named without the array's part ("topic"). Errors name the whole key
+// ("handler.0.topic"); Print writes each element as a [[name]] table.
+template <class T, class E>
+TableArray<T> Tables(std::string name, std::function<std::vector<E>&(T&)> field,
+                     std::vector<Key<E>> keys, std::string docs, std::size_t max_elements = 64) {
+  TableArray<T> a;
+  a.name = name;
+  a.max_elements = max_elements;
+  a.set = [name, field, keys, docs](T& c, std::size_t index, const std::string& sub,
+                                    const std::string& value) -> Status {
+    const std::string whole = name + "." + std::to_string(index) + "." + sub;
+    std::vector<E>& v = field(c);
+    if (v.size() <= index) v.resize(index + 1);
+    for (const Key<E>& k : keys) {
+      if (k.name != sub) continue;
+      Status st = k.set(v[index], value);
+      if (st.ok()) return st;
+      std::string m = st.message();
+      const std::string named = "config key " + sub;
+      if (m.rfind(named, 0) == 0) m = "config key " + whole + m.substr(named.size());
+      return Status::InvalidArgument(m);
+    }
+    return Status::InvalidArgument("unknown config key " + whole + " (see " + docs +
+                                   " for the keys)");
+  };
+  a.print = [name, field, keys](const T& c) {
+    std::string out;
+    for (const E& e : field(const_cast<T&>(c))) {
+      out += "\n[[" + name + "]]\n";
+      for (const Key<E>& k : keys) {
+        const std::string v = k.secret ? "***" : k.get(e);
+        out += k.name + " = " + (k.quoted ? Quote(v) : v) + "\n";
+      }
+    }
+    return out;
+  };
+  return a;
 }
 
 // --- Definitions of the shared sections. ---

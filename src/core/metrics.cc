@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
 namespace outbox {
@@ -82,10 +83,12 @@ Gauge& MetricsRegistry::AddGauge(const std::string& name, const std::string& hel
 }
 
 Histogram& MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
-                                         std::vector<double> upper_bounds) {
+                                         std::vector<double> upper_bounds,
+                                         const std::string& labels) {
   MutexLock l(mu_);
   histograms_.push_back(std::make_unique<Histogram>(std::move(upper_bounds)));
-  entries_.push_back({name, help, "histogram", "", nullptr, nullptr, histograms_.back().get(), {}});
+  entries_.push_back(
+      {name, help, "histogram", labels, nullptr, nullptr, histograms_.back().get(), {}});
   return *histograms_.back();
 }
 
@@ -98,37 +101,49 @@ void MetricsRegistry::AddGaugeFunction(const std::string& name, const std::strin
 
 std::string MetricsRegistry::RenderPrometheus() const {
   MutexLock l(mu_);
-  std::string out;
-  std::set<std::string> described;
+  // A family's samples must be contiguous: entries of one name (several
+  // consumers' in one process) are rendered together, in order of first use.
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<const Entry*>> by_name;
   for (const Entry& e : entries_) {
-    if (described.insert(e.name).second) {
-      out += "# HELP " + e.name + " " + e.help + "\n# TYPE " + e.name + " " + e.type + "\n";
-    }
-    const std::string lbl = e.labels.empty() ? "" : "{" + e.labels + "}";
-    if (e.counter) {
-      out += e.name + lbl + " " + std::to_string(e.counter->Value()) + "\n";
-    } else if (e.gauge) {
-      out += e.name + lbl + " " + FormatDouble(e.gauge->Value()) + "\n";
-    } else if (e.read) {
-      for (const auto& [labels, value] : e.read()) {
-        out += e.name + (labels.empty() ? "" : "{" + labels + "}") + " " + FormatDouble(value) +
-               "\n";
-      }
-    } else {
-      const Histogram& h = *e.histogram;
-      std::uint64_t cum = 0;
-      for (std::size_t i = 0; i < h.bounds_.size(); ++i) {
-        cum += h.buckets_[i].load(std::memory_order_relaxed);
-        out += e.name + "_bucket{le=\"" + FormatDouble(h.bounds_[i]) + "\"} " +
-               std::to_string(cum) + "\n";
-      }
-      cum += h.buckets_[h.bounds_.size()].load(std::memory_order_relaxed);
-      out += e.name + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
-      out += e.name + "_sum " + FormatDouble(h.sum_.load(std::memory_order_relaxed)) + "\n";
-      out += e.name + "_count " + std::to_string(cum) + "\n";
-    }
+    auto& v = by_name[e.name];
+    if (v.empty()) names.push_back(e.name);
+    v.push_back(&e);
+  }
+  std::string out;
+  for (const std::string& name : names) {
+    const std::vector<const Entry*>& family = by_name[name];
+    out += "# HELP " + name + " " + family.front()->help + "\n# TYPE " + name + " " +
+           family.front()->type + "\n";
+    for (const Entry* e : family) RenderEntry(*e, out);
   }
   return out;
+}
+
+void MetricsRegistry::RenderEntry(const Entry& e, std::string& out) {
+  const std::string lbl = e.labels.empty() ? "" : "{" + e.labels + "}";
+  if (e.counter) {
+    out += e.name + lbl + " " + std::to_string(e.counter->Value()) + "\n";
+  } else if (e.gauge) {
+    out += e.name + lbl + " " + FormatDouble(e.gauge->Value()) + "\n";
+  } else if (e.read) {
+    for (const auto& [labels, value] : e.read()) {
+      out += e.name + (labels.empty() ? "" : "{" + labels + "}") + " " + FormatDouble(value) + "\n";
+    }
+  } else {
+    const Histogram& h = *e.histogram;
+    const std::string le_prefix = e.labels.empty() ? "{le=\"" : "{" + e.labels + ",le=\"";
+    std::uint64_t cum = 0;
+    for (std::size_t i = 0; i < h.bounds_.size(); ++i) {
+      cum += h.buckets_[i].load(std::memory_order_relaxed);
+      out += e.name + "_bucket" + le_prefix + FormatDouble(h.bounds_[i]) + "\"} " +
+             std::to_string(cum) + "\n";
+    }
+    cum += h.buckets_[h.bounds_.size()].load(std::memory_order_relaxed);
+    out += e.name + "_bucket" + le_prefix + "+Inf\"} " + std::to_string(cum) + "\n";
+    out += e.name + "_sum" + lbl + " " + FormatDouble(h.sum_.load(std::memory_order_relaxed)) + "\n";
+    out += e.name + "_count" + lbl + " " + std::to_string(cum) + "\n";
+  }
 }
 
 }  // namespace outbox

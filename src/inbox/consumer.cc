@@ -35,35 +35,41 @@ std::string Join(const std::vector<std::string>& v) {
 
 class Metrics {
  public:
-  Metrics(MetricsRegistry* r, const ConsumerOptions& o) : registry_(r) {
+  Metrics(MetricsRegistry* r, const ConsumerOptions& o) : registry_(r), labels_(o.metrics_labels) {
     if (!r) return;
-    applied_ = &r->AddCounter("outbox_inbox_applied_total", "Messages whose effect was applied");
+    // The engine's own labels after the options' (consumer="..."), if any.
+    auto with = [&](const std::string& own) {
+      return labels_.empty() ? own : own.empty() ? labels_ : labels_ + "," + own;
+    };
+    applied_ = &r->AddCounter("outbox_inbox_applied_total", "Messages whose effect was applied",
+                              with(""));
     duplicates_ = &r->AddCounter("outbox_inbox_duplicates_total",
-                                 "Messages delivered again and absorbed by the inbox");
+                                 "Messages delivered again and absorbed by the inbox", with(""));
     for (const std::string& t : o.topics) {
       for (std::size_t i = 1; i <= o.retry_delays.size(); ++i) {
         const std::string rt = t + ".retry." + std::to_string(i);
         retried_[rt] = &r->AddCounter("outbox_inbox_retried_total",
                                       "Messages forwarded to a retry topic",
-                                      "topic=\"" + PrometheusLabelValue(rt) + "\"");
+                                      with("topic=\"" + PrometheusLabelValue(rt) + "\""));
       }
     }
     dead_permanent_ = &r->AddCounter("outbox_inbox_dead_lettered_total",
                                      "Messages forwarded to the dead-letter topic",
-                                     "class=\"permanent\"");
+                                     with("class=\"permanent\""));
     dead_transient_ = &r->AddCounter("outbox_inbox_dead_lettered_total",
                                      "Messages forwarded to the dead-letter topic",
-                                     "class=\"transient\"");
+                                     with("class=\"transient\""));
     truncated_ = &r->AddCounter("outbox_inbox_dead_letters_truncated_total",
                                 "Messages too large to forward whole, dead-lettered as a bounded "
-                                "record (value cut or left out; see outbox-truncated)");
+                                "record (value cut or left out; see outbox-truncated)",
+                                with(""));
     batch_seconds_ = &r->AddHistogram(
         "outbox_inbox_batch_seconds", "Time to apply, forward and commit one batch",
-        {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+        {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}, with(""));
     parked_ = &r->AddCounter("outbox_inbox_parked_total",
-                             "Messages parked in the inbox database (ordered mode)");
+                             "Messages parked in the inbox database (ordered mode)", with(""));
     batches_failed_ = &r->AddCounter("outbox_inbox_batches_failed_total",
-                                     "Batches that could not complete and are consumed again");
+                                     "Batches that could not complete and are consumed again", with(""));
     // The registry may render after the consumer is gone: the read functions
     // share ownership of what they read.
     r->AddGaugeFunction("outbox_inbox_consumer_lag_messages",
@@ -74,12 +80,13 @@ class Metrics {
                         });
     r->AddGaugeFunction(
         "outbox_inbox_seconds_since_last_apply",
-        "Seconds since the last applied effect (since start when none yet)", [live = live_] {
+        "Seconds since the last applied effect (since start when none yet)",
+        [live = live_, labels = labels_] {
           const auto last = live->last_apply_ms.load(std::memory_order_relaxed);
           // The system clock, not the consumer's: this gauge may be rendered
           // after the consumer (and an injected clock) are gone.
           return MetricsRegistry::GaugeSamples{
-              {"", static_cast<double>(NowMs(SystemClock()) - last) / 1000.0}};
+              {labels, static_cast<double>(NowMs(SystemClock()) - last) / 1000.0}};
         });
   }
 
@@ -113,7 +120,7 @@ class Metrics {
     MetricsRegistry::GaugeSamples s;
     for (const auto& p : lag) {
       if (p.lag < 0) continue;
-      s.emplace_back("topic=\"" + PrometheusLabelValue(p.tp.topic) + "\",partition=\"" +
+      s.emplace_back((labels_.empty() ? "" : labels_ + ",") + "topic=\"" + PrometheusLabelValue(p.tp.topic) + "\",partition=\"" +
                          std::to_string(p.tp.partition) + "\"",
                      static_cast<double>(p.lag));
     }
@@ -123,6 +130,7 @@ class Metrics {
 
  private:
   MetricsRegistry* registry_;
+  std::string labels_;
   Counter* applied_ = nullptr;
   Counter* duplicates_ = nullptr;
   std::map<std::string, Counter*> retried_;
@@ -463,6 +471,14 @@ std::string_view OutcomeName(Outcome o) {
     case Outcome::kHeld: return "held";
   }
   return "unknown";
+}
+
+ErrorClass SqlHandlerErrorClass(std::string_view sqlstate) {
+  if (sqlstate.size() != 5) return ErrorClass::kTransient;
+  const std::string_view cls = sqlstate.substr(0, 2);
+  const bool transient = cls == "08" || cls == "40" || cls == "53" || cls == "57" || cls == "58" ||
+                         cls == "XX" || sqlstate == "55P03" || sqlstate == "70100";
+  return transient ? ErrorClass::kTransient : ErrorClass::kPermanent;
 }
 
 DedupKeyFn DedupByEventId() {

@@ -49,9 +49,15 @@ class CollectingSink final : public StatementSink {
  public:
   explicit CollectingSink(std::vector<pg::Statement>& out) : out_(out) {}
   void Add(std::string sql, std::vector<std::optional<std::string>> params) override {
+    Add(std::move(sql), std::move(params), {});
+  }
+  void Add(std::string sql, std::vector<std::optional<std::string>> params,
+           std::vector<unsigned> type_oids) override {
     pg::Statement st;
     st.sql = std::move(sql);
     for (auto& p : params) st.params.push_back(p ? pg::Param::Text(std::move(*p)) : pg::Param::Null());
+    st.types.assign(type_oids.begin(), type_oids.end());
+    if (!st.types.empty()) st.types.resize(st.params.size(), 0);  // 0: the server infers
     out_.push_back(std::move(st));
   }
 
@@ -59,8 +65,18 @@ class CollectingSink final : public StatementSink {
   std::vector<pg::Statement>& out_;
 };
 
-// A handler's failed statement: the data is wrong (class 22/23) or not.
-HandlerResult FromStatement(const Status& st) {
+// A handler's failed statement: by `classify` when given (from the SQLSTATE
+// that StatusFromResult puts at the end of the message), else the data is
+// wrong (class 22/23) or not.
+HandlerResult FromStatement(const Status& st,
+                            const std::function<ErrorClass(std::string_view)>& classify) {
+  if (classify) {
+    const std::string& m = st.message();
+    const auto at = m.rfind("[SQLSTATE ");
+    const std::string state = at == std::string::npos ? "" : m.substr(at + 10, 5);
+    return classify(state) == ErrorClass::kPermanent ? HandlerResult::Permanent(m)
+                                                      : HandlerResult::Transient(m);
+  }
   if (st.code() == Code::kInvalidArgument) return HandlerResult::Permanent(st.message());
   return HandlerResult::Transient(st.message());
 }
@@ -274,7 +290,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
       HandlerResult hr = RunSinkHandler(m, statements);
       if (hr.error != ErrorClass::kNone) return hr;
       pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handler", statements);
-      return pr.status.ok() ? hr : FromStatement(pr.status);
+      return pr.status.ok() ? hr : FromStatement(pr.status, options_.classify_sqlstate);
     }
     HandlerResult hr;
     try {
@@ -388,11 +404,11 @@ class PostgresInbox final : public InboxStore, public InboxView {
     }
     // BEGIN and all stamps in one round trip.
     OUTBOX_RETURN_IF_ERROR(session_->EnsureConnected());
-    std::vector<pg::Statement> begin = {{"BEGIN", {}, nullptr}};
+    std::vector<pg::Statement> begin = {{"BEGIN", {}, {}}};
     if (options_.statement_timeout.count() > 0) {
       begin.push_back({"SELECT set_config('statement_timeout', $1, true)",
                        {Param::Text(std::to_string(options_.statement_timeout.count()))},
-                       nullptr});
+                       {}});
     }
     const std::size_t stamps_at = begin.size();
     if (!ks.empty()) {
@@ -401,7 +417,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
                         Param::Text(pg::TextArrayLiteral(topics)),
                         Param::Text(pg::Int64ArrayLiteral(parts)),
                         Param::Text(pg::Int64ArrayLiteral(offsets))},
-                       nullptr});
+                       {}});
     }
     pg::PipelineResult stamped = pg::RunPipeline(session_->raw(), "inbox stamps", begin);
     if (!stamped.status.ok()) {
@@ -454,20 +470,20 @@ class PostgresInbox final : public InboxStore, public InboxView {
       if (!dups.empty() && options_.count_duplicates) {
         statements.push_back({count_duplicates_,
                               {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(dups))},
-                              nullptr});
+                              {}});
       }
       const std::size_t handler_statements = statement_owner.size();
       if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
         Rollback();
         return Status::Internal("fault point " + std::string(fault::kInboxInsideTransaction), true);
       }
-      statements.push_back({"COMMIT", {}, nullptr});
+      statements.push_back({"COMMIT", {}, {}});
       pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements);
       if (pr.status.ok()) return Pass::kCommitted;
       Rollback();
       if (!Isolable(pr.status)) return pr.status;
       if (pr.failed < handler_statements) {
-        failed[statement_owner[pr.failed]] = FromStatement(pr.status);
+        failed[statement_owner[pr.failed]] = FromStatement(pr.status, options_.classify_sqlstate);
         return Pass::kHandlerFailed;
       }
       if (pr.failed + 1 == statements.size()) return Pass::kCommitFailed;

@@ -118,7 +118,8 @@ PipelineResult RunPipeline(PGconn* conn, std::string_view what,
       lengths[p] = static_cast<int>(s.params[p].value.size());
       formats[p] = s.params[p].binary ? 1 : 0;
     }
-    if (PQsendQueryParams(conn, s.sql.c_str(), static_cast<int>(s.params.size()), s.types,
+    if (PQsendQueryParams(conn, s.sql.c_str(), static_cast<int>(s.params.size()),
+                          s.types.empty() ? nullptr : s.types.data(),
                           values.data(), lengths.data(), formats.data(), 0) != 1) {
       fail(StatusFromResult(conn, nullptr, std::string(what) + ": send"), i);
       break;

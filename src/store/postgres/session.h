@@ -74,7 +74,7 @@ Result<ResultPtr> AwaitResults(PGconn* conn, std::string_view what,
 struct Statement {
   std::string sql;
   std::vector<Param> params;
-  const Oid* types = nullptr;  // params.size() entries, or null (the server infers)
+  std::vector<Oid> types;  // params.size() entries, or none (the server infers)
 };
 
 struct PipelineResult {

@@ -1,0 +1,189 @@
+// outbox-consumer's configuration and effects, without servers: the
+// [[handler]] tables, every check that refuses a configuration (naming the
+// key), the parameters a sql handler receives, placeholder splitting for
+// MariaDB, the dedup rules and the SQLSTATE classes.
+#include <gtest/gtest.h>
+
+#include "consumer_config.h"
+#include "handlers.h"
+
+namespace outbox::consumer_daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char* kBase = R"(
+[database]
+url = "postgresql://app:secret@db/app"
+[kafka]
+bootstrap = "k:9092"
+)";
+
+Result<Config> Load(const std::string& toml, std::vector<std::pair<std::string, std::string>> sets = {}) {
+  return LoadConfig(kBase + toml, "c.toml", {}, sets);
+}
+
+std::string Error(const std::string& toml, std::vector<std::pair<std::string, std::string>> sets = {}) {
+  auto c = Load(toml, std::move(sets));
+  return c.ok() ? "(loaded)" : c.status().message();
+}
+
+TEST(ConsumerConfig, HandlersAreTablesInOrderWithDefaults) {
+  auto c = Load(R"toml(
+[[handler]]
+topic = "outbox.event.lesson"
+group = "activity"
+sql = "select a.f($1, $2, $3, $4)"
+[[handler]]
+topic = "outbox.event.user"
+group = "mailer"
+http = "http://mailer:8080/events"
+ordered = true
+retries = "500ms,2s,1m"
+dedup = "payload:/user/id"
+timeout_ms = 2500
+)toml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_EQ(c->handlers.size(), 2u);
+  EXPECT_EQ(c->handlers[0].kind(), HandlerKind::kSql);
+  EXPECT_EQ(c->handlers[0].retries, (std::vector<std::chrono::milliseconds>{1s, 10s, 60s}));
+  EXPECT_EQ(c->handlers[0].dedup.kind, DedupRule::Kind::kEventId);
+  EXPECT_FALSE(c->handlers[0].ordered);
+  EXPECT_EQ(c->handlers[1].kind(), HandlerKind::kHttp);
+  EXPECT_TRUE(c->handlers[1].ordered);
+  EXPECT_EQ(c->handlers[1].retries, (std::vector<std::chrono::milliseconds>{500ms, 2s, 60s}));
+  EXPECT_EQ(c->handlers[1].dedup.kind, DedupRule::Kind::kPayload);
+  EXPECT_EQ(c->handlers[1].dedup.arg, "/user/id");
+  EXPECT_EQ(c->handlers[1].timeout, 2500ms);
+  EXPECT_EQ(c->kafka.at("bootstrap.servers"), "k:9092");
+
+  // Printed back: the password redacted, both handlers as [[handler]] tables,
+  // and what is printed loads to the same.
+  const std::string printed = PrintConfig(*c);
+  EXPECT_EQ(printed.find("secret"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("[[handler]]\ntopic = \"outbox.event.user\""), std::string::npos) << printed;
+  EXPECT_NE(printed.find("retries = \"500ms,2s,60s\""), std::string::npos) << printed;
+}
+
+TEST(ConsumerConfig, SetAddressesOneHandler) {
+  auto c = Load("[[handler]]\ntopic = \"t\"\ngroup = \"g\"\nsql = \"select 1\"\n",
+                {{"handler.0.ordered", "true"}, {"handler.1.topic", "u"}, {"handler.1.group", "h"},
+                 {"handler.1.http", "http://x/"}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_EQ(c->handlers.size(), 2u);
+  EXPECT_TRUE(c->handlers[0].ordered);
+  EXPECT_EQ(c->handlers[1].topic, "u");
+}
+
+TEST(ConsumerConfig, EveryRefusalNamesTheKey) {
+  const std::string h = "[[handler]]\ntopic = \"t\"\ngroup = \"g\"\n";
+  EXPECT_NE(Error("").find("no [[handler]]"), std::string::npos);
+  EXPECT_NE(Error("[[handler]]\ngroup = \"g\"\nsql = \"x\"\n").find("handler.0.topic is required"),
+            std::string::npos);
+  EXPECT_NE(Error("[[handler]]\ntopic = \"t\"\nsql = \"x\"\n").find("handler.0.group is required"),
+            std::string::npos);
+  EXPECT_NE(Error(h).find("handler.0.sql / http: set exactly one"), std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\nhttp = \"http://a/\"\n").find("set exactly one"), std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"select f($1, $5)\"\n").find("handler.0.sql: $5 is not a parameter"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"select f($12)\"\n").find("$12 is not a parameter"), std::string::npos);
+  EXPECT_EQ(Error(h + "sql = \"select $$a$$ || $1\"\n"), "(loaded)");  // dollar quoting is no parameter
+  EXPECT_NE(Error(h + "http = \"ftp://a/\"\n").find("handler.0.http"), std::string::npos);
+  EXPECT_NE(Error(h + "http = \"http://a/{event_type}\"\n").find("placeholders"), std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\nretries = \"1s,ten\"\n").find("config key handler.0.retries: invalid value"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\nretries = \"5\"\n").find("handler.0.retries"), std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\ndedup = \"id\"\n").find("config key handler.0.dedup: invalid value"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\ndedup = \"payload:user\"\n").find("not a JSON pointer"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\nordered = \"maybe\"\n").find("handler.0.ordered"), std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\ntimeout_ms = 0\n").find("handler.0.timeout_ms"), std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\nretry = \"1s\"\n").find("unknown config key handler.0.retry"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\n[[handler]]\ntopic = \"u\"\ngroup = \"g\"\nsql = \"y\"\n")
+                .find("handler.1.group: \"g\" is another handler's group"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\n[kafka.properties]\n\"group.id\" = \"g\"\n").find("group.id"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\n", {{"handler.99.topic", "t"}}).find("unknown config key handler.99"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\n", {{"database.inbox_schema", "a-b"}}).find("database.inbox_schema"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "sql = \"x\"\ntopics = [\"a\"]\n").find("handler.0.topics: arrays are not supported"),
+            std::string::npos);
+  auto no_db = LoadConfig(h + "sql = \"x\"\n[kafka]\nbootstrap = \"k\"\n", "c.toml", {}, {});
+  EXPECT_NE(no_db.status().message().find("database.url is required"), std::string::npos);
+}
+
+TEST(ConsumerConfig, RetriesAndDedupRoundTrip) {
+  auto r = ParseRetries("k", "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->empty());  // no retry topics: straight to the dead-letter topic
+  EXPECT_EQ(FormatRetries(*ParseRetries("k", " 250ms, 3s ,2m")), "250ms,3s,120s");
+  EXPECT_FALSE(ParseRetries("k", "-1s").ok());
+  EXPECT_FALSE(ParseRetries("k", "1h").ok());
+  EXPECT_EQ(FormatDedup(*ParseDedup("k", "header:x-request-id")), "header:x-request-id");
+  EXPECT_FALSE(ParseDedup("k", "header:").ok());
+  EXPECT_FALSE(ParseDedup("k", "payload:").ok());
+}
+
+InboundMessage Msg(std::string payload, std::map<std::string, std::string> headers = {}) {
+  InboundMessage m;
+  m.topic = "t";
+  m.key = "agg-1";
+  m.payload = std::move(payload);
+  m.headers = std::move(headers);
+  return m;
+}
+
+TEST(ConsumerHandlers, SqlParamsAreTypedText) {
+  auto p = SqlParams(Msg(std::string("{\"a\":1}\x00\xff", 9),
+                         {{"outbox-event-id", "e1"}, {"bin", std::string("\xff", 1)}}));
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(*p[0], "\\x7b2261223a317d00ff");
+  EXPECT_EQ(*p[1], "{\"bin\":\"\xEF\xBF\xBD\",\"outbox-event-id\":\"e1\"}");  // U+FFFD for a byte
+  EXPECT_EQ(*p[2], "e1");
+  EXPECT_EQ(*p[3], "agg-1");
+  InboundMessage tomb = Msg("");
+  tomb.payload_is_null = true;
+  auto t = SqlParams(tomb);
+  EXPECT_FALSE(t[0].has_value());
+  EXPECT_FALSE(t[2].has_value());  // no event id header: NULL
+}
+
+TEST(ConsumerHandlers, PlaceholdersOutsideQuotesOnly) {
+  SqlTemplate t = SplitPlaceholders("CALL p($1, '$2', \"$3\", `$4`, 'it''s $1', 'a\\'$2', $4, $10)");
+  EXPECT_EQ(t.params, (std::vector<std::size_t>{0, 3}));
+  ASSERT_EQ(t.pieces.size(), 3u);
+  EXPECT_EQ(t.pieces[0], "CALL p(");
+  EXPECT_EQ(t.pieces[1], ", '$2', \"$3\", `$4`, 'it''s $1', 'a\\'$2', ");
+  EXPECT_EQ(t.pieces[2], ", $10)");
+}
+
+TEST(ConsumerHandlers, DedupRules) {
+  auto by_header = MakeDedup({DedupRule::Kind::kHeader, "x-id"});
+  EXPECT_EQ(*by_header(Msg("", {{"x-id", "A"}})), "A");
+  EXPECT_NE(by_header(Msg("")).status().message().find("no x-id header"), std::string::npos);
+  auto by_payload = MakeDedup({DedupRule::Kind::kPayload, "/user/id"});
+  EXPECT_EQ(*by_payload(Msg(R"({"user":{"id":"u7"}})")), "u7");
+  EXPECT_EQ(*by_payload(Msg(R"({"user":{"id":42}})")), "42");
+  EXPECT_NE(by_payload(Msg("not json")).status().message().find("not JSON"), std::string::npos);
+  EXPECT_NE(by_payload(Msg(R"({"user":{}})")).status().message().find("no such member"), std::string::npos);
+  EXPECT_NE(by_payload(Msg(R"({"user":{"id":[1]}})")).status().message().find("not a string"),
+            std::string::npos);
+  auto by_id = MakeDedup({});
+  EXPECT_EQ(*by_id(Msg("", {{"outbox-event-id", "e9"}})), "e9");
+}
+
+TEST(ConsumerHandlers, SqlStateClasses) {
+  for (const char* s : {"40001", "40P01", "08006", "53300", "55P03", "57014", "57P01", "58030", "XX000", "70100", ""}) {
+    EXPECT_EQ(SqlHandlerErrorClass(s), ErrorClass::kTransient) << s;
+  }
+  for (const char* s : {"22P02", "23505", "42883", "42P01", "42601", "P0001", "45000", "HY000", "2BP01"}) {
+    EXPECT_EQ(SqlHandlerErrorClass(s), ErrorClass::kPermanent) << s;
+  }
+}
+
+}  // namespace
+}  // namespace outbox::consumer_daemon

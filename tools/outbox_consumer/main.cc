@@ -1,0 +1,257 @@
+// outbox-consumer: exactly-once effects with no consumer code. Each
+// [[handler]] is a consumer group on one topic, applied through the inbox
+// (outbox::Consumer): a `sql` handler's statement commits with the stamp; an
+// `http` handler's POST is stamped after its 2xx. docs/consumer.md.
+//
+//   outbox-consumer --config FILE [--set KEY=VALUE]... [--migrate] [--print-config] [--version]
+//
+// Exit codes: 0 stopped after SIGTERM/SIGINT; 1 runtime failure (HTTP port
+// unavailable, the inbox schema could not be migrated, a consumer stopped on
+// an error); 2 bad configuration or usage; 130 second signal: immediate exit
+// (safe: offsets are committed only after the effects).
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+
+#include <atomic>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "cli.h"
+#include "config.h"
+#include "consumer_config.h"
+#include "handlers.h"
+#include "outbox/consumer.h"
+#include "outbox/http.h"
+#include "outbox/kafka.h"
+#include "outbox/mariadb_inbox.h"
+#include "outbox/metrics.h"
+#include "outbox/postgres_inbox.h"
+#include "outbox/version.h"
+
+namespace {
+
+namespace cd = outbox::consumer_daemon;
+constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitForced = 130;
+
+bool IsMariaDb(const std::string& url) { return url.rfind("mysql://", 0) == 0; }
+
+// One [[handler]]: its inbox store (own database session), its group member,
+// its engine and the thread that runs it.
+struct Pipeline {
+  const cd::HandlerConfig* handler = nullptr;
+  std::unique_ptr<cd::HttpEffect> http;
+  std::unique_ptr<outbox::InboxStore> store;
+  std::unique_ptr<outbox::InboxSource> source;
+  std::unique_ptr<outbox::Consumer> consumer;
+  std::thread thread;
+  outbox::Status result;
+};
+
+// The handler's inbox store on the configured database. Unavailable while the
+// database is down (the caller retries).
+outbox::Result<std::unique_ptr<outbox::InboxStore>> OpenStore(const cd::Config& c, Pipeline& p) {
+  const cd::HandlerConfig& h = *p.handler;
+  if (IsMariaDb(c.database_url)) {
+    outbox::MariaDbInboxOptions o{c.database_url, h.group, c.statement_timeout, c.connect_timeout};
+    if (h.kind() == cd::HandlerKind::kSql) return outbox::OpenMariaDbInbox(o, cd::MariaDbSqlHandler(h.sql));
+    return outbox::OpenMariaDbInbox(o, [e = p.http.get()](const outbox::InboundMessage& m, st_mysql*) {
+      return e->Post(m);
+    });
+  }
+  outbox::PostgresInboxOptions o;
+  o.conninfo = c.database_url;
+  o.schema = c.inbox_schema;
+  o.consumer = h.group;
+  o.statement_timeout = c.statement_timeout;
+  o.connect_timeout = c.connect_timeout;
+  o.classify_sqlstate = outbox::SqlHandlerErrorClass;
+  if (h.kind() == cd::HandlerKind::kSql) return outbox::OpenPostgresInbox(o, cd::PostgresSqlHandler(h.sql));
+  return outbox::OpenPostgresInbox(o, [e = p.http.get()](const outbox::InboundMessage& m, pg_conn*) {
+    return e->Post(m);
+  });
+}
+
+// Opens the store (and migrates it when asked), retrying with backoff while the
+// database is unavailable. False when a stop came first; an error that is not
+// an outage is returned.
+outbox::Result<bool> OpenWithRetry(const cd::Config& c, Pipeline& p, bool migrate,
+                                   const std::atomic<bool>& stop, outbox::Logger& logger,
+                                   std::atomic<int>& waiting) {
+  std::chrono::milliseconds backoff{200};
+  for (;;) {
+    auto store = OpenStore(c, p);
+    outbox::Status st = store.status();
+    if (store.ok() && migrate) st = (*store)->Migrate();
+    if (st.ok()) {
+      p.store = std::move(*store);
+      return true;
+    }
+    if (!st.retryable()) return st;
+    ++waiting;
+    logger.Warn("inbox database unavailable; retrying",
+                {{"group", p.handler->group}, {"error", st.ToString()}});
+    const auto until = std::chrono::steady_clock::now() + backoff;
+    while (!stop && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    --waiting;
+    if (stop) return false;
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+outbox::ConsumerOptions EngineOptions(const cd::Config& c, const cd::HandlerConfig& h) {
+  outbox::ConsumerOptions o;
+  o.topics = {h.topic};
+  o.retry_delays = h.retries;
+  o.ordered = h.ordered;
+  o.batch_size = c.batch_size;
+  o.batch_wait = c.batch_wait;
+  o.stamp_retention = c.stamp_retention;
+  o.metrics_labels = "consumer=\"" + outbox::PrometheusLabelValue(h.group) + "\"";
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"outbox-consumer: applies each event's effect exactly once, with no consumer code.\n"
+               "Values come from --config FILE < OUTBOX_* variables (and their _FILE forms) < --set.\n"
+               "Keys, handlers, metrics and exit codes: docs/consumer.md.",
+               "outbox-consumer"};
+  std::string config_path;
+  std::vector<std::string> sets;
+  bool print_config = false, migrate = false;
+  app.add_option("--config", config_path, "the TOML configuration file");
+  app.add_option("--set", sets, "one configuration key, e.g. handler.0.ordered=true (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE");
+  app.add_flag("--print-config", print_config, "print the effective configuration (secrets redacted) and exit");
+  app.add_flag("--migrate", migrate, "create/upgrade the inbox schema before starting");
+  app.set_version_flag("--version", std::string("outbox-consumer ") + OUTBOX_VERSION_STRING);
+  if (auto code = outbox::tools::ParseOrExit(app, argc, argv, "outbox-consumer")) return *code;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const std::string& s : sets) {
+    const auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "outbox-consumer: --set needs KEY=VALUE, got " << s << "\n";
+      return kExitConfig;
+    }
+    overrides.emplace_back(s.substr(0, eq), s.substr(eq + 1));
+  }
+  auto text = outbox::config::ReadFile(config_path);
+  auto cfg = text.ok() ? cd::LoadConfig(*text, config_path.empty() ? "<none>" : config_path,
+                                        outbox::config::OutboxEnvironment(), overrides)
+                       : outbox::Result<cd::Config>(text.status());
+  if (!cfg.ok()) {
+    std::cerr << "outbox-consumer: configuration error: " << cfg.status().message() << "\n";
+    return kExitConfig;
+  }
+  if (print_config) {
+    std::cout << cd::PrintConfig(*cfg);
+    return kExitOk;
+  }
+  outbox::StreamLogger logger(cfg->log_json, cfg->log_level);
+
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<Pipeline> pipelines(cfg->handlers.size());
+  for (std::size_t i = 0; i < pipelines.size(); ++i) {
+    Pipeline& p = pipelines[i];
+    p.handler = &cfg->handlers[i];
+    if (p.handler->kind() == cd::HandlerKind::kHttp) {
+      auto e = cd::HttpEffect::Create(*p.handler);
+      if (!e.ok()) return std::cerr << "outbox-consumer: configuration error: " << e.status().message() << "\n", kExitConfig;
+      p.http = std::move(*e);
+    }
+    outbox::KafkaInboxSourceOptions so;
+    so.properties = cfg->kafka;
+    so.properties["group.id"] = p.handler->group;
+    auto source = outbox::OpenKafkaInboxSource(so, logger);
+    if (!source.ok()) {
+      std::cerr << "outbox-consumer: configuration error: handler." << i << ": "
+                << source.status().message() << "\n";
+      return kExitConfig;
+    }
+    p.source = std::move(*source);
+  }
+
+  outbox::MetricsRegistry registry;
+  std::atomic<int> running{0}, waiting{0};
+  std::atomic<bool> stop{false};
+  const auto colon = cfg->http_listen.rfind(':');
+  outbox::MetricsServer::Options http_options;
+  http_options.host = cfg->http_listen.substr(0, colon);
+  http_options.port = std::atoi(cfg->http_listen.substr(colon + 1).c_str());  // 0: a free port
+  http_options.ready = [&] { return running == static_cast<int>(pipelines.size()); };
+  http_options.not_ready_reason = [&] {
+    return std::string("not ready: ") +
+           (waiting > 0 ? "inbox database unavailable\n" : "handlers starting\n");
+  };
+  auto http = outbox::MetricsServer::Start(http_options, registry);
+  if (!http.ok()) {
+    logger.Error("cannot listen for HTTP", {{"http.listen", cfg->http_listen}});
+    return kExitRuntime;
+  }
+  logger.Info("http listening", {{"address", http_options.host + ":" + std::to_string((*http)->port())}});
+
+  std::thread signal_thread([&, sigs] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    logger.Info("signal received; stopping gracefully (send again to exit at once)",
+                {{"signal", std::to_string(sig)}});
+    sd_notify(0, "STOPPING=1");
+    stop = true;
+    for (Pipeline& p : pipelines) {
+      if (p.consumer) p.consumer->Stop();
+    }
+    sigwait(&sigs, &sig);
+    logger.Warn("second signal: exiting now; uncommitted offsets are consumed again");
+    std::_Exit(kExitForced);
+  });
+  signal_thread.detach();
+
+  for (std::size_t i = 0; i < pipelines.size() && !stop; ++i) {
+    Pipeline& p = pipelines[i];
+    auto opened = OpenWithRetry(*cfg, p, migrate, stop, logger, waiting);
+    if (!opened.ok()) {
+      logger.Error("cannot open the inbox", {{"group", p.handler->group}, {"error", opened.status().ToString()}});
+      http->reset();
+      return kExitRuntime;
+    }
+    if (!*opened) break;
+    auto consumer = outbox::Consumer::Create(EngineOptions(*cfg, *p.handler), *p.source, *p.store,
+                                             cd::MakeDedup(p.handler->dedup), logger, &registry);
+    if (!consumer.ok()) {
+      logger.Error("cannot start the consumer", {{"group", p.handler->group}, {"error", consumer.status().ToString()}});
+      http->reset();
+      return kExitRuntime;
+    }
+    p.consumer = std::move(*consumer);
+    if (stop) p.consumer->Stop();  // the signal thread may have passed this one
+    p.thread = std::thread([&p, &running, &logger] {
+      ++running;
+      p.result = p.consumer->Run();
+      --running;
+      if (!p.result.ok()) {
+        logger.Error("consumer stopped on an error",
+                     {{"group", p.handler->group}, {"error", p.result.ToString()}});
+      }
+    });
+    logger.Info("handler started", {{"group", p.handler->group}, {"topic", p.handler->topic}});
+  }
+  sd_notify(0, "READY=1");
+  int code = kExitOk;
+  for (Pipeline& p : pipelines) {
+    if (p.thread.joinable()) p.thread.join();
+    if (!p.result.ok()) code = kExitRuntime;
+  }
+  http->reset();
+  return code;
+}
