@@ -21,7 +21,7 @@ endforeach()
 add_custom_target(outbox_installable)
 add_dependencies(outbox_installable ${OUTBOX_LIBRARIES})
 if(OUTBOX_BUILD_TOOLS)
-  add_dependencies(outbox_installable outbox-relay outboxctl outbox-mock-kafka)
+  add_dependencies(outbox_installable outbox-relay outbox-consumer outboxctl outbox-mock-kafka)
 endif()
 
 install(TARGETS ${OUTBOX_LIBRARIES} EXPORT outboxTargets

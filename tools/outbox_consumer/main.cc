@@ -113,9 +113,40 @@ outbox::ConsumerOptions EngineOptions(const cd::Config& c, const cd::HandlerConf
   return o;
 }
 
+// Each handler's HTTP effect and Kafka group member: what a bad value in the
+// configuration can still fail, before anything touches the database.
+outbox::Status BuildPipelines(const cd::Config& c, outbox::Logger& logger, std::vector<Pipeline>& pipelines) {
+  for (std::size_t i = 0; i < pipelines.size(); ++i) {
+    Pipeline& p = pipelines[i];
+    p.handler = &c.handlers[i];
+    if (p.handler->kind() == cd::HandlerKind::kHttp) {
+      auto e = cd::HttpEffect::Create(*p.handler);
+      if (!e.ok()) return e.status();
+      p.http = std::move(*e);
+    }
+    outbox::KafkaInboxSourceOptions so;
+    so.properties = c.kafka;
+    so.properties["group.id"] = p.handler->group;
+    auto source = outbox::OpenKafkaInboxSource(so, logger);
+    if (!source.ok()) {
+      return outbox::Status::InvalidArgument("handler." + std::to_string(i) + ": " + source.status().message());
+    }
+    p.source = std::move(*source);
+  }
+  return outbox::Status::Ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Blocked first, in every thread: a SIGTERM that arrives while the
+  // configuration loads or the database is down is a graceful stop, never a kill.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   CLI::App app{"outbox-consumer: applies each event's effect exactly once, with no consumer code.\n"
                "Values come from --config FILE < OUTBOX_* variables (and their _FILE forms) < --set.\n"
                "Keys, handlers, metrics and exit codes: docs/consumer.md.",
@@ -154,32 +185,10 @@ int main(int argc, char** argv) {
   }
   outbox::StreamLogger logger(cfg->log_json, cfg->log_level);
 
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
   std::vector<Pipeline> pipelines(cfg->handlers.size());
-  for (std::size_t i = 0; i < pipelines.size(); ++i) {
-    Pipeline& p = pipelines[i];
-    p.handler = &cfg->handlers[i];
-    if (p.handler->kind() == cd::HandlerKind::kHttp) {
-      auto e = cd::HttpEffect::Create(*p.handler);
-      if (!e.ok()) return std::cerr << "outbox-consumer: configuration error: " << e.status().message() << "\n", kExitConfig;
-      p.http = std::move(*e);
-    }
-    outbox::KafkaInboxSourceOptions so;
-    so.properties = cfg->kafka;
-    so.properties["group.id"] = p.handler->group;
-    auto source = outbox::OpenKafkaInboxSource(so, logger);
-    if (!source.ok()) {
-      std::cerr << "outbox-consumer: configuration error: handler." << i << ": "
-                << source.status().message() << "\n";
-      return kExitConfig;
-    }
-    p.source = std::move(*source);
+  if (outbox::Status st = BuildPipelines(*cfg, logger, pipelines); !st.ok()) {
+    std::cerr << "outbox-consumer: configuration error: " << st.message() << "\n";
+    return kExitConfig;
   }
 
   outbox::MetricsRegistry registry;

@@ -66,13 +66,13 @@ class CollectingSink final : public StatementSink {
 };
 
 // A handler's failed statement: by `classify` when given (from the SQLSTATE
-// that StatusFromResult puts at the end of the message), else the data is
-// wrong (class 22/23) or not.
+// that StatusFromResult puts at the end of the message's first line), else the
+// data is wrong (class 22/23) or not.
 HandlerResult FromStatement(const Status& st,
                             const std::function<ErrorClass(std::string_view)>& classify) {
   if (classify) {
     const std::string& m = st.message();
-    const auto at = m.rfind("[SQLSTATE ");
+    const auto at = m.rfind("[SQLSTATE ", m.find('\n'));
     const std::string state = at == std::string::npos ? "" : m.substr(at + 10, 5);
     return classify(state) == ErrorClass::kPermanent ? HandlerResult::Permanent(m)
                                                       : HandlerResult::Transient(m);

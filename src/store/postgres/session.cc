@@ -75,7 +75,10 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what
   const char* state_c = PQresultErrorField(res, PG_DIAG_SQLSTATE);
   std::string state = state_c ? state_c : "";
   std::string msg = prefix + TrimMessage(PQresultErrorMessage(res));
-  if (!state.empty()) msg += " [SQLSTATE " + state + "]";
+  if (!state.empty()) {  // on the first line, which is what a log or a header keeps
+    const auto nl = msg.find('\n');
+    msg.insert(nl == std::string::npos ? msg.size() : nl, " [SQLSTATE " + state + "]");
+  }
   std::string cls = state.substr(0, 2);
   if (cls == "08" || state == "57P01" || state == "57P02" || state == "57P03" || cls == "53") {
     return Status::Unavailable(msg);

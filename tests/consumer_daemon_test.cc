@@ -1,0 +1,322 @@
+// outbox-consumer as a real process against the real PostgreSQL and MariaDB
+// and a private outbox-mock-kafka: a `sql` handler applies each event once
+// through duplicates, SIGKILLs and the crash-matrix points; its errors are
+// classed by SQLSTATE (permanent to the dead-letter topic at once, transient
+// through the retry topics); an `http` handler POSTs with Idempotency-Key
+// through a 503 outage and a kill; a bad configuration exits 2 and touches
+// nothing.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "http_receiver.h"
+#include "kafka_helpers.h"
+#include "mariadb_test_util.h"
+#include "subprocess.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+enum class Db { kPostgres, kMariaDb };
+void PrintTo(Db d, std::ostream* os) { *os << (d == Db::kPostgres ? "Postgres" : "MariaDb"); }
+
+const char* kTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+class ConsumerDaemonTest : public ::testing::TestWithParam<Db> {
+ protected:
+  bool Maria() const { return GetParam() == Db::kMariaDb; }
+
+  void SetUp() override {
+    schema_ = "cd_" + RandomSuffix();
+    if (Maria()) {
+      OUTBOX_REQUIRE_ENV(base_, "OUTBOX_MYSQL_URL");
+      my_ = OpenMariaDb(base_, "");
+      ASSERT_NE(my_, nullptr);
+      MyQuery(my_, "CREATE DATABASE " + schema_);
+      url_ = MariaDbUrlFor(base_, schema_);
+      MyQuery(my_, "CREATE TABLE " + schema_ +
+                       ".effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(255), "
+                       "k VARCHAR(255), payload LONGTEXT, trace VARCHAR(255))");
+      // The effect: a procedure that refuses "permanent" (SQLSTATE 45000) and
+      // fails "transient" as a serialization failure would (40001).
+      MyQuery(my_, "CREATE PROCEDURE " + schema_ +
+                       ".apply_event(p LONGBLOB, h LONGTEXT, id VARCHAR(255), k VARCHAR(255)) BEGIN "
+                       "IF p = 'permanent' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END IF; "
+                       "IF p = 'transient' THEN SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'try later'; END IF; "
+                       "INSERT INTO " + schema_ + ".effects (event_id, k, payload, trace) "
+                       "VALUES (id, k, p, JSON_VALUE(h, '$.traceparent')); END");
+      sql_ = "CALL " + schema_ + ".apply_event($1, $2, $3, $4)";
+    } else {
+      OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+      admin_ = Connect(url_);
+      Exec(admin_.get(), "CREATE SCHEMA " + schema_);
+      Exec(admin_.get(), "CREATE TABLE " + schema_ +
+                             ".effects (id bigserial PRIMARY KEY, event_id text, k text, payload text, trace text)");
+      Exec(admin_.get(), "CREATE FUNCTION " + schema_ +
+                             ".apply_event(p bytea, h jsonb, id text, k text) RETURNS void "
+                             "LANGUAGE plpgsql AS $$ BEGIN "
+                             "IF convert_from(p, 'UTF8') = 'permanent' THEN RAISE EXCEPTION 'refused: %', id; END IF; "
+                             "IF convert_from(p, 'UTF8') = 'transient' THEN "
+                             "  RAISE EXCEPTION 'try later' USING ERRCODE = '40001'; END IF; "
+                             "INSERT INTO " + schema_ + ".effects (event_id, k, payload, trace) "
+                             "VALUES (id, k, convert_from(p, 'UTF8'), h->>'traceparent'); END $$");
+      sql_ = "SELECT " + schema_ + ".apply_event($1, $2, $3, $4)";
+    }
+    kafka_ = std::make_unique<MockKafka>(
+        1, std::vector<std::string>{"lessons:4", "lessons.retry.1:2", "lessons.retry.2:2", "lessons.dlt:2"});
+    ASSERT_FALSE(kafka_->bootstrap().empty());
+  }
+  void TearDown() override {
+    consumers_.clear();
+    if (admin_) Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
+    if (my_) {
+      MyQuery(my_, "DROP DATABASE IF EXISTS " + schema_);
+      mysql_close(my_);
+    }
+  }
+
+  std::string Sql(const std::string& sql) { return Maria() ? MyQuery(my_, sql) : Exec(admin_.get(), sql); }
+  long Count(const std::string& sql) { return std::stol(Sql(sql)); }
+  long Effects() { return Count("SELECT count(*) FROM " + schema_ + ".effects"); }
+  long DoubleEffects() {
+    return Count("SELECT count(*) FROM (SELECT event_id FROM " + schema_ +
+                 ".effects GROUP BY event_id HAVING count(*) > 1) d");
+  }
+  long Stamps() { return Count("SELECT count(*) FROM " + schema_ + ".inbox_stamps"); }
+
+  // A config file with one handler (`handler` are its lines), and the process.
+  Subprocess& Start(const std::string& handler, std::vector<std::string> sets = {},
+                    std::map<std::string, std::string> env = {}) {
+    const auto dir = std::filesystem::temp_directory_path();
+    const std::string n = std::to_string(consumers_.size());
+    const std::string path = (dir / ("outbox-consumer-" + schema_ + "-" + n + ".toml")).string();
+    std::ofstream(path) << "[consumer]\nbatch_size = 20\nbatch_wait_ms = 5\n[http]\nlisten = \"127.0.0.1:0\"\n"
+                        << "[[handler]]\ntopic = \"lessons\"\ngroup = \"g-" << schema_ << "\"\n"
+                        << handler;
+    // --set, not the environment: the test's own OUTBOX_* variables name the shared servers.
+    std::vector<std::string> argv = {OUTBOX_CONSUMER_BIN, "--config", path, "--migrate",
+                                     "--set", "database.url=" + url_,
+                                     "--set", "database.inbox_schema=" + schema_,
+                                     "--set", "kafka.bootstrap=" + kafka_->bootstrap()};
+    for (const auto& s : sets) {
+      argv.push_back("--set");
+      argv.push_back(s);
+    }
+    consumers_.push_back(std::make_unique<Subprocess>(
+        argv, env, (dir / ("outbox-consumer-" + schema_ + "-" + n + ".log")).string()));
+    return *consumers_.back();
+  }
+  Subprocess& StartSql(std::vector<std::string> sets = {}, std::map<std::string, std::string> env = {}) {
+    return Start("sql = \"" + sql_ + "\"\nretries = \"200ms,200ms\"\n", std::move(sets), std::move(env));
+  }
+
+  // Events ev-<from>..ev-<from+n-1> on keys agg-0..agg-9, each sent `copies` times.
+  void Produce(int n, const std::string& payload, int copies = 1, int from = 0) {
+    std::vector<Message> msgs;
+    for (int c = 0; c < copies; ++c) {
+      for (int i = from; i < from + n; ++i) {
+        Message m;
+        m.key = "agg-" + std::to_string(i % 10);
+        m.value = payload;
+        m.headers["outbox-event-id"] = "ev-" + std::to_string(i);
+        m.headers["traceparent"] = kTrace;
+        msgs.push_back(m);
+      }
+    }
+    ASSERT_EQ(outbox::testing::Produce(kafka_->bootstrap(), "lessons", msgs), static_cast<int>(msgs.size()));
+  }
+
+  static int HttpPort(Subprocess& p) {
+    const std::string marker = "http listening address=127.0.0.1:";
+    int port = 0;
+    WaitFor([&] {
+      const std::string log = p.Log();
+      const auto at = log.find(marker);
+      if (at != std::string::npos) port = std::atoi(log.c_str() + at + marker.size());
+      return port > 0;
+    }, Scaled(20s));
+    return port;
+  }
+  static std::string Get(int port, const std::string& path, int* status = nullptr) {
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_read_timeout(5, 0);
+    auto res = cli.Get(path.c_str());
+    if (status) *status = res ? res->status : 0;
+    return res ? res->body : "";
+  }
+
+  std::string url_, schema_, base_, sql_;
+  PgConn admin_;
+  MYSQL* my_ = nullptr;
+  std::unique_ptr<MockKafka> kafka_;
+  std::vector<std::unique_ptr<Subprocess>> consumers_;
+};
+
+TEST_P(ConsumerDaemonTest, SqlHandlerAppliesEachEventOnceThroughCopiesAndKills) {
+  Produce(300, "ok");
+  Produce(100, "ok", /*copies=*/1, /*from=*/0);  // copies of the first 100
+  Subprocess& first = StartSql();
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 60; }, Scaled(60s))) << first.Log();
+  first.Signal(SIGKILL);  // mid-stream: effects committed, offsets maybe not
+  first.Wait();
+  Subprocess& second = StartSql();
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 300; }, Scaled(90s))) << second.Log();
+  const int port = HttpPort(second);
+  int status = 0;
+  Get(port, "/readyz", &status);
+  EXPECT_EQ(status, 200);
+  // The engine's metrics carry the handler's group.
+  const std::string metrics = Get(port, "/metrics");
+  EXPECT_NE(metrics.find("outbox_inbox_applied_total{consumer=\"g-" + schema_ + "\"}"), std::string::npos)
+      << metrics;
+  second.Signal(SIGTERM);
+  EXPECT_EQ(second.Wait(Scaled(30s)), 0) << second.Log();
+  EXPECT_EQ(Effects(), 300);
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(Stamps(), 300);
+  // $2 headers, $3 event id, $4 key arrived as the handler's parameters.
+  EXPECT_EQ(Count("SELECT count(*) FROM " + schema_ + ".effects WHERE trace = '" + kTrace +
+                  "' AND event_id LIKE 'ev-%' AND k LIKE 'agg-%' AND payload = 'ok'"),
+            300);
+}
+
+TEST_P(ConsumerDaemonTest, KilledInsideTheTransactionOrBeforeTheOffsetCommitStillAppliesOnce) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
+  Produce(40, "ok");
+  // The first dies in its second batch (batch_size 20 of 40: the first one
+  // committed), the second in its first (whatever is left: its effects commit,
+  // its offsets do not, so the last one is handed them again).
+  for (const char* fault : {"Inbox::InsideTransaction=crash@2", "Inbox::AfterCommitBeforeOffsetCommit=crash@1"}) {
+    Subprocess& c = StartSql({}, {{"OUTBOX_FAULTS", fault}});
+    EXPECT_EQ(c.Wait(Scaled(60s)), 70) << fault << ": should die at the fault point:\n" << c.Log();
+  }
+  Subprocess& last = StartSql();
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 40; }, Scaled(60s))) << last.Log();
+  // Ready (its handler running) before the stop: the effects may all be in already.
+  const int port = HttpPort(last);
+  ASSERT_TRUE(WaitFor([&] { int s = 0; Get(port, "/readyz", &s); return s == 200; }, Scaled(30s))) << last.Log();
+  last.Signal(SIGTERM);
+  EXPECT_EQ(last.Wait(Scaled(30s)), 0) << last.Log();
+  EXPECT_EQ(Effects(), 40);
+  EXPECT_EQ(DoubleEffects(), 0);
+}
+
+TEST_P(ConsumerDaemonTest, ErrorsAreClassedBySqlState) {
+  Produce(1, "permanent", 1, 0);
+  Produce(1, "transient", 1, 1);
+  Produce(1, "ok", 1, 2);
+  Subprocess& c = StartSql();
+  // Permanent (a RAISE / SIGNAL 45000): dead-lettered at once. Transient
+  // (40001): through both retry topics, then dead-lettered.
+  auto dlt = ReadTopic(kafka_->bootstrap(), "lessons.dlt", 2, 2, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 2u) << c.Log();
+  std::map<std::string, std::string> cls, attempt, message;
+  for (const Message& m : dlt) {
+    cls[m.headers.at("outbox-event-id")] = m.headers.at("outbox-error-class");
+    attempt[m.headers.at("outbox-event-id")] = m.headers.at("outbox-attempt");
+    message[m.headers.at("outbox-event-id")] = m.headers.at("outbox-error-message");
+  }
+  EXPECT_EQ(cls["ev-0"], "permanent");
+  EXPECT_EQ(attempt["ev-0"], "1");
+  EXPECT_NE(message["ev-0"].find(Maria() ? "45000" : "P0001"), std::string::npos) << message["ev-0"];
+  EXPECT_EQ(cls["ev-1"], "transient");
+  EXPECT_EQ(attempt["ev-1"], "3") << "two retries, then the dead-letter topic";
+  EXPECT_NE(message["ev-1"].find("40001"), std::string::npos) << message["ev-1"];
+  EXPECT_EQ(ReadTopic(kafka_->bootstrap(), "lessons.retry.2", 2, 1, Scaled(10s)).size(), 1u);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(Sql("SELECT event_id FROM " + schema_ + ".effects"), "ev-2");
+}
+
+TEST_P(ConsumerDaemonTest, ABadConfigurationExitsTwoNamingTheKeyAndTouchesNothing) {
+  Subprocess& c = Start("sql = \"" + sql_ + "\"\ndedup = \"payload:user\"\n");
+  EXPECT_EQ(c.Wait(Scaled(20s)), 2) << c.Log();
+  EXPECT_NE(c.Log().find("config key handler.0.dedup"), std::string::npos) << c.Log();
+  const std::string where = Maria() ? "table_schema = '" + schema_ + "'" : "table_schema = '" + schema_ + "'";
+  EXPECT_EQ(Count("SELECT count(*) FROM information_schema.tables WHERE " + where +
+                  " AND table_name LIKE 'inbox%'"),
+            0)
+      << "--migrate must not run with a bad configuration";
+  Subprocess& high = Start("sql = \"select f($5)\"\n");
+  EXPECT_EQ(high.Wait(Scaled(20s)), 2) << high.Log();
+  EXPECT_NE(high.Log().find("handler.0.sql: $5 is not a parameter"), std::string::npos) << high.Log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, ConsumerDaemonTest, ::testing::Values(Db::kPostgres, Db::kMariaDb),
+                         [](const auto& p) { return p.param == Db::kPostgres ? "Postgres" : "MariaDb"; });
+
+// The http handler (on PostgreSQL; the effect is the same on MariaDB): a POST per new event
+// with Idempotency-Key, stamped after its 2xx. A 503 outage goes through the
+// retry topics, a 404 is dead-lettered, a SIGKILL may repeat a POST whose
+// stamp did not commit (the documented at-least-once), never lose one.
+class ConsumerHttpTest : public ConsumerDaemonTest {};
+
+TEST_P(ConsumerHttpTest, PostsEachEventWithItsKeyThroughAnOutageAndAKill) {
+  std::mutex mu;
+  std::map<std::string, int> keys;  // Idempotency-Key -> 2xx answers
+  int unavailable = 8;               // the first requests get 503
+  std::string content_type, trace;
+  HttpReceiver receiver([&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard l(mu);
+    if (unavailable > 0) {
+      --unavailable;
+      res.status = 503;
+      return;
+    }
+    if (req.body == "gone") {
+      res.status = 404;
+      res.body = "no such lesson";
+      return;
+    }
+    res.status = 200;
+    ++keys[req.get_header_value("Idempotency-Key")];
+    content_type = req.get_header_value("Content-Type");
+    trace = req.get_header_value("traceparent");
+  });
+  Produce(60, "ok");
+  Produce(20, "ok", 1, 0);  // copies
+  Produce(1, "gone", 1, 60);
+  const std::string handler = "http = \"" + receiver.url("/events") + "\"\nretries = \"300ms,300ms,300ms\"\n";
+  Subprocess& first = Start(handler);
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard l(mu);
+    return keys.size() >= 20;
+  }, Scaled(60s))) << first.Log();
+  first.Signal(SIGKILL);
+  first.Wait();
+  Subprocess& second = Start(handler);
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard l(mu);
+    return keys.size() >= 60;
+  }, Scaled(90s))) << second.Log();
+  auto dlt = ReadTopic(kafka_->bootstrap(), "lessons.dlt", 2, 1, Scaled(30s));
+  ASSERT_EQ(dlt.size(), 1u) << second.Log();
+  EXPECT_EQ(dlt[0].headers["outbox-error-class"], "permanent");
+  EXPECT_NE(dlt[0].headers["outbox-error-message"].find("HTTP 404 from POST"), std::string::npos);
+  ASSERT_TRUE(WaitFor([&] { return Stamps() == 60; }, Scaled(30s))) << second.Log();
+  second.Signal(SIGTERM);
+  EXPECT_EQ(second.Wait(Scaled(30s)), 0) << second.Log();
+  std::lock_guard l(mu);
+  int repeated = 0;
+  for (int i = 0; i < 60; ++i) {
+    const int n = keys["ev-" + std::to_string(i)];
+    EXPECT_GE(n, 1) << "ev-" << i << " never got a 2xx";
+    repeated += n - 1;
+  }
+  // Only the kill can repeat a POST: at most the batch in flight (20 messages).
+  EXPECT_LE(repeated, 20);
+  EXPECT_EQ(content_type, "application/octet-stream");
+  EXPECT_EQ(trace, kTrace);
+}
+
+INSTANTIATE_TEST_SUITE_P(Http, ConsumerHttpTest, ::testing::Values(Db::kPostgres),
+                         [](const auto&) { return "Postgres"; });
+
+}  // namespace
+}  // namespace outbox::testing
