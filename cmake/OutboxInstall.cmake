@@ -3,8 +3,9 @@
 # file) and lib/pkgconfig/outbox.pc. Modelled on fmt's and spdlog's packaging.
 # Two components, which are also the two Debian packages (cmake/OutboxPackage.cmake):
 #   dev    headers, static libraries, CMake package, pkg-config file (liboutbox-dev)
-#   tools  outbox-relay, outboxctl, outbox-mock-kafka, the systemd unit, the
-#          configuration template, alert rules, dashboard and docs (outbox)
+#   tools  outbox-relay, outbox-consumer, outboxctl, outbox-mock-kafka, the
+#          systemd units, the configuration templates, alert rules, dashboard
+#          and docs (outbox)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -50,9 +51,10 @@ install(FILES ${PROJECT_BINARY_DIR}/outbox.pc DESTINATION ${CMAKE_INSTALL_LIBDIR
 # configuration template goes to share/outbox, and the package's postinst
 # copies it to /etc/outbox/relay.toml when that file does not exist.
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/systemd/outbox-relay.service
+              ${PROJECT_SOURCE_DIR}/packaging/systemd/outbox-consumer.service
         DESTINATION lib/systemd/system COMPONENT tools)
-install(FILES ${PROJECT_SOURCE_DIR}/packaging/relay.toml DESTINATION ${CMAKE_INSTALL_DATADIR}/outbox
-        COMPONENT tools)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/relay.toml ${PROJECT_SOURCE_DIR}/packaging/consumer.toml
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/outbox COMPONENT tools)
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/prometheus/outbox-alerts.yml
               ${PROJECT_SOURCE_DIR}/packaging/prometheus/outbox-alerts.test.yml
         DESTINATION ${CMAKE_INSTALL_DATADIR}/outbox/prometheus COMPONENT tools)
@@ -60,4 +62,5 @@ install(FILES ${PROJECT_SOURCE_DIR}/packaging/grafana/outbox-dashboard.json
         DESTINATION ${CMAKE_INSTALL_DATADIR}/outbox/grafana COMPONENT tools)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/relay.md
               ${PROJECT_SOURCE_DIR}/docs/alerts.md ${PROJECT_SOURCE_DIR}/docs/inbox.md
+              ${PROJECT_SOURCE_DIR}/docs/consumer.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT tools)

@@ -1,7 +1,7 @@
 # `cpack -G DEB` in a build tree: two Debian packages, from the install
 # components (cmake/OutboxInstall.cmake).
-#   outbox          the tools, the systemd unit, /etc/outbox/relay.toml (made
-#                   from share/outbox/relay.toml by postinst), the `outbox`
+#   outbox          the tools, the systemd units, /etc/outbox/relay.toml and
+#                   consumer.toml (made from share/outbox/ by postinst), the `outbox`
 #                   system user, alert rules, dashboard, docs. Its library
 #                   dependencies are computed by dpkg-shlibdeps.
 #   liboutbox-dev   headers, static libraries, the CMake package and pkg-config
@@ -25,7 +25,7 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME outbox)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "adduser")
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION
-    "transactional outbox relay (outbox-relay, outboxctl)\n outbox-relay moves committed outbox rows from PostgreSQL or MariaDB to Kafka,\n in order per aggregate, without losing or reordering events; outboxctl\n inspects, replays and purges them. Ships a systemd unit, Prometheus alert\n rules and a Grafana dashboard.")
+    "transactional outbox relay and inbox consumer (outbox-relay, outbox-consumer, outboxctl)\n outbox-relay moves committed outbox rows from PostgreSQL or MariaDB to Kafka,\n in order per aggregate, without losing or reordering events; outbox-consumer\n applies each event's effect exactly once (a SQL statement or an HTTP POST);\n outboxctl inspects, replays and purges them. Ships systemd units, Prometheus\n alert rules and a Grafana dashboard.")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_CONTROL_EXTRA
     "${PROJECT_SOURCE_DIR}/packaging/deb/postinst;${PROJECT_SOURCE_DIR}/packaging/deb/prerm;${PROJECT_SOURCE_DIR}/packaging/deb/postrm")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_CONTROL_STRICT_PERMISSION ON)

@@ -2,8 +2,8 @@
 # ctest package.deb: `cpack -G DEB` in BUILD_DIR makes the two Debian packages
 # (cmake/OutboxPackage.cmake); dpkg -i installs them on this machine (apt-get
 # -f fetches what they depend on, if anything is missing); then the system
-# paths work: outbox-relay --version, the shipped /etc/outbox/relay.toml
-# loads, the unit verifies, the `outbox` user exists, and a project finds the
+# paths work: outbox-relay and outbox-consumer --version, the shipped
+# /etc/outbox/relay.toml and consumer.toml load, the units verify, the `outbox` user exists, and a project finds the
 # library with find_package(outbox) and no hints. Both packages are purged
 # afterwards, which must leave no binary and no /etc/outbox behind.
 #   tests/package_deb_test.sh BUILD_DIR SOURCE_DIR VERSION
@@ -44,9 +44,24 @@ getent passwd outbox >/dev/null || { echo "no outbox user"; exit 1; }
 OUTBOX_DATABASE_URL=postgresql://relay@db.invalid/orders OUTBOX_KAFKA_BOOTSTRAP=kafka.invalid:9092 \
   /usr/bin/outbox-relay --config /etc/outbox/relay.toml --print-config >"$tmp/config.txt"
 grep -q '^workers = 4$' "$tmp/config.txt" || { echo "the shipped relay.toml did not load"; cat "$tmp/config.txt"; exit 1; }
+[ "$(/usr/bin/outbox-consumer --version)" = "outbox-consumer $version" ]
+[ "$(stat -c '%U:%G %a' /etc/outbox/consumer.toml)" = "root:outbox 640" ] || \
+  { echo "/etc/outbox/consumer.toml: $(stat -c '%U:%G %a' /etc/outbox/consumer.toml)"; exit 1; }
+# The shipped consumer.toml has no handler (its examples are comments): it
+# refuses to start, saying so, and loads once one is given.
+export OUTBOX_DATABASE_URL=postgresql://billing@db.invalid/billing OUTBOX_KAFKA_BOOTSTRAP=kafka.invalid:9092
+rc=0; /usr/bin/outbox-consumer --config /etc/outbox/consumer.toml --print-config >"$tmp/consumer.txt" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q 'no \[\[handler\]\] configured' "$tmp/consumer.txt" || \
+  { echo "the shipped consumer.toml without a handler: exit $rc"; cat "$tmp/consumer.txt"; exit 1; }
+/usr/bin/outbox-consumer --config /etc/outbox/consumer.toml --print-config --set handler.0.topic=orders \
+  --set handler.0.group=billing --set 'handler.0.sql=SELECT 1' >"$tmp/consumer.txt"
+grep -q '^listen = "127.0.0.1:9465"$' "$tmp/consumer.txt" || { echo "the shipped consumer.toml did not load"; cat "$tmp/consumer.txt"; exit 1; }
+unset OUTBOX_DATABASE_URL OUTBOX_KAFKA_BOOTSTRAP
 if command -v systemd-analyze >/dev/null; then
-  out="$(systemd-analyze verify /usr/lib/systemd/system/outbox-relay.service 2>&1)" || { echo "$out"; exit 1; }
-  [ -z "$out" ] || { echo "systemd-analyze verify warned: $out"; exit 1; }
+  for unit in outbox-relay outbox-consumer; do
+    out="$(systemd-analyze verify /usr/lib/systemd/system/$unit.service 2>&1)" || { echo "$out"; exit 1; }
+    [ -z "$out" ] || { echo "systemd-analyze verify warned: $out"; exit 1; }
+  done
 fi
 # Test machinery never ships: no fault-point header, no fault-point definition
 # in the CMake package or the pkg-config file.
@@ -65,7 +80,8 @@ cmake --build "$tmp/consumer" >>"$tmp/consumer.log" 2>&1 || { cat "$tmp/consumer
 "$tmp/consumer/consumer"
 
 $SUDO dpkg --purge outbox liboutbox-dev >/dev/null
-for f in /usr/bin/outbox-relay /usr/lib/cmake/outbox /etc/outbox /usr/lib/systemd/system/outbox-relay.service; do
+for f in /usr/bin/outbox-relay /usr/bin/outbox-consumer /usr/lib/cmake/outbox /etc/outbox \
+  /usr/lib/systemd/system/outbox-relay.service /usr/lib/systemd/system/outbox-consumer.service; do
   [ ! -e "$f" ] || { echo "$f is left after purge"; exit 1; }
 done
 echo "package ok"

@@ -225,6 +225,10 @@ int main(int argc, char** argv) {
     std::_Exit(kExitForced);
   });
   signal_thread.detach();
+  // Ready for systemd once the configuration is loaded and /metrics listens: a
+  // database outage is retried with backoff and reported on /readyz, and does
+  // not fail the start.
+  sd_notify(0, "READY=1");
 
   for (std::size_t i = 0; i < pipelines.size() && !stop; ++i) {
     Pipeline& p = pipelines[i];
@@ -255,7 +259,6 @@ int main(int argc, char** argv) {
     });
     logger.Info("handler started", {{"group", p.handler->group}, {"topic", p.handler->topic}});
   }
-  sd_notify(0, "READY=1");
   int code = kExitOk;
   for (Pipeline& p : pipelines) {
     if (p.thread.joinable()) p.thread.join();
