@@ -248,6 +248,25 @@ TEST_P(ConsumerDaemonTest, ABadConfigurationExitsTwoNamingTheKeyAndTouchesNothin
   EXPECT_NE(high.Log().find("handler.0.sql: $5 is not a parameter"), std::string::npos) << high.Log();
 }
 
+// The database unreachable at start: the process waits (retrying with
+// backoff), says so on /readyz, and still stops cleanly on SIGTERM.
+TEST_P(ConsumerDaemonTest, AnUnreachableDatabaseIsRetriedReportedOnReadyzAndAStopIsClean) {
+  const std::string down = Maria() ? "mysql://root@127.0.0.1:1/x" : "postgresql://postgres@127.0.0.1:1/x";
+  Subprocess& c = StartSql({"database.url=" + down});
+  const int port = HttpPort(c);
+  ASSERT_GT(port, 0) << c.Log();
+  std::string body;
+  ASSERT_TRUE(WaitFor([&] {
+    int status = 0;
+    body = Get(port, "/readyz", &status);
+    return status == 503 && body.find("inbox database unavailable") != std::string::npos;
+  }, Scaled(20s))) << body << c.Log();
+  ASSERT_TRUE(WaitFor([&] { return c.Log().find("inbox database unavailable; retrying") != std::string::npos; },
+                      Scaled(10s)));
+  c.Signal(SIGTERM);
+  EXPECT_EQ(c.Wait(Scaled(20s)), 0) << c.Log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, ConsumerDaemonTest, ::testing::Values(Db::kPostgres, Db::kMariaDb),
                          [](const auto& p) { return p.param == Db::kPostgres ? "Postgres" : "MariaDb"; });
 
@@ -313,6 +332,48 @@ TEST_P(ConsumerHttpTest, PostsEachEventWithItsKeyThroughAnOutageAndAKill) {
   EXPECT_LE(repeated, 20);
   EXPECT_EQ(content_type, "application/octet-stream");
   EXPECT_EQ(trace, kTrace);
+}
+
+// A receiver down longer than the retries span: the events it caught are
+// dead-lettered as transient; once it answers, `outboxctl dlt replay` sends
+// them again and each is POSTed and stamped.
+TEST_P(ConsumerHttpTest, AnOutageLongerThanTheRetriesSpanIsDeadLetteredThenReplayed) {
+  std::mutex mu;
+  bool up = false;
+  std::map<std::string, int> keys;  // Idempotency-Key -> 2xx answers
+  HttpReceiver receiver([&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard l(mu);
+    if (!up) {
+      res.status = 503;
+      return;
+    }
+    res.status = 204;
+    ++keys[req.get_header_value("Idempotency-Key")];
+  });
+  Produce(10, "ok");
+  Subprocess& c = Start("http = \"" + receiver.url("/events") + "\"\nretries = \"100ms\"\n");
+  auto dlt = ReadTopic(kafka_->bootstrap(), "lessons.dlt", 2, 10, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 10u) << c.Log();
+  for (const Message& m : dlt) {
+    EXPECT_EQ(m.headers.at("outbox-error-class"), "transient");
+    EXPECT_EQ(m.headers.at("outbox-attempt"), "2") << "one retry, then the dead-letter topic";
+    EXPECT_NE(m.headers.at("outbox-error-message").find("HTTP 503 from POST"), std::string::npos);
+  }
+  EXPECT_EQ(Stamps(), 0);
+  {
+    std::lock_guard l(mu);
+    up = true;
+  }
+  Subprocess replay({OUTBOX_OUTBOXCTL_BIN, "--bootstrap", kafka_->bootstrap(), "dlt", "replay", "--topic",
+                     "lessons.dlt"},
+                    {}, (std::filesystem::temp_directory_path() / ("outboxctl-" + schema_ + ".log")).string());
+  ASSERT_EQ(replay.Wait(Scaled(60s)), 0) << replay.Log();
+  ASSERT_TRUE(WaitFor([&] { return Stamps() == 10; }, Scaled(60s))) << c.Log();
+  c.Signal(SIGTERM);
+  EXPECT_EQ(c.Wait(Scaled(30s)), 0) << c.Log();
+  std::lock_guard l(mu);
+  ASSERT_EQ(keys.size(), 10u);
+  for (const auto& [key, n] : keys) EXPECT_EQ(n, 1) << key;
 }
 
 INSTANTIATE_TEST_SUITE_P(Http, ConsumerHttpTest, ::testing::Values(Db::kPostgres),
