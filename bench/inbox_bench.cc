@@ -4,8 +4,11 @@
 // fresh consumer group and empty stamp and effect tables. After each batch-handler
 // run the topic is replayed twice by fresh groups (every message a duplicate):
 // once counting the absorbed copies on the stamps (default), once not.
+// With --daemon BIN it compares, instead, the in-process sink handler with the
+// outbox-consumer daemon (BIN) running the same INSERT as its `sql` handler,
+// taking turns run by run.
 //
-//   inbox_bench --mock BIN [--db URL] [--events 200000] [--runs 3] [--batch 500]
+//   inbox_bench --mock BIN [--db URL] [--events 200000] [--runs 3] [--batch 500] [--daemon BIN]
 #include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
 
@@ -57,11 +60,51 @@ void ProduceAll(const std::string& bootstrap, int events) {
   rd_kafka_destroy(p);
 }
 
+// Runs the outbox-consumer daemon at `bin` with one `sql` handler doing the
+// sink handler's INSERT (the key is $4) under a fresh group, until every event
+// has its effect row. Timed from the first effect row to the last (polled
+// every 50 ms); returns effects/s.
+double TimedDaemon(const std::string& bin, const std::string& url, const std::string& bootstrap,
+                   int events, int batch, int seq, PGconn* admin) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "inbox_bench_daemon";
+  fs::create_directories(dir);
+  const std::string config = (dir / "consumer.toml").string();
+  std::ofstream(config) << "[database]\ninbox_schema = \"" << kSchema << "\"\n"
+                        << "[consumer]\nbatch_size = " << batch << "\nbatch_wait_ms = 20\n"
+                        << "[http]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n"
+                        << "[[handler]]\ntopic = \"" << kTopic << "\"\ngroup = \"bench-daemon-" << seq
+                        << "\"\nsql = \"INSERT INTO " << kSchema << ".effects VALUES ($4, 1)\"\n";
+  outbox::testing::Subprocess daemon({bin, "--config", config, "--set", "database.url=" + url, "--set",
+                                      "kafka.bootstrap=" + bootstrap},
+                                     {}, (dir / "log").string());
+  const std::string count = "SELECT count(*) FROM " + kSchema + ".effects";
+  long first = 0;
+  for (;;) {
+    first = std::stol(Scalar(admin, count));
+    if (first > 0) break;
+    if (daemon.Wait(std::chrono::milliseconds(0))) {
+      std::fprintf(stderr, "outbox-consumer exited: %s\n", daemon.Log().c_str());
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::stol(Scalar(admin, count)) < events) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double secs = SecondsSince(t0);
+  daemon.Signal(SIGTERM);
+  if (daemon.Wait(std::chrono::seconds(30)) != 0) {
+    std::fprintf(stderr, "outbox-consumer did not stop cleanly: %s\n", daemon.Log().c_str());
+    std::exit(1);
+  }
+  return static_cast<double>(events - first) / secs;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"mock", ""}, {"events", "200000"}, {"runs", "3"},
-                       {"batch", "500"}});
+                       {"batch", "500"}, {"daemon", ""}});
   if (f.Str("db").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "inbox_bench: --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
     return 2;
@@ -161,6 +204,37 @@ int main(int argc, char** argv) {
     }
     return static_cast<double>(static_cast<std::uint64_t>(events) - first) / secs;
   };
+  auto list = [](const std::vector<double>& v) {
+    std::string all;
+    for (double x : v) {
+      if (!all.empty()) all += ", ";
+      all += std::to_string(static_cast<long>(x));
+    }
+    return all;
+  };
+  if (!f.Str("daemon").empty()) {  // the sink handler against outbox-consumer, taking turns
+    std::vector<double> sink, daemon;
+    for (int r = 0; r < 2 * runs; ++r) {
+      const bool use_daemon = (r % 2 == 1) != ((r / 2) % 2 == 1);  // order flips each round
+      MustExec(admin, "TRUNCATE " + kSchema + ".effects, " + kSchema + ".inbox_stamps");
+      if (use_daemon) {
+        daemon.push_back(TimedDaemon(f.Str("daemon"), url, bootstrap, events, f.Int("batch"), group_seq++, admin));
+      } else {
+        sink.push_back(timed_consume(**sink_inbox, false));
+      }
+      std::fprintf(stderr, "run %d (%s): %.0f effects/s\n", r / 2 + 1, use_daemon ? "outbox-consumer" : "sink handler",
+                   use_daemon ? daemon.back() : sink.back());
+    }
+    std::printf("| consumer | events | batch | median effects/s | runs |\n|---|---|---|---|---|\n");
+    std::printf("| C++ `SinkHandler` in-process: `INSERT ... VALUES ($1, 1)` with the key | %d | %d | %.0f | %s |\n",
+                events, f.Int("batch"), Median(sink), list(sink).c_str());
+    std::printf("| `outbox-consumer`, `sql = \"INSERT ... VALUES ($4, 1)\"` | %d | %d | %.0f | %s |\n", events,
+                f.Int("batch"), Median(daemon), list(daemon).c_str());
+    std::printf("\noutbox-consumer / SinkHandler: %.2f.\n", Median(daemon) / Median(sink));
+    MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
+    PQfinish(admin);
+    return 0;
+  }
   std::vector<double> rates, sink_rates, batch_rates, replay_counted, replay_uncounted;
   const char* style_names[] = {"per-message handler", "per-message sink handler", "batch handler"};
   for (int r = 0; r < 3 * runs; ++r) {
@@ -185,14 +259,6 @@ int main(int argc, char** argv) {
       }
     }
   }
-  auto list = [](const std::vector<double>& v) {
-    std::string all;
-    for (double x : v) {
-      if (!all.empty()) all += ", ";
-      all += std::to_string(static_cast<long>(x));
-    }
-    return all;
-  };
   std::printf("| consumer | events | batch | median effects/s | runs |\n|---|---|---|---|---|\n");
   std::printf("| 1 consumer, per-message handler: one `INSERT` per event | %d | %d | %.0f | %s |\n",
               events, f.Int("batch"), Median(rates), list(rates).c_str());
