@@ -287,7 +287,7 @@ struct AckLatency {
 };
 
 AckLatency ParseAckHistogram(const std::string& metrics) {
-  const std::string prefix = "outbox_relay_commit_to_ack_seconds_bucket{le=\"";
+  const std::string prefix = "outbox_relay_commit_to_ack_seconds_bucket{transport=\"kafka\",le=\"";
   std::vector<std::pair<double, double>> buckets;  // upper bound (s), cumulative count
   std::istringstream in(metrics);
   for (std::string line; std::getline(in, line);) {

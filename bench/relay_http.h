@@ -13,6 +13,8 @@
 
 #include <httplib.h>
 
+#include "prometheus_text.h"
+
 namespace outbox::bench {
 
 // A port nobody listens on now (bound once by us, then released).
@@ -39,16 +41,10 @@ inline std::string HttpGet(int port, const std::string& path) {
   return res && res->status == 200 ? res->body : "";
 }
 
-// The value of the sample line "name value" in Prometheus text, or -1.
+// The value of a sample in Prometheus text (its name, and labels it must
+// have), or -1 (tests/prometheus_text.h).
 inline double MetricSample(const std::string& body, const std::string& name) {
-  const std::string key = name + " ";
-  for (std::size_t pos = 0; pos < body.size();) {
-    std::size_t end = body.find('\n', pos);
-    if (end == std::string::npos) end = body.size();
-    if (body.compare(pos, key.size(), key) == 0) return std::atof(body.c_str() + pos + key.size());
-    pos = end + 1;
-  }
-  return -1;
+  return outbox::testing::PrometheusSample(body, name);
 }
 
 }  // namespace outbox::bench

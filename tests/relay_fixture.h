@@ -16,6 +16,7 @@
 
 #include "kafka_helpers.h"
 #include "outbox/postgres.h"
+#include "prometheus_text.h"
 #include "subprocess.h"
 #include "test_env.h"
 
@@ -135,18 +136,10 @@ class RelayE2ETest : public ::testing::Test {
     return res ? res->body : "";
   }
 
-  // The value of one sample line "name value" in Prometheus text, or -1.
+  // The value of a sample in Prometheus text (its name, and labels it must
+  // have), or -1 (prometheus_text.h).
   static double Metric(const std::string& body, const std::string& name) {
-    const std::string key = name + " ";
-    for (std::size_t pos = 0; pos < body.size();) {
-      std::size_t end = body.find('\n', pos);
-      if (end == std::string::npos) end = body.size();
-      if (body.compare(pos, key.size(), key) == 0) {
-        return std::atof(body.c_str() + pos + key.size());
-      }
-      pos = end + 1;
-    }
-    return -1;
+    return PrometheusSample(body, name);
   }
 
   // One OrderChanged event of aggregate `aggregate_id`, in its own transaction on

@@ -102,7 +102,9 @@ TEST_F(RelayHttpTest, AnOutageLongerThanTheRetriesSpanFailsNothingAndKeepsTheOrd
     return status == 200;
   }, Scaled(10s))) << "ready again once the receiver answers";
   const std::string metrics = Get(metrics_port, "/metrics");
-  EXPECT_GT(Metric(metrics, "outbox_relay_broker_outage_batches_total"), 0) << metrics;
+  EXPECT_GT(Metric(metrics, "outbox_relay_broker_outage_batches_total{transport=\"http\"}"), 0) << metrics;
+  EXPECT_GE(Metric(metrics, "outbox_relay_events_published_total{transport=\"http\"}"), 100) << metrics;
+  EXPECT_EQ(Metric(metrics, "outbox_relay_events_published_total{transport=\"kafka\"}"), -1) << metrics;
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }

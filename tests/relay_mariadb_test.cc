@@ -17,6 +17,7 @@
 #include "kafka_helpers.h"
 #include "mariadb_test_util.h"
 #include "outbox/mariadb.h"
+#include "prometheus_text.h"
 #include "subprocess.h"
 #include "test_env.h"
 
@@ -180,10 +181,7 @@ class RelayMariaDbTest : public ::testing::Test {
   static double Metric(int port, const std::string& name) {
     httplib::Client cli("127.0.0.1", port);
     auto res = cli.Get("/metrics");
-    if (!res) return -1;
-    const std::string key = "\n" + name + " ";
-    const auto pos = res->body.find(key);
-    return pos == std::string::npos ? -1 : std::atof(res->body.c_str() + pos + key.size());
+    return res ? PrometheusSample(res->body, name) : -1;
   }
   // Short timeouts so lease expiry happens within the test: message.timeout.ms
   // 1000 -> the lease must exceed 6000.

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "relay_config.h"
 #include "metrics_text.h"
+#include "prometheus_text.h"
 #include "outbox/kafka.h"
 #include "outbox/metrics.h"
 #include "outbox/parse.h"
@@ -14,6 +16,7 @@
 namespace outbox {
 namespace {
 using testing::ExpectShortestBucketBounds;
+using testing::PrometheusSample;
 
 using relay_internal::BackoffDelay;
 using relay_internal::PlanTransitions;
@@ -69,7 +72,7 @@ TEST(RecordPublish, AnEventAckedBehindAnUnackedEarlierOneIsCountedAndNamed) {
   bool logged_outage = false;
   relay_internal::RecordPublish(metrics, log, "w", ev, r, p, milliseconds(1), &logged_outage);
   EXPECT_EQ(p.held_back, 2u);
-  EXPECT_NE(registry.RenderPrometheus().find("outbox_relay_events_acked_out_of_order_total 2\n"),
+  EXPECT_NE(registry.RenderPrometheus().find("outbox_relay_events_acked_out_of_order_total{transport=\"kafka\"} 2\n"),
             std::string::npos) << registry.RenderPrometheus();
   const auto line = std::find_if(log.text.begin(), log.text.end(), [](const std::string& l) {
     return l.find("out of order") != std::string::npos;
@@ -576,8 +579,32 @@ TEST(Metrics, TheRelaysHistogramBoundsAreShortestDecimals) {
   RelayMetrics metrics(r);
   const std::string out = r.RenderPrometheus();
   EXPECT_EQ(ExpectShortestBucketBounds(out), 27) << out;  // claim_batch_rows 12, commit_to_ack 15
-  EXPECT_NE(out.find("outbox_relay_commit_to_ack_seconds_bucket{le=\"0.0025\"} 0\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("outbox_relay_commit_to_ack_seconds_bucket{le=\"0.05\"} 0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("outbox_relay_commit_to_ack_seconds_bucket{transport=\"kafka\",le=\"0.0025\"} 0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("outbox_relay_commit_to_ack_seconds_bucket{transport=\"kafka\",le=\"0.05\"} 0\n"), std::string::npos) << out;
+}
+
+// Every outbox_relay_* sample carries the transport's label; the tests' reader
+// matches a name, or a name with some of its labels.
+TEST(Metrics, EveryRelaySampleCarriesTheTransport) {
+  MetricsRegistry r;
+  RelayMetrics metrics(r, "outbox", "http");
+  metrics.publish_fatal.Inc(2);
+  metrics.publish_retryable.Inc(3);
+  const std::string out = r.RenderPrometheus();
+  int relay_samples = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("outbox_relay_", 0) != 0) continue;
+    ++relay_samples;
+    EXPECT_NE(line.find("{transport=\"http\""), std::string::npos) << line;
+  }
+  EXPECT_GT(relay_samples, 40);
+  EXPECT_EQ(PrometheusSample(out, "outbox_relay_publish_failures_total"), 5);
+  EXPECT_EQ(PrometheusSample(out, "outbox_relay_publish_failures_total{class=\"fatal\"}"), 2);
+  EXPECT_EQ(PrometheusSample(out, "outbox_relay_publish_failures_total{transport=\"http\",class=\"retriable\"}"), 3);
+  EXPECT_EQ(PrometheusSample(out, "outbox_relay_publish_failures_total{transport=\"kafka\"}"), -1);
+  EXPECT_EQ(PrometheusSample(out, "outbox_relay_publish_failures"), -1) << "a name is matched whole";
+  EXPECT_EQ(PrometheusSample(out, "outbox_rows{state=\"pending\"}"), 0) << "no transport on the table's gauges";
 }
 
 TEST(TopicTemplate, ValidatesAndRenders) {

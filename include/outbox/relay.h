@@ -166,9 +166,12 @@ StoreParts PartsOf(StoreFactory all);
 
 // The relay's Prometheus metrics (names in docs/relay.md). The table-wide
 // gauges (rows by state, oldest unsent age, held aggregates) carry
-// schema="`schema`": every relay of one table reports the same values.
+// schema="`schema`": every relay of one table reports the same values. Every
+// outbox_relay_* sample carries transport="`transport`" (the relay's
+// relay.transport: "kafka" or "http").
 struct RelayMetrics {
-  explicit RelayMetrics(MetricsRegistry& r, const std::string& schema = "outbox");
+  explicit RelayMetrics(MetricsRegistry& r, const std::string& schema = "outbox",
+                        const std::string& transport = "kafka");
   Counter& published;
   Counter& publish_retryable;
   Counter& publish_fatal;

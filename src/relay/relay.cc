@@ -52,6 +52,12 @@ constexpr const char* kRowsHelp =
     "Rows of the outbox table by state (SENT rows are not counted). A table-wide value: every "
     "relay of the schema reports the same one; aggregate with max, not sum.";
 
+// Every outbox_relay_* sample says which transport the relay delivers with.
+std::string TransportLabels(const std::string& transport, const std::string& more = "") {
+  const std::string l = "transport=\"" + PrometheusLabelValue(transport) + "\"";
+  return more.empty() ? l : l + "," + more;
+}
+
 std::string TableLabels(const std::string& schema, const std::string& state = "") {
   std::string l = "schema=\"" + PrometheusLabelValue(schema) + "\"";
   if (!state.empty()) l += ",state=\"" + state + "\"";
@@ -60,48 +66,62 @@ std::string TableLabels(const std::string& schema, const std::string& state = ""
 
 }  // namespace
 
-RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema)
+RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema,
+                           const std::string& transport)
     : published(r.AddCounter("outbox_relay_events_published_total",
-                             "Events acknowledged by the broker (acks=all).")),
+                             "Events acknowledged by the broker (acks=all).",
+                             TransportLabels(transport))),
       publish_retryable(r.AddCounter("outbox_relay_publish_failures_total",
                                      "Publish attempts that failed, by error class.",
-                                     "class=\"retriable\"")),
+                                     TransportLabels(transport, "class=\"retriable\""))),
       publish_fatal(r.AddCounter("outbox_relay_publish_failures_total",
                                  "Publish attempts that failed, by error class.",
-                                 "class=\"fatal\"")),
+                                 TransportLabels(transport, "class=\"fatal\""))),
       rescheduled(r.AddCounter("outbox_relay_rows_rescheduled_total",
-                               "Rows put back to PENDING with a backoff delay.")),
+                               "Rows put back to PENDING with a backoff delay.",
+                               TransportLabels(transport))),
       failed_fatal(r.AddCounter("outbox_relay_rows_failed_total",
-                                "Rows marked FAILED, by reason.", "reason=\"fatal\"")),
+                                "Rows marked FAILED, by reason.",
+                                TransportLabels(transport, "reason=\"fatal\""))),
       failed_max_attempts(r.AddCounter("outbox_relay_rows_failed_total",
                                        "Rows marked FAILED, by reason.",
-                                       "reason=\"max_attempts\"")),
+                                       TransportLabels(transport, "reason=\"max_attempts\""))),
       failed_expired(r.AddCounter("outbox_relay_rows_failed_total", "Rows marked FAILED, by reason.",
-                                  "reason=\"lease_expired\"")),
+                                  TransportLabels(transport, "reason=\"lease_expired\""))),
       fenced(r.AddCounter("outbox_relay_transitions_fenced_total",
-                          "Transitions refused because another claim holds the row (lease lost).")),
-      claims(r.AddCounter("outbox_relay_claims_total", "Claims that returned at least one row.")),
+                          "Transitions refused because another claim holds the row (lease lost).",
+                          TransportLabels(transport))),
+      claims(r.AddCounter("outbox_relay_claims_total", "Claims that returned at least one row.",
+                          TransportLabels(transport))),
       empty_claims(r.AddCounter("outbox_relay_empty_claims_total",
-                                "Claims that returned no row (idle polls).")),
+                                "Claims that returned no row (idle polls).",
+                                TransportLabels(transport))),
       not_sent(r.AddCounter("outbox_relay_events_not_sent_total",
                             "Events kept from the broker because an earlier event of their "
-                            "aggregate failed first in the same batch (attempt not counted).")),
+                            "aggregate failed first in the same batch (attempt not counted).",
+                            TransportLabels(transport))),
       acked_out_of_order(r.AddCounter(
           "outbox_relay_events_acked_out_of_order_total",
           "Events the broker acked while an earlier event of their aggregate in the same batch "
-          "was not acked: the topic holds them before that event (published again after it).")),
+          "was not acked: the topic holds them before that event (published again after it).",
+                                      TransportLabels(transport))),
       outage_batches(r.AddCounter("outbox_relay_broker_outage_batches_total",
                                   "Batches that found no reachable broker: rescheduled without "
-                                  "counting attempts; workers back off together.")),
-      db_errors(r.AddCounter("outbox_relay_db_errors_total", "Failed database calls.")),
+                                  "counting attempts; workers back off together.",
+                                  TransportLabels(transport))),
+      db_errors(r.AddCounter("outbox_relay_db_errors_total", "Failed database calls.",
+                             TransportLabels(transport))),
       db_permission_denied(r.AddCounter(
           "outbox_relay_db_permission_denied_total",
           "Failed database calls the server refused for a missing privilege or a failed "
-          "authentication: a configuration error, not an outage (also in db_errors_total).")),
+          "authentication: a configuration error, not an outage (also in db_errors_total).",
+                                        TransportLabels(transport))),
       purged(r.AddCounter("outbox_relay_rows_purged_total",
-                          "SENT rows deleted after the retention period.")),
+                          "SENT rows deleted after the retention period.",
+                          TransportLabels(transport))),
       mark_retries(r.AddCounter("outbox_relay_mark_retries_total",
-                                "Retries of a transition after a database error.")),
+                                "Retries of a transition after a database error.",
+                                TransportLabels(transport))),
       pending(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "pending"))),
       processing(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "processing"))),
       failed_rows(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "failed"))),
@@ -114,15 +134,18 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema)
                                  "Aggregates whose later events wait behind a FAILED one. A "
                                  "table-wide value: every relay of the schema reports the same one.",
                                  TableLabels(schema))),
-      ready(r.AddGauge("outbox_relay_ready", "1 when database and broker are reachable.")),
+      ready(r.AddGauge("outbox_relay_ready", "1 when database and broker are reachable.",
+                       TransportLabels(transport))),
       batch_size(r.AddHistogram("outbox_relay_claim_batch_rows", "Rows per non-empty claim.",
-                                kBatchBuckets)),
+                                kBatchBuckets,
+                                TransportLabels(transport))),
       commit_to_ack(r.AddHistogram("outbox_relay_commit_to_ack_seconds",
                                    "Time from enqueue to broker ack: the row's age at claim on the "
                                    "database's clock plus claim-to-ack on the relay's clock (cdc: "
                                    "from the commit's time to the broker's ack, on the relay's "
                                    "clock).",
-                                   kLatencyBuckets)),
+                                   kLatencyBuckets,
+                                   TransportLabels(transport))),
       cdc_streaming(r.AddGauge("outbox_cdc_streaming",
                                "1 while this relay reads the replication slot (cdc).")),
       cdc_streamed(r.AddCounter("outbox_cdc_events_decoded_total",

@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
   outbox::StoreFactory factory = [db]() { return outbox::OpenStore(db); };
 
   outbox::MetricsRegistry registry;
-  outbox::RelayMetrics metrics(registry, cfg->database.schema);
+  outbox::RelayMetrics metrics(registry, cfg->database.schema,
+                               cfg->transport == outbox::daemon::TransportKind::kHttp ? "http" : "kafka");
   outbox::ChangeSource source;
   outbox::RelayOptions relay_options = cfg->relay;
   if (relay_options.source == outbox::RelaySource::kCdc) {
