@@ -52,6 +52,30 @@ constexpr const char* kRowsHelp =
     "Rows of the outbox table by state (SENT rows are not counted). A table-wide value: every "
     "relay of the schema reports the same one; aggregate with max, not sum.";
 
+// The help texts of the outbox_relay_* metrics.
+constexpr const char* kPublishedHelp = "Events acknowledged by the broker (acks=all).";
+constexpr const char* kPublishFailuresHelp = "Publish attempts that failed, by error class.";
+constexpr const char* kRescheduledHelp = "Rows put back to PENDING with a backoff delay.";
+constexpr const char* kFailedHelp = "Rows marked FAILED, by reason.";
+constexpr const char* kFencedHelp =
+    "Transitions refused because another claim holds the row (lease lost).";
+constexpr const char* kClaimsHelp = "Claims that returned at least one row.";
+constexpr const char* kEmptyClaimsHelp = "Claims that returned no row (idle polls).";
+constexpr const char* kNotSentHelp =
+    "Events kept from the broker because an earlier event of their aggregate failed first in "
+    "the same batch (attempt not counted).";
+constexpr const char* kAckedOutOfOrderHelp =
+    "Events the broker acked while an earlier event of their aggregate in the same batch was "
+    "not acked: the topic holds them before that event (published again after it).";
+constexpr const char* kOutageHelp =
+    "Batches that found no reachable broker: rescheduled without counting attempts; workers "
+    "back off together.";
+constexpr const char* kPermissionDeniedHelp =
+    "Failed database calls the server refused for a missing privilege or a failed "
+    "authentication: a configuration error, not an outage (also in db_errors_total).";
+constexpr const char* kPurgedHelp = "SENT rows deleted after the retention period.";
+constexpr const char* kMarkRetriesHelp = "Retries of a transition after a database error.";
+
 // Every outbox_relay_* sample says which transport the relay delivers with.
 std::string TransportLabels(const std::string& transport, const std::string& more = "") {
   const std::string l = "transport=\"" + PrometheusLabelValue(transport) + "\"";
@@ -68,59 +92,38 @@ std::string TableLabels(const std::string& schema, const std::string& state = ""
 
 RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema,
                            const std::string& transport)
-    : published(r.AddCounter("outbox_relay_events_published_total",
-                             "Events acknowledged by the broker (acks=all).",
+    : published(r.AddCounter("outbox_relay_events_published_total", kPublishedHelp,
                              TransportLabels(transport))),
-      publish_retryable(r.AddCounter("outbox_relay_publish_failures_total",
-                                     "Publish attempts that failed, by error class.",
+      publish_retryable(r.AddCounter("outbox_relay_publish_failures_total", kPublishFailuresHelp,
                                      TransportLabels(transport, "class=\"retriable\""))),
-      publish_fatal(r.AddCounter("outbox_relay_publish_failures_total",
-                                 "Publish attempts that failed, by error class.",
+      publish_fatal(r.AddCounter("outbox_relay_publish_failures_total", kPublishFailuresHelp,
                                  TransportLabels(transport, "class=\"fatal\""))),
-      rescheduled(r.AddCounter("outbox_relay_rows_rescheduled_total",
-                               "Rows put back to PENDING with a backoff delay.",
+      rescheduled(r.AddCounter("outbox_relay_rows_rescheduled_total", kRescheduledHelp,
                                TransportLabels(transport))),
-      failed_fatal(r.AddCounter("outbox_relay_rows_failed_total",
-                                "Rows marked FAILED, by reason.",
+      failed_fatal(r.AddCounter("outbox_relay_rows_failed_total", kFailedHelp,
                                 TransportLabels(transport, "reason=\"fatal\""))),
-      failed_max_attempts(r.AddCounter("outbox_relay_rows_failed_total",
-                                       "Rows marked FAILED, by reason.",
+      failed_max_attempts(r.AddCounter("outbox_relay_rows_failed_total", kFailedHelp,
                                        TransportLabels(transport, "reason=\"max_attempts\""))),
-      failed_expired(r.AddCounter("outbox_relay_rows_failed_total", "Rows marked FAILED, by reason.",
+      failed_expired(r.AddCounter("outbox_relay_rows_failed_total", kFailedHelp,
                                   TransportLabels(transport, "reason=\"lease_expired\""))),
-      fenced(r.AddCounter("outbox_relay_transitions_fenced_total",
-                          "Transitions refused because another claim holds the row (lease lost).",
+      fenced(r.AddCounter("outbox_relay_transitions_fenced_total", kFencedHelp,
                           TransportLabels(transport))),
-      claims(r.AddCounter("outbox_relay_claims_total", "Claims that returned at least one row.",
-                          TransportLabels(transport))),
-      empty_claims(r.AddCounter("outbox_relay_empty_claims_total",
-                                "Claims that returned no row (idle polls).",
+      claims(r.AddCounter("outbox_relay_claims_total", kClaimsHelp, TransportLabels(transport))),
+      empty_claims(r.AddCounter("outbox_relay_empty_claims_total", kEmptyClaimsHelp,
                                 TransportLabels(transport))),
-      not_sent(r.AddCounter("outbox_relay_events_not_sent_total",
-                            "Events kept from the broker because an earlier event of their "
-                            "aggregate failed first in the same batch (attempt not counted).",
+      not_sent(r.AddCounter("outbox_relay_events_not_sent_total", kNotSentHelp,
                             TransportLabels(transport))),
-      acked_out_of_order(r.AddCounter(
-          "outbox_relay_events_acked_out_of_order_total",
-          "Events the broker acked while an earlier event of their aggregate in the same batch "
-          "was not acked: the topic holds them before that event (published again after it).",
-                                      TransportLabels(transport))),
-      outage_batches(r.AddCounter("outbox_relay_broker_outage_batches_total",
-                                  "Batches that found no reachable broker: rescheduled without "
-                                  "counting attempts; workers back off together.",
+      acked_out_of_order(r.AddCounter("outbox_relay_events_acked_out_of_order_total",
+                                      kAckedOutOfOrderHelp, TransportLabels(transport))),
+      outage_batches(r.AddCounter("outbox_relay_broker_outage_batches_total", kOutageHelp,
                                   TransportLabels(transport))),
       db_errors(r.AddCounter("outbox_relay_db_errors_total", "Failed database calls.",
                              TransportLabels(transport))),
-      db_permission_denied(r.AddCounter(
-          "outbox_relay_db_permission_denied_total",
-          "Failed database calls the server refused for a missing privilege or a failed "
-          "authentication: a configuration error, not an outage (also in db_errors_total).",
-                                        TransportLabels(transport))),
-      purged(r.AddCounter("outbox_relay_rows_purged_total",
-                          "SENT rows deleted after the retention period.",
+      db_permission_denied(r.AddCounter("outbox_relay_db_permission_denied_total",
+                                        kPermissionDeniedHelp, TransportLabels(transport))),
+      purged(r.AddCounter("outbox_relay_rows_purged_total", kPurgedHelp,
                           TransportLabels(transport))),
-      mark_retries(r.AddCounter("outbox_relay_mark_retries_total",
-                                "Retries of a transition after a database error.",
+      mark_retries(r.AddCounter("outbox_relay_mark_retries_total", kMarkRetriesHelp,
                                 TransportLabels(transport))),
       pending(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "pending"))),
       processing(r.AddGauge("outbox_rows", kRowsHelp, TableLabels(schema, "processing"))),
@@ -137,15 +140,13 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema,
       ready(r.AddGauge("outbox_relay_ready", "1 when database and broker are reachable.",
                        TransportLabels(transport))),
       batch_size(r.AddHistogram("outbox_relay_claim_batch_rows", "Rows per non-empty claim.",
-                                kBatchBuckets,
-                                TransportLabels(transport))),
+                                kBatchBuckets, TransportLabels(transport))),
       commit_to_ack(r.AddHistogram("outbox_relay_commit_to_ack_seconds",
                                    "Time from enqueue to broker ack: the row's age at claim on the "
                                    "database's clock plus claim-to-ack on the relay's clock (cdc: "
                                    "from the commit's time to the broker's ack, on the relay's "
                                    "clock).",
-                                   kLatencyBuckets,
-                                   TransportLabels(transport))),
+                                   kLatencyBuckets, TransportLabels(transport))),
       cdc_streaming(r.AddGauge("outbox_cdc_streaming",
                                "1 while this relay reads the replication slot (cdc).")),
       cdc_streamed(r.AddCounter("outbox_cdc_events_decoded_total",
