@@ -1,4 +1,4 @@
-// What the three tools (outbox-relay, outboxctl, outbox-mock-kafka) share on
+// What the tools (outbox-relay, outbox-consumer, outboxctl, outbox-mock-kafka) share on
 // the command line: CLI11 (Debian's libcli11-dev) parsing with our exit codes,
 // and progress lines for long operations on a terminal.
 //

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "consumer_config.h"
 #include "handlers.h"
+#include "signals.h"
 #include "outbox/consumer.h"
 #include "outbox/http.h"
 #include "outbox/kafka.h"
@@ -139,14 +140,7 @@ outbox::Status BuildPipelines(const cd::Config& c, outbox::Logger& logger, std::
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Blocked first, in every thread: a SIGTERM that arrives while the
-  // configuration loads or the database is down is a graceful stop, never a kill.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t sigs = outbox::tools::BlockStopSignals();  // tools/common/signals.h
   CLI::App app{"outbox-consumer: applies each event's effect exactly once, with no consumer code.\n"
                "Values come from --config FILE < OUTBOX_* variables (and their _FILE forms) < --set.\n"
                "Keys, handlers, metrics and exit codes: docs/consumer.md.",

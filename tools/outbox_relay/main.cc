@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "relay_config.h"
+#include "signals.h"
 #include "systemd_notify.h"
 #include "outbox/version.h"
 #include "outbox/http.h"
@@ -42,6 +43,7 @@ int Usage(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const sigset_t sigs = outbox::tools::BlockStopSignals();  // tools/common/signals.h
   auto cl = outbox::daemon::ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc));
   if (!cl.ok()) return Usage(cl.status().message());
   if (cl->help) {
@@ -70,15 +72,6 @@ int main(int argc, char** argv) {
   }
 
   outbox::StreamLogger logger(cfg->log_json, cfg->log_level);
-
-  // Signals are taken by one thread with sigwait, so no handler runs inside
-  // librdkafka or libpq.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
 
   outbox::Result<std::unique_ptr<outbox::Transport>> transport = outbox::Status::Internal("none");
   if (cfg->transport == outbox::daemon::TransportKind::kHttp) {
