@@ -16,6 +16,7 @@
 #include "http_receiver.h"
 #include "kafka_helpers.h"
 #include "mariadb_test_util.h"
+#include "notify_socket.h"
 #include "subprocess.h"
 #include "test_env.h"
 
@@ -249,10 +250,12 @@ TEST_P(ConsumerDaemonTest, ABadConfigurationExitsTwoNamingTheKeyAndTouchesNothin
 }
 
 // The database unreachable at start: the process waits (retrying with
-// backoff), says so on /readyz, and still stops cleanly on SIGTERM.
+// backoff), says so on /readyz, is READY for systemd all the same (an outage
+// does not fail the start), and still stops cleanly on SIGTERM, saying so.
 TEST_P(ConsumerDaemonTest, AnUnreachableDatabaseIsRetriedReportedOnReadyzAndAStopIsClean) {
   const std::string down = Maria() ? "mysql://root@127.0.0.1:1/x" : "postgresql://postgres@127.0.0.1:1/x";
-  Subprocess& c = StartSql({"database.url=" + down});
+  NotifySocket systemd(schema_);
+  Subprocess& c = StartSql({"database.url=" + down}, {{"NOTIFY_SOCKET", systemd.path()}});
   const int port = HttpPort(c);
   ASSERT_GT(port, 0) << c.Log();
   std::string body;
@@ -263,7 +266,9 @@ TEST_P(ConsumerDaemonTest, AnUnreachableDatabaseIsRetriedReportedOnReadyzAndASto
   }, Scaled(20s))) << body << c.Log();
   ASSERT_TRUE(WaitFor([&] { return c.Log().find("inbox database unavailable; retrying") != std::string::npos; },
                       Scaled(10s)));
+  EXPECT_TRUE(WaitFor([&] { return systemd.Received("READY=1"); }, Scaled(10s))) << systemd.all();
   c.Signal(SIGTERM);
+  EXPECT_TRUE(WaitFor([&] { return systemd.Received("STOPPING=1"); }, Scaled(10s))) << systemd.all();
   EXPECT_EQ(c.Wait(Scaled(20s)), 0) << c.Log();
 }
 

@@ -1,10 +1,7 @@
 // outbox-relay as a real process against the real PostgreSQL and a private
 // outbox-mock-kafka: end to end, broker outage, fatal errors, several relays,
 // graceful stop.
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
+#include "notify_socket.h"
 #include "outbox/version.h"
 #include "relay_fixture.h"
 
@@ -39,35 +36,16 @@ TEST_F(RelayE2ETest, DeliversEverythingInOrderWithKeysAndHeaders) {
 // round, reports /readyz in STATUS=, and says STOPPING=1 on SIGTERM. Here the
 // test is systemd: a datagram socket in NOTIFY_SOCKET.
 TEST_F(RelayE2ETest, UnderSystemdItNotifiesReadyPingsTheWatchdogAndSaysStopping) {
-  const std::string path = (std::filesystem::temp_directory_path() / ("notify-" + schema_)).string();
-  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  ASSERT_LT(path.size(), sizeof addr.sun_path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  unlink(path.c_str());
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  timeval tv{0, 200'000};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string all;
-  auto received = [&](const std::string& what) {
-    char buf[4096];
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n > 0) all += std::string(buf, static_cast<std::size_t>(n)) + "\n";
-    return all.find(what) != std::string::npos;
-  };
-  Subprocess& relay = StartRelay({}, {{"NOTIFY_SOCKET", path}, {"WATCHDOG_USEC", "1000000"}});
-  EXPECT_TRUE(WaitFor([&] { return received("READY=1"); }, 20s)) << all << relay.Log();
-  EXPECT_TRUE(WaitFor([&] { return received("STATUS=ready: database and broker reachable"); }, 20s))
-      << all;
-  all.clear();
-  EXPECT_TRUE(WaitFor([&] { return received("WATCHDOG=1"); }, 5s)) << all << relay.Log();
+  NotifySocket systemd(schema_);
+  Subprocess& relay = StartRelay({}, {{"NOTIFY_SOCKET", systemd.path()}, {"WATCHDOG_USEC", "1000000"}});
+  EXPECT_TRUE(WaitFor([&] { return systemd.Received("READY=1"); }, 20s)) << systemd.all() << relay.Log();
+  EXPECT_TRUE(WaitFor([&] { return systemd.Received("STATUS=ready: database and broker reachable"); }, 20s))
+      << systemd.all();
+  systemd.Clear();
+  EXPECT_TRUE(WaitFor([&] { return systemd.Received("WATCHDOG=1"); }, 5s)) << systemd.all() << relay.Log();
   relay.Signal(SIGTERM);
-  EXPECT_TRUE(WaitFor([&] { return received("STOPPING=1"); }, 10s)) << all;
+  EXPECT_TRUE(WaitFor([&] { return systemd.Received("STOPPING=1"); }, 10s)) << systemd.all();
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
-  close(fd);
-  unlink(path.c_str());
 }
 
 // librdkafka's errors reach the relay's log with their reason text, in the
