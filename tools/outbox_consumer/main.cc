@@ -13,6 +13,7 @@
 #include <systemd/sd-daemon.h>
 
 #include <atomic>
+#include <mutex>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -47,6 +48,28 @@ struct Pipeline {
   std::unique_ptr<outbox::Consumer> consumer;
   std::thread thread;
   outbox::Status result;
+};
+
+// Stops every consumer started so far, and each one started after, once: on a
+// signal, or when one of them fails (the process then ends with exit 1, and
+// systemd restarts it). Thread-safety: any thread.
+class StopAll {
+ public:
+  void Add(outbox::Consumer* c) {
+    std::lock_guard l(mu_);
+    consumers_.push_back(c);
+    if (stopped_) c->Stop();
+  }
+  void Now() {
+    std::lock_guard l(mu_);
+    stopped_ = true;
+    for (outbox::Consumer* c : consumers_) c->Stop();
+  }
+
+ private:
+  std::mutex mu_;
+  bool stopped_ = false;
+  std::vector<outbox::Consumer*> consumers_;
 };
 
 // The handler's inbox store on the configured database. Unavailable while the
@@ -188,6 +211,7 @@ int main(int argc, char** argv) {
   outbox::MetricsRegistry registry;
   std::atomic<int> running{0}, waiting{0};
   std::atomic<bool> stop{false};
+  StopAll stop_all;
   const auto colon = cfg->http_listen.rfind(':');
   outbox::MetricsServer::Options http_options;
   http_options.host = cfg->http_listen.substr(0, colon);
@@ -211,9 +235,7 @@ int main(int argc, char** argv) {
                 {{"signal", std::to_string(sig)}});
     sd_notify(0, "STOPPING=1");
     stop = true;
-    for (Pipeline& p : pipelines) {
-      if (p.consumer) p.consumer->Stop();
-    }
+    stop_all.Now();
     sigwait(&sigs, &sig);
     logger.Warn("second signal: exiting now; uncommitted offsets are consumed again");
     std::_Exit(kExitForced);
@@ -224,36 +246,36 @@ int main(int argc, char** argv) {
   // not fail the start.
   sd_notify(0, "READY=1");
 
+  int code = kExitOk;
   for (std::size_t i = 0; i < pipelines.size() && !stop; ++i) {
     Pipeline& p = pipelines[i];
     auto opened = OpenWithRetry(*cfg, p, migrate, stop, logger, waiting);
-    if (!opened.ok()) {
-      logger.Error("cannot open the inbox", {{"group", p.handler->group}, {"error", opened.status().ToString()}});
-      http->reset();
-      return kExitRuntime;
-    }
-    if (!*opened) break;
-    auto consumer = outbox::Consumer::Create(EngineOptions(*cfg, *p.handler), *p.source, *p.store,
-                                             cd::MakeDedup(p.handler->dedup), logger, &registry);
+    if (opened.ok() && !*opened) break;  // stopped while the database was down
+    auto consumer = opened.ok()
+                        ? outbox::Consumer::Create(EngineOptions(*cfg, *p.handler), *p.source, *p.store,
+                                                   cd::MakeDedup(p.handler->dedup), logger, &registry)
+                        : outbox::Result<std::unique_ptr<outbox::Consumer>>(opened.status());
     if (!consumer.ok()) {
-      logger.Error("cannot start the consumer", {{"group", p.handler->group}, {"error", consumer.status().ToString()}});
-      http->reset();
-      return kExitRuntime;
+      logger.Error("cannot start the handler", {{"group", p.handler->group}, {"error", consumer.status().ToString()}});
+      code = kExitRuntime;
+      break;
     }
     p.consumer = std::move(*consumer);
-    if (stop) p.consumer->Stop();  // the signal thread may have passed this one
-    p.thread = std::thread([&p, &running, &logger] {
+    stop_all.Add(p.consumer.get());
+    p.thread = std::thread([&p, &running, &logger, &stop, &stop_all] {
       ++running;
       p.result = p.consumer->Run();
       --running;
       if (!p.result.ok()) {
-        logger.Error("consumer stopped on an error",
+        logger.Error("consumer stopped on an error; stopping the other handlers",
                      {{"group", p.handler->group}, {"error", p.result.ToString()}});
+        stop = true;
+        stop_all.Now();
       }
     });
     logger.Info("handler started", {{"group", p.handler->group}, {"topic", p.handler->topic}});
   }
-  int code = kExitOk;
+  if (code != kExitOk) stop_all.Now();  // the handlers already running end their batch
   for (Pipeline& p : pipelines) {
     if (p.thread.joinable()) p.thread.join();
     if (!p.result.ok()) code = kExitRuntime;
