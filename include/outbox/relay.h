@@ -302,10 +302,14 @@ class Relay {
   // not a worker's (a worker taking over the polling must not resume the
   // interval it reached itself): poll_min while an idle worker found work in
   // the last poll_hot, then doubling to poll_max; never shorter than the last
-  // empty claim took. Only an idle worker finding work resets it: a busy
-  // worker's next batch does not, so with a hot aggregate in flight (the
-  // others' claims walk its held rows) the poller backs off.
-  void IdleWait(int index, milliseconds claim_cost);
+  // empty claim took. An idle worker finding work resets it, and so does a
+  // busy worker running out of work (`ran_out`: its claim after a batch came
+  // back empty): while the busy workers' own claims caught every event the
+  // poller found none and backed off, and the next event waited up to
+  // poll_max. A busy worker's next batch does not reset it, so with a hot
+  // aggregate in flight (the others' claims walk its held rows) the poller
+  // backs off.
+  void IdleWait(int index, milliseconds claim_cost, bool ran_out);
   void EndIdle(int index, bool full);
   // A poller that is about to back off (database error, broker outage) hands
   // its role to a waiting worker, so the idle ones are not left unpolled.

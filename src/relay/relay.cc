@@ -423,9 +423,20 @@ bool Relay::SleepFor(milliseconds d) {
   return !stopping_;
 }
 
-void Relay::IdleWait(int index, milliseconds claim_cost) {
+void Relay::IdleWait(int index, milliseconds claim_cost, bool ran_out) {
   MutexLock lock(mu_);
   const std::uint64_t seen = wake_seq_;
+  if (ran_out) {
+    // More may follow soon; and while this worker's own claims caught every
+    // event, the poller found none and may have backed off. Hot again; if the
+    // poller has backed off, this worker polls next, at poll_min (the poller
+    // claims once more when its wait ends, then waits as the others do).
+    idle_found_at_ = clock_.Now();
+    if (idle_interval_ > options_.poll_min) {
+      idle_interval_ = options_.poll_min;
+      idle_poller_ = index;
+    }
+  }
   for (;;) {
     const auto now = clock_.Now();
     if (idle_poller_ < 0 || idle_poller_ == index) {
@@ -631,7 +642,7 @@ struct Relay::Worker {
   bool logged_down = false;
   std::string logged_refusal;  // a refusal is logged again when it changes
   bool logged_outage = false;
-  bool was_idle = false;
+  bool was_idle = true;  // a worker starts idle: its first empty claim is not running out
   milliseconds db_backoff{100};
 };
 
@@ -729,7 +740,8 @@ void Relay::WorkerLoop(int index) {
       metrics_.empty_claims.Inc();
       // An empty claim can be costly (it walked rows held behind in-flight
       // events): the idle poller waits at least as long as its last one took.
-      IdleWait(index, std::chrono::duration_cast<milliseconds>(clock_.Now() - claimed_at));
+      IdleWait(index, std::chrono::duration_cast<milliseconds>(clock_.Now() - claimed_at),
+               /*ran_out=*/!w.was_idle);
       w.was_idle = true;
       continue;
     }
