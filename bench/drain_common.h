@@ -179,15 +179,17 @@ inline SteadyLoad OfferSteadyLoad(const std::string& url, const std::string& sch
   return load;
 }
 
-// enqueue (created_at) -> marked SENT (sent_at) over every row, database clock:
+// enqueue (created_at) -> marked SENT (sent_at) over every row (or those
+// `where` selects: an SQL condition on the outbox's columns), database clock:
 // {p50 ms, p99 ms, max ms, rows, rows a claim took}.
-inline std::vector<std::string> SentLatency(PGconn* admin, const std::string& schema) {
+inline std::vector<std::string> SentLatency(PGconn* admin, const std::string& schema,
+                                            const std::string& where = "true") {
   const std::string q =
       "SELECT round((percentile_cont(0.5) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
       "round((percentile_cont(0.99) WITHIN GROUP (ORDER BY lat) * 1000)::numeric, 2), "
       "round((max(lat) * 1000)::numeric, 2), count(*), count(*) FILTER (WHERE claimed) FROM "
       "(SELECT extract(epoch FROM sent_at - created_at) AS lat, lease_token IS NOT NULL AS claimed "
-      "FROM " + schema + ".outbox) s";
+      "FROM " + schema + ".outbox WHERE " + where + ") s";
   PGresult* res = PQexec(admin, q.c_str());
   std::vector<std::string> out;
   for (int i = 0; i < 5; ++i) out.push_back(PQgetvalue(res, 0, i));
