@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <map>
 #include <string>
@@ -153,6 +154,29 @@ TEST_F(KafkaTransportTest, NothingOfATimedOutBatchIsWrittenAfterPublishReturns) 
   std::vector<std::string> values;
   for (const auto& m : msgs) values.push_back(m.value);
   EXPECT_EQ(values, (std::vector<std::string>{"warm", "marker"}));
+}
+
+// docs/relay.md's "Kafka defaults we set" names every property the transport
+// sets with its value; linger.ms is 0 (issue 26: 5 ms was most of an idle
+// relay's enqueue -> SENT time).
+TEST(KafkaTransportOptionsTest, TheProducerDefaultsAreTheDocumentedOnes) {
+  std::ifstream in(OUTBOX_RELAY_DOC);
+  ASSERT_TRUE(in) << OUTBOX_RELAY_DOC;
+  std::string doc, line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("Kafka defaults we set", 0) == 0) inside = true;
+    if (inside && line.empty()) break;
+    if (inside) doc += line + "\n";
+  }
+  ASSERT_FALSE(doc.empty()) << "no \"Kafka defaults we set\" paragraph in docs/relay.md";
+  for (const auto& [key, value] : KafkaProducerDefaults()) {
+    EXPECT_NE(doc.find("`" + key + "=" + value + "`"), std::string::npos)
+        << key << "=" << value << " is not in docs/relay.md's list";
+  }
+  EXPECT_EQ(KafkaProducerDefaults().at("linger.ms"), "0");
+  EXPECT_EQ(KafkaProducerDefaults().at("acks"), "all");
+  EXPECT_EQ(KafkaProducerDefaults().at("enable.idempotence"), "true");
 }
 
 TEST(KafkaTransportOptionsTest, ALingerNotBelowTheMessageTimeoutIsRefusedNamingBoth) {

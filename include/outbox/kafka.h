@@ -65,6 +65,12 @@ struct KafkaTransportOptions {
   Logger* logger = nullptr;
 };
 
+// The producer properties the transport sets before the user's (which override
+// them): the list above, plus socket.nagle.disable=true and log_level=4. Also
+// the inbox's forwarding producer's, but for message.max.bytes. docs/relay.md
+// lists them; a test holds the two together. Immutable; lives forever.
+const std::map<std::string, std::string>& KafkaProducerDefaults();
+
 // Validates a topic template: known placeholders only, and the literal parts in
 // Kafka's topic alphabet.
 Status ValidateTopicTemplate(const std::string& tmpl);

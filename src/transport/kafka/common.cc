@@ -2,10 +2,10 @@
 
 #include "outbox/kafka.h"
 
-namespace outbox::kafka_internal {
+namespace outbox {
 
-const Props& ProducerDefaults() {
-  static const Props kDefaults = {
+const std::map<std::string, std::string>& KafkaProducerDefaults() {
+  static const std::map<std::string, std::string> kDefaults = {
       {"enable.idempotence", "true"},
       {"acks", "all"},
       {"message.timeout.ms", "10000"},
@@ -27,6 +27,10 @@ const Props& ProducerDefaults() {
   };
   return kDefaults;
 }
+
+}  // namespace outbox
+
+namespace outbox::kafka_internal {
 
 Status SetProperties(rd_kafka_conf_t* conf, std::initializer_list<const Props*> layers) {
   char err[512];

@@ -18,11 +18,6 @@ namespace outbox::kafka_internal {
 
 using Props = std::map<std::string, std::string>;
 
-// Every producer of the project (the relay's transport, the inbox's forwarder,
-// dead-letter replay) starts from these: idempotent, acks=all, the message size
-// enqueue admits, a bounded local queue, Nagle off.
-const Props& ProducerDefaults();
-
 // Sets `layers` in order on `conf` (later layers override earlier ones). A bad
 // property is InvalidArgument naming it; `conf` is left to the caller.
 Status SetProperties(rd_kafka_conf_t* conf, std::initializer_list<const Props*> layers);

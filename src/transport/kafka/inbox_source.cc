@@ -66,7 +66,7 @@ class Forwarder {
     // Room for the failure headers on top of the largest event.
     const Props forward = {{"message.max.bytes", std::to_string(kForwardMessageMaxBytes)}};
     Status st = kafka_internal::SetProperties(
-        conf, {&kafka_internal::ProducerDefaults(), &forward, &connection});
+        conf, {&KafkaProducerDefaults(), &forward, &connection});
     if (!st.ok()) {
       rd_kafka_conf_destroy(conf);
       return st;

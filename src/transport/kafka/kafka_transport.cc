@@ -234,7 +234,7 @@ class KafkaTransport final : public Transport {
     char err[512];
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     if (Status st = kafka_internal::SetProperties(
-            conf, {&kafka_internal::ProducerDefaults(), &options_.properties});  // ours, then the user's
+            conf, {&KafkaProducerDefaults(), &options_.properties});  // ours, then the user's
         !st.ok()) {
       rd_kafka_conf_destroy(conf);
       return st;
