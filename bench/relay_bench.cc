@@ -198,13 +198,13 @@ int main(int argc, char** argv) {
   const int port = FreePort();
   auto relay = StartRelay(f, url, bootstrap, "update", log, port);
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  // The claims the relay made while the load ran (idle polls included): what
-  // its latency costs the database.
   std::string warm_seq = "0";  // the last event of the warm-up
   if (f.Int("warmup") > 0) {
     (void)OfferSteadyLoad(url, kSchema, f.Int("rate"), f.Int("warmup"), f.Str("producer-sql"));
     warm_seq = Scalar(admin, "SELECT coalesce(max(seq), 0) FROM " + kSchema + ".outbox");
   }
+  // The claims the relay made while the load ran (idle polls included): what
+  // its latency costs the database.
   const std::string before = HttpGet(port, "/metrics");
   const int seconds = f.Int("seconds");
   const SteadyLoad load = OfferSteadyLoad(url, kSchema, f.Int("rate"), seconds, f.Str("producer-sql"));
@@ -216,16 +216,20 @@ int main(int argc, char** argv) {
   relay->Signal(SIGTERM);
   relay->Wait(std::chrono::seconds(60));
   const std::vector<std::string> lat = SentLatency(admin, kSchema, "seq > " + warm_seq);
+  const auto row = [](const std::string& label, const std::vector<std::string>& l) {
+    std::printf("| %s | %s | %s ms | %s ms | %s ms |\n", label.c_str(), l[3].c_str(), l[0].c_str(),
+                l[1].c_str(), l[2].c_str());
+  };
+  char label[128];
+  std::snprintf(label, sizeof label, "%.0f events/s for %d s (%d events per transaction every %d ms)",
+                load.offered, seconds, load.per_transaction, load.tick_ms);
   std::printf("\n#### Latency at a steady offered load\n\n");
   std::printf("| offered load | events | enqueue → marked SENT p50 | p99 | max |\n|---|---|---|---|---|\n");
-  std::printf("| %.0f events/s for %d s (%d events per transaction every %d ms) | %s | %s ms | %s ms | %s ms |\n",
-              load.offered, seconds, load.per_transaction, load.tick_ms, lat[3].c_str(),
-              lat[0].c_str(), lat[1].c_str(), lat[2].c_str());
+  row(label, lat);
   if (warm_seq != "0") {
-    const std::vector<std::string> warm = SentLatency(admin, kSchema, "seq <= " + warm_seq);
-    std::printf("| warm-up: the same load for %d s straight after the relay started | %s | %s ms | %s ms | %s ms |\n",
-                f.Int("warmup"), warm[3].c_str(), warm[0].c_str(), warm[1].c_str(),
-                warm[2].c_str());
+    row("warm-up: the same load for " + std::to_string(f.Int("warmup")) +
+            " s straight after the relay started",
+        SentLatency(admin, kSchema, "seq <= " + warm_seq));
   }
   std::printf("\nClaims during the load: %.0f with rows, %.0f empty (%.0f/s, %.2f per event).\n",
               claims, empty, (claims + empty) / seconds,

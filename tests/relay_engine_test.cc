@@ -51,7 +51,7 @@ struct Engine {
     };
     return Relay::Create(o, std::move(parts), transport, metrics, logger);
   }
-  // Set before Make: wraps each thread's queue (a test's fault or hook).
+  // Set before the relay runs: wraps each thread's queue (a test's fault or hook).
   std::function<std::unique_ptr<ClaimQueue>(std::unique_ptr<ClaimQueue>)> wrap;
   FakeTable table;
   FakeTransport transport;
@@ -222,9 +222,7 @@ TEST(RelayEngine, ClaimsFailingForAWhileDeliverEveryRowOnceAfterwards) {
 // bounds below leave room for a worker that sees it a step late).
 struct IdleRelay {
   IdleRelay(std::chrono::milliseconds poll_min, std::chrono::milliseconds poll_hot,
-            std::chrono::milliseconds poll_max,
-            std::function<std::unique_ptr<ClaimQueue>(std::unique_ptr<ClaimQueue>)> wrap = {}) {
-    e.wrap = std::move(wrap);
+            std::chrono::milliseconds poll_max) {
     e.transport.clock = &clock;  // a publish's delay passes in the relay's time
     RelayOptions o = Options();
     o.clock = &clock;
@@ -350,11 +348,10 @@ class ChainQueue final : public ClaimQueueWrapper {
 TEST(RelayEngine, AWorkerThatRunsOutOfWorkPollsNextAtPollMin) {
   std::atomic<int> chain{0};
   std::atomic<std::int64_t> next_seq{1000};
-  FakeTable* table = nullptr;
-  IdleRelay r(5ms, 20ms, 400ms, [&](std::unique_ptr<ClaimQueue> q) -> std::unique_ptr<ClaimQueue> {
-    return std::make_unique<ChainQueue>(std::move(q), *table, chain, next_seq);
-  });
-  table = &r.e.table;
+  IdleRelay r(5ms, 20ms, 400ms);
+  r.e.wrap = [&](std::unique_ptr<ClaimQueue> q) -> std::unique_ptr<ClaimQueue> {
+    return std::make_unique<ChainQueue>(std::move(q), r.e.table, chain, next_seq);
+  };
   r.e.transport.delay = 10ms;  // each batch is in flight for 10 ms of the relay's time
   ASSERT_NO_FATAL_FAILURE(r.Start());
   chain = 40;  // row 1, then 40 more, one at each mark: 400 ms of work
