@@ -169,10 +169,12 @@ TEST_P(ConsumerDaemonTest, SqlHandlerAppliesEachEventOnceThroughCopiesAndKills) 
   first.Wait();
   Subprocess& second = StartSql();
   ASSERT_TRUE(WaitFor([&] { return Effects() >= 300; }, Scaled(90s))) << second.Log();
+  // Ready once its handler runs. Not necessarily yet: the first may have
+  // applied all 300 before its kill landed, and then these effects were in
+  // before the second started (a CI-load flake: /readyz answered 503).
   const int port = HttpPort(second);
-  int status = 0;
-  Get(port, "/readyz", &status);
-  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(WaitFor([&] { int s = 0; Get(port, "/readyz", &s); return s == 200; }, Scaled(30s)))
+      << second.Log();
   // The engine's metrics carry the handler's group.
   const std::string metrics = Get(port, "/metrics");
   EXPECT_NE(metrics.find("outbox_inbox_applied_total{consumer=\"g-" + schema_ + "\"}"), std::string::npos)

@@ -5,9 +5,12 @@
 #include <libpq-fe.h>
 
 #include <thread>
+#include <vector>
 
 #include "outbox/kafka.h"
 #include "outbox/postgres.h"
+// The store's statements, to plan them (TheStoresQueriesWalkAnIndexNotTheTable).
+#include "../src/store/postgres/sql.h"
 #include "store_contract.h"
 #include "test_env.h"
 
@@ -943,6 +946,142 @@ TEST_F(PostgresTest, FunctionsThatTurnSeqScansOffTurnJitOffToo) {
                               "n.oid = p.pronamespace WHERE n.nspname = '" + schema_ +
                               "' AND 'jit=off' = ANY(p.proconfig)"),
             "5");  // claim_ordered, stats, lock_aggregates, stream_sweep_bound (2 and 3 args)
+}
+
+// Runs one of the store's statements on `c` with text parameters (nullptr:
+// NULL) of the given types (none: the server infers them, as the store lets
+// it). Fails the test on error; returns the row count.
+int RunStatement(PGconn* c, const std::string& name, const std::string& sql,
+                 const std::vector<const char*>& values, const std::vector<Oid>& types) {
+  PGresult* r = PQexecParams(c, sql.c_str(), static_cast<int>(values.size()),
+                             types.empty() ? nullptr : types.data(),
+                             values.empty() ? nullptr : values.data(), nullptr, nullptr, 0);
+  const ExecStatusType st = PQresultStatus(r);
+  EXPECT_TRUE(st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) << name << ": "
+                                                               << PQresultErrorMessage(r);
+  const int n = PQntuples(r);
+  PQclear(r);
+  return n;
+}
+
+// The claims' parameters: batch, owner, lease ms, max attempts, FAILED holds,
+// batch bytes, CDC sweep margin ms (nullptr: no bound), stream stale after ms.
+const std::vector<Oid> kClaimTypes{23, 25, 20, 23, 16, 20, 20, 20};
+std::vector<const char*> ClaimValues(const char* batch, const char* sweep_margin) {
+  return {batch, "w", "60000", "10", "true", "1000000", sweep_margin, "60000"};
+}
+
+// Migration 13. A claim moves a row PENDING -> PROCESSING. While status was in
+// the partial indexes' predicates, that update wrote a new entry into every
+// index of the row, the claim's largest cost. The indexes read phase, which a
+// claim does not change, and the table leaves half of each page free, so the
+// claim's update is heap-only (HOT): the transaction's own counters tell. (The
+// last row of a page may find no room; hence at least 90 %, not all.)
+TEST_F(PostgresTest, TheClaimsUpdateIsHeapOnly) {
+  Exec(conn_.get(), "INSERT INTO " + schema_ + ".outbox (event_id, aggregate_type, aggregate_id, "
+                    "event_type, payload) SELECT " + schema_ + ".uuid_v7(), 'order', 'a' || (i % 7), "
+                    "'OrderCreated', convert_to(repeat('x', 200), 'UTF8') "
+                    "FROM generate_series(1, 400) i");
+  Exec(conn_.get(), "BEGIN");
+  const int ordered = RunStatement(conn_.get(), "ordered claim", pg::sql::ClaimOrdered(schema_),
+                                   ClaimValues("200", nullptr), kClaimTypes);
+  const int unordered = RunStatement(conn_.get(), "unordered claim",
+                                     pg::sql::ClaimUnordered(schema_),
+                                     ClaimValues("200", nullptr), kClaimTypes);
+  const std::string oid = "'" + schema_ + ".outbox'::regclass";
+  const std::string updated = Exec(conn_.get(), "SELECT pg_stat_get_xact_tuples_updated(" + oid + ")");
+  const std::string hot = Exec(conn_.get(), "SELECT pg_stat_get_xact_tuples_hot_updated(" + oid + ")");
+  Exec(conn_.get(), "COMMIT");
+  EXPECT_EQ(ordered, 200);
+  EXPECT_EQ(unordered, 200);
+  EXPECT_EQ(updated, "400");
+  EXPECT_GE(std::stoi(hot), 360) << hot << " of " << updated << " updates were HOT";
+}
+
+// Migration 13 moved the partial indexes' predicates from status to phase, and
+// the planner uses a partial index only for a query that names its predicate's
+// column. Every statement of the store that should walk one of them is planned
+// here with sequential scans off, and every function's inner statements too
+// (auto_explain logs them): a plan that still scans the outbox has no index to
+// use. (Cheap while the table is small; seconds at millions of SENT rows.)
+TEST_F(PostgresTest, TheStoresQueriesWalkAnIndexNotTheTable) {
+  const std::string t = schema_ + ".outbox";
+  // Rows in every state. Aggregate 'held': a FAILED event, then more events
+  // than the claim's window (2,000) held behind it; then one of 'free'. So the
+  // ordered claim's first pass finds nothing and its second pass (heads by
+  // aggregate) runs.
+  Exec(conn_.get(), "INSERT INTO " + t + " (event_id, aggregate_type, aggregate_id, event_type, "
+                    "payload) SELECT " + schema_ + ".uuid_v7(), 'order', CASE WHEN i <= 2101 "
+                    "THEN 'held' ELSE 'free' END, 'OrderCreated', '\\x7b7d' "
+                    "FROM generate_series(1, 2102) i");
+  Exec(conn_.get(), "UPDATE " + t + " SET status = 'FAILED', failed_at = now() WHERE seq = 1");
+  Exec(conn_.get(), "INSERT INTO " + t + " (event_id, aggregate_type, aggregate_id, event_type, "
+                    "payload, status, sent_at, skipped_at) SELECT " + schema_ + ".uuid_v7(), 'order', "
+                    "'done', 'OrderCreated', '\\x7b7d', s, CASE WHEN s = 'SENT' THEN now() END, "
+                    "CASE WHEN s = 'SKIPPED' THEN now() END "
+                    "FROM unnest(ARRAY['SENT', 'SENT', 'SKIPPED', 'PROCESSING']) s");
+  Exec(conn_.get(), "INSERT INTO " + schema_ + ".stream_progress (slot, reader, confirmed_lsn, "
+                    "covered_until) VALUES ('s', 'r', '0/0', now() + interval '1 hour')");
+  Exec(conn_.get(), "ANALYZE " + t);
+  const std::string failed_id = Exec(conn_.get(), "SELECT event_id FROM " + t + " WHERE seq = 1");
+
+  std::vector<std::string> plans;
+  PQsetNoticeReceiver(
+      conn_.get(),
+      [](void* arg, const PGresult* r) {
+        static_cast<std::vector<std::string>*>(arg)->push_back(PQresultErrorMessage(r));
+      },
+      &plans);
+  Exec(conn_.get(), "LOAD 'auto_explain'");
+  Exec(conn_.get(), "SET auto_explain.log_min_duration = 0");
+  Exec(conn_.get(), "SET auto_explain.log_nested_statements = on");
+  Exec(conn_.get(), "SET client_min_messages = log");
+  Exec(conn_.get(), "SET enable_seqscan = off");
+  struct Statement {
+    std::string name, sql;
+    std::vector<const char*> values;
+    std::vector<Oid> types;
+    // Partial indexes the statement must walk (where another index would mean
+    // walking SENT rows); the planner may choose among the others.
+    std::vector<std::string> indexes;
+  };
+  const std::string claim = "outbox_claim_idx", aggregate = "outbox_aggregate_idx",
+                    sent = "outbox_sent_idx", set_aside = "outbox_set_aside_idx";
+  const std::vector<Statement> statements{
+      {"ordered claim", pg::sql::ClaimOrdered(schema_), ClaimValues("100", nullptr), kClaimTypes,
+       {claim, aggregate}},
+      {"ordered claim, CDC sweeper", pg::sql::ClaimOrdered(schema_), ClaimValues("100", "1"),
+       kClaimTypes, {claim, set_aside}},
+      {"unordered claim", pg::sql::ClaimUnordered(schema_), ClaimValues("100", nullptr),
+       kClaimTypes, {claim}},
+      {"unordered claim, CDC sweeper", pg::sql::ClaimUnordered(schema_), ClaimValues("100", "1"),
+       kClaimTypes, {claim}},
+      {"stats", pg::sql::Stats(schema_), {}, {}, {claim, set_aside}},
+      {"purge", pg::sql::PurgeSent(schema_), {"0", "100"}, {20, 23}, {sent}},
+      {"oldest unsent", pg::sql::OldestUnsent(schema_), {}, {}, {claim, set_aside}},
+      {"count sent", pg::sql::CountSent(schema_), {}, {}, {sent}},
+      {"recent activity", pg::sql::RecentActivity(schema_), {"3600"}, {}, {claim, sent, set_aside}},
+      {"replay", pg::sql::ReplayFailed(schema_), {"", "", "", "false"}, {}, {set_aside}},
+      {"skip", pg::sql::Skip(schema_), {failed_id.c_str(), "who", "why", "false"}, {}, {}},
+      {"stream states", pg::sql::StreamStates(schema_), {"{2000,2102}", "true", "{}"}, {}, {}},
+  };
+  for (const Statement& s : statements) {
+    plans.clear();
+    Exec(conn_.get(), "BEGIN");
+    RunStatement(conn_.get(), s.name, s.sql, s.values, s.types);
+    Exec(conn_.get(), "ROLLBACK");
+    std::string all;
+    for (const std::string& p : plans) {
+      all += p;
+      EXPECT_EQ(p.find("Seq Scan on outbox "), std::string::npos) << s.name << ":\n" << p;
+    }
+    for (const std::string& index : s.indexes) {
+      EXPECT_NE(all.find(" using " + index + " "), std::string::npos)
+          << s.name << " walks no " << index << ":\n" << all;
+    }
+  }
+  PQsetNoticeReceiver(conn_.get(), [](void*, const PGresult*) {}, nullptr);
+  Exec(conn_.get(), "RESET client_min_messages");
 }
 
 TEST_F(PostgresTest, MissingSchemaSaysToMigrate) {
