@@ -19,7 +19,7 @@
 -- their predicates on phase (the planner matches a partial index only through
 -- the predicate's own column). Adding a stored column rewrites the table,
 -- holding an ACCESS EXCLUSIVE lock meanwhile (enqueues wait): purge SENT rows
--- before upgrading a large outbox (docs/operations.md, "Upgrading").
+-- before upgrading a large outbox (CHANGELOG.md, migration 13).
 
 DROP INDEX {S}.outbox_claim_idx;
 DROP INDEX {S}.outbox_aggregate_idx;
@@ -28,8 +28,9 @@ DROP INDEX {S}.outbox_set_aside_idx;
 ALTER TABLE {S}.outbox
   ADD COLUMN phase smallint GENERATED ALWAYS AS (
     CASE status WHEN 'PENDING' THEN 0 WHEN 'PROCESSING' THEN 0 WHEN 'SENT' THEN 1
-                WHEN 'FAILED' THEN 2 ELSE 3 END) STORED,
-  SET (fillfactor = 50);
+                WHEN 'FAILED' THEN 2 ELSE 3 END) STORED;
+-- Apart, after the rewrite: the rows there stay packed; new pages keep room.
+ALTER TABLE {S}.outbox SET (fillfactor = 50);
 CREATE INDEX outbox_claim_idx ON {S}.outbox (seq) WHERE phase = 0;
 CREATE INDEX outbox_aggregate_idx ON {S}.outbox (aggregate_type, aggregate_id, seq)
   WHERE phase <> 1;
