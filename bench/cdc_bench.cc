@@ -48,7 +48,7 @@ const std::string kSlot = "outbox_bench_cdc";  // DefaultStreamName(kSchema)
 
 bool AnyUnsent(PGconn* c) {
   return !Scalar(c, "SELECT 1 FROM " + kSchema +
-                        ".outbox WHERE phase = 0 LIMIT 1")
+                        ".outbox WHERE status IN ('PENDING','PROCESSING') LIMIT 1")
               .empty();
 }
 

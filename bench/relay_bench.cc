@@ -46,7 +46,7 @@ const std::string kSchema = "bench_relay";
 
 bool AnyUnsent(PGconn* c) {
   return !Scalar(c, "SELECT 1 FROM " + kSchema +
-                        ".outbox WHERE phase = 0 LIMIT 1")
+                        ".outbox WHERE status IN ('PENDING','PROCESSING') LIMIT 1")
               .empty();
 }
 

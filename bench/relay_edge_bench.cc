@@ -100,10 +100,10 @@ int Hot(const Flags& f, PGconn* admin, const std::string& url, const std::string
       auto relay = StartRelay(f, url, bootstrap, {"relay.workers=" + c.workers});
       double t_measured = 0;
       while (true) {
-        if (t_measured == 0 && Count(admin, measured + " AND phase <> 1") == 0) {
+        if (t_measured == 0 && Count(admin, measured + " AND status <> 'SENT'") == 0) {
           t_measured = SecondsSince(t0);
         }
-        if (t_measured > 0 && Count(admin, "phase <> 1") == 0) break;
+        if (t_measured > 0 && Count(admin, "status <> 'SENT'") == 0) break;
         if (SecondsSince(t0) > 600) {
           std::fprintf(stderr, "hot: not drained after 600 s\n");
           return 1;
@@ -141,8 +141,8 @@ int Large(const Flags& f, PGconn* admin, const std::string& url, const std::stri
     Prepare(admin);
     auto t0 = std::chrono::steady_clock::now();
     auto relay = StartRelay(f, url, bootstrap, {});
-    while (Count(admin, "phase <> 1") > 0) {
-      if (Count(admin, "phase = 2") > 0) {
+    while (Count(admin, "status <> 'SENT'") > 0) {
+      if (Count(admin, "status = 'FAILED'") > 0) {
         std::fprintf(stderr, "large: rows FAILED\n%s", relay->Log().c_str());
         return 1;
       }
@@ -190,7 +190,7 @@ int BigTable(const Flags& f, PGconn* admin, const std::string& url, const std::s
   PGresult* p2 = PQexec(admin, ("SET enable_seqscan = off; EXPLAIN (COSTS OFF) SELECT "
                                 "count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER "
                                 "(WHERE status = 'PROCESSING') FROM " + kSchema +
-                                ".outbox WHERE phase = 0").c_str());
+                                ".outbox WHERE status IN ('PENDING', 'PROCESSING')").c_str());
   for (int i = 0; i < PQntuples(p2); ++i) inner += std::string("    ") + PQgetvalue(p2, i, 0) + "\n";
   PQclear(p2);
   MustExec(admin, "RESET enable_seqscan");
@@ -234,7 +234,7 @@ int BigTable(const Flags& f, PGconn* admin, const std::string& url, const std::s
     std::this_thread::sleep_until(t0 + std::chrono::milliseconds((tick + 1) * 10));
   }
   const double offered = static_cast<double>(enqueued) / SecondsSince(t0);
-  while (Count(admin, "phase = 0") > 0) {
+  while (Count(admin, "status IN ('PENDING', 'PROCESSING')") > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   Stop(relay);

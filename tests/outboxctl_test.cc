@@ -269,7 +269,7 @@ TEST_F(OutboxctlTest, MigrateCheckReportsDriftAndChangesNothing) {
 
   Exec(conn_.get(), "DROP INDEX " + schema_ + ".by_hand_idx");
   Exec(conn_.get(), "CREATE INDEX outbox_sent_idx ON " + schema_ +
-                        ".outbox (sent_at) WHERE phase = 1");
+                        ".outbox (sent_at) WHERE status = 'SENT'");
   Exec(conn_.get(), "ALTER FUNCTION " + schema_ + ".lock_aggregates(text[], text[]) SET jit = off");
   EXPECT_EQ(Ctl(db + " migrate --check").code, 0) << "put back as the migrations install it";
   // A newer release migrated this schema: its version and its objects, which

@@ -60,7 +60,7 @@ constexpr const char* kClaimUnordered = R"SQL(
 WITH candidates AS (
   SELECT o.seq, octet_length(o.payload)::bigint AS len, o.attempts, o.xmin AS row_xid
   FROM {S}.outbox o
-  WHERE o.phase = 0 AND o.available_at <= now()
+  WHERE o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
@@ -108,7 +108,7 @@ UPDATE {S}.outbox o SET
                       ELSE o.last_error END
 FROM picked, token
 WHERE o.seq = picked.seq
-  AND o.phase = 0 AND o.available_at <= now()
+  AND o.status IN ('PENDING', 'PROCESSING') AND o.available_at <= now()
 RETURNING o.seq, o.event_id::text, o.aggregate_type, o.aggregate_id, o.event_type, o.payload,
           o.headers::text, o.dedup_key, o.attempts, o.lease_token, o.status,
           (extract(epoch FROM o.created_at) * 1000000)::bigint AS created_us,
@@ -126,7 +126,7 @@ std::string ReplayFailed(const std::string& s) {
   return WithSchema(R"SQL(
 WITH target AS (
   SELECT seq, aggregate_type, aggregate_id FROM {S}.outbox
-  WHERE phase = 2 AND ($1 = '' OR event_id = CASE WHEN $1 ~ '^\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?$' THEN $1::uuid END)
+  WHERE status = 'FAILED' AND ($1 = '' OR event_id = CASE WHEN $1 ~ '^\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?$' THEN $1::uuid END)
     AND ($2 = '' OR aggregate_id = $2) AND ($3 = '' OR event_type = $3)
   ORDER BY seq
   FOR UPDATE
@@ -141,7 +141,7 @@ WITH target AS (
   FROM (SELECT aggregate_type, aggregate_id, min(seq) AS first_seq FROM target
         GROUP BY aggregate_type, aggregate_id) t
   WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
-    AND o.seq > t.first_seq AND o.phase = 0 AND o.status = 'PENDING' AND NOT $4::boolean
+    AND o.seq > t.first_seq AND o.status = 'PENDING' AND NOT $4::boolean
   RETURNING o.seq
 )
 SELECT (SELECT count(*) FROM target) AS matched, (SELECT count(*) FROM done) AS replayed,
@@ -170,7 +170,7 @@ WITH target AS (
   UPDATE {S}.outbox o SET attempts = 0
   FROM target t
   WHERE o.aggregate_type = t.aggregate_type AND o.aggregate_id = t.aggregate_id
-    AND o.seq > t.seq AND o.phase = 0 AND o.status = 'PENDING' AND t.status IN ('FAILED', 'PENDING')
+    AND o.seq > t.seq AND o.status = 'PENDING' AND t.status IN ('FAILED', 'PENDING')
     AND NOT $4::boolean
   RETURNING o.seq
 )
@@ -216,9 +216,9 @@ std::string OldestUnsent(const std::string& s) {
   return WithSchema(R"SQL(
 SELECT (extract(epoch FROM created_at) * 1000000)::bigint FROM {S}.outbox
 WHERE seq = (SELECT min(seq) FROM (
-  (SELECT min(seq) AS seq FROM {S}.outbox WHERE phase = 0)
+  (SELECT min(seq) AS seq FROM {S}.outbox WHERE status IN ('PENDING', 'PROCESSING'))
   UNION ALL
-  (SELECT min(seq) FROM {S}.outbox WHERE phase = 2)) m)
+  (SELECT min(seq) FROM {S}.outbox WHERE status = 'FAILED')) m)
 )SQL", s);
 }
 
@@ -457,7 +457,7 @@ std::string PurgeSent(const std::string& schema) {
   return WithSchema(R"SQL(
 WITH victims AS (
   SELECT seq FROM {S}.outbox
-  WHERE phase = 1 AND sent_at < now() - $1 * interval '1 second'
+  WHERE status = 'SENT' AND sent_at < now() - $1 * interval '1 second'
   ORDER BY sent_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED
@@ -485,8 +485,8 @@ SELECT o.seq, o.status, o.attempts, o.available_at <= now() AS due,
          SELECT count(*) FROM (
            SELECT 1 FROM {S}.outbox e
            WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
-             AND e.seq < o.seq AND e.phase NOT IN (1, 3)
-             AND ($2::boolean OR e.phase <> 2)
+             AND e.seq < o.seq AND e.status NOT IN ('SENT', 'SKIPPED')
+             AND ($2::boolean OR e.status <> 'FAILED')
              AND e.seq <> ALL($3::bigint[])
            LIMIT 1) x) ELSE 0 END AS earlier_unsent
 FROM {S}.outbox o
@@ -567,13 +567,13 @@ std::string RecentActivity(const std::string& schema) {
 WITH since AS (SELECT now() - $1::bigint * interval '1 second' AS t),
 recent AS (
   SELECT o.sent_at AS at, true AS sent, o.lease_owner, o.claimed_at
-  FROM {S}.outbox o, since WHERE o.phase = 1 AND o.sent_at >= since.t
+  FROM {S}.outbox o, since WHERE o.status = 'SENT' AND o.sent_at >= since.t
   UNION ALL
   SELECT o.failed_at, false, o.lease_owner, o.claimed_at
-  FROM {S}.outbox o, since WHERE o.phase = 2 AND o.failed_at >= since.t
+  FROM {S}.outbox o, since WHERE o.status = 'FAILED' AND o.failed_at >= since.t
   UNION ALL
   SELECT NULL, false, o.lease_owner, o.claimed_at
-  FROM {S}.outbox o, since WHERE o.phase = 0 AND o.claimed_at >= since.t
+  FROM {S}.outbox o, since WHERE o.status IN ('PENDING', 'PROCESSING') AND o.claimed_at >= since.t
 )
 SELECT kind, a, b, c, d FROM (
   SELECT 'm' AS kind, (floor(extract(epoch FROM r.at) / 60)::bigint * 60)::text AS a,
@@ -593,7 +593,7 @@ ORDER BY kind, a
 }
 
 std::string CountSent(const std::string& schema) {
-  return WithSchema("SELECT count(*) FROM {S}.outbox WHERE phase = 1", schema);
+  return WithSchema("SELECT count(*) FROM {S}.outbox WHERE status = 'SENT'", schema);
 }
 
 }  // namespace outbox::pg::sql
