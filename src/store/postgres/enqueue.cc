@@ -46,8 +46,16 @@ Status CheckCallerConnection(PGconn* conn) {
   }
 }
 
-EnqueueResult ReadRow(const PGresult* res) {
-  return EnqueueResult{pg::GetText(res, 0, 0), pg::GetText(res, 0, 1) == "t"};
+// enqueue()'s row as one composite in text form: "(event_id,t)" or
+// "(event_id,f)" (a UUID needs no quoting).
+Result<EnqueueResult> ReadRecord(const PGresult* res) {
+  const std::string rec = pg::GetText(res, 0, 0);
+  const std::size_t comma = rec.rfind(',');
+  if (rec.size() < 4 || rec.front() != '(' || rec.back() != ')' || comma == std::string::npos ||
+      comma + 3 != rec.size() || (rec[comma + 1] != 't' && rec[comma + 1] != 'f')) {
+    return Status::Internal("enqueue: unexpected result '" + rec + "'");
+  }
+  return EnqueueResult{rec.substr(1, comma - 1), rec[comma + 1] == 't'};
 }
 
 }  // namespace
@@ -64,7 +72,9 @@ Result<std::vector<EnqueueResult>> EnqueueBatch(pg_conn* conn, std::span<const E
   if (events.size() == 1) {
     auto res = pg::ExecParams(conn, "enqueue", sql, EnqueueParams(events[0]), kEnqueueTypes);
     if (!res.ok()) return res.status();
-    out[0] = ReadRow(res->get());
+    auto row = ReadRecord(res->get());
+    if (!row.ok()) return row.status();
+    out[0] = std::move(row).value();
     return out;
   }
 
