@@ -350,8 +350,8 @@ std::string RecordMigration(const std::string& schema, const std::string& table)
 
 // The function in the select list, not in FROM: the row comes back as one
 // composite, "(event_id,t|f)", and the server, which parses and plans this
-// unnamed statement on every call, has no function scan to plan (measured
-// with pgbench's unprepared mode: about 8 us less a call).
+// unnamed statement on every call, has no function scan to plan (a small
+// saving; docs/benchmarks.md, "Enqueue").
 std::string Enqueue(const std::string& schema) {
   return WithSchema("SELECT {S}.enqueue($1, $2, $3, $4, $5, $6)", schema);
 }
