@@ -9,7 +9,9 @@
 
 #include "outbox/kafka.h"
 #include "outbox/postgres.h"
-// The store's statements, to plan them (TheStoresQueriesWalkAnIndexNotTheTable).
+// The store's statements and parameter types, to plan them
+// (TheStoresQueriesWalkAnIndexNotTheTable).
+#include "../src/store/postgres/session.h"
 #include "../src/store/postgres/sql.h"
 #include "store_contract.h"
 #include "test_env.h"
@@ -966,7 +968,8 @@ int RunStatement(PGconn* c, const std::string& name, const std::string& sql,
 
 // The claims' parameters: batch, owner, lease ms, max attempts, FAILED holds,
 // batch bytes, CDC sweep margin ms (nullptr: no bound), stream stale after ms.
-const std::vector<Oid> kClaimTypes{23, 25, 20, 23, 16, 20, 20, 20};
+const std::vector<Oid> kClaimTypes{pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid,
+                                   pg::kBoolOid, pg::kInt8Oid, pg::kInt8Oid, pg::kInt8Oid};
 std::vector<const char*> ClaimValues(const char* batch, const char* sweep_margin) {
   return {batch, "w", "60000", "10", "true", "1000000", sweep_margin, "60000"};
 }
@@ -1036,7 +1039,7 @@ TEST_F(PostgresTest, TheStoresQueriesWalkAnIndexNotTheTable) {
       {"unordered claim, CDC sweeper", pg::sql::ClaimUnordered(schema_), ClaimValues("100", "1"),
        kClaimTypes, {claim}},
       {"stats", pg::sql::Stats(schema_), {}, {}, {claim, set_aside}},
-      {"purge", pg::sql::PurgeSent(schema_), {"0", "100"}, {20, 23}, {sent}},
+      {"purge", pg::sql::PurgeSent(schema_), {"0", "100"}, {pg::kInt8Oid, pg::kInt4Oid}, {sent}},
       {"oldest unsent", pg::sql::OldestUnsent(schema_), {}, {}, {claim, set_aside}},
       {"count sent", pg::sql::CountSent(schema_), {}, {}, {sent}},
       {"recent activity", pg::sql::RecentActivity(schema_), {"3600"}, {}, {claim, sent, set_aside}},

@@ -6,11 +6,14 @@
 # changing status or not, and (--phase) the partial indexes predicated on a
 # generated column instead of status (what migration 13 tried; reverted, see
 # docs/benchmarks.md, "Tried: the claim as a heap-only update").
-#   OUTBOX_PG_URL=... bench/experiments/hot_claim_isolation.sh [--rounds 2]
+# Uses $OUTBOX_PG_URL if set, else starts its own throwaway servers.
+#   bench/experiments/hot_claim_isolation.sh [--rounds 2]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 ROUNDS=2
 [ "${1:-}" = --rounds ] && ROUNDS="$2"
-: "${OUTBOX_PG_URL:?set OUTBOX_PG_URL (scripts/testenv start DIR; . DIR/env)}"
+bench_env
+machine_line
 run() {  # run FILLFACTOR CLAIM_STATUS KIND(status|phase)
   local ff="$1" st="$2" kind="$3" gen="" p0 p1 p2 p3
   if [ "$kind" = phase ]; then
