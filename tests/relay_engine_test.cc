@@ -363,5 +363,101 @@ TEST(RelayEngine, AWorkerThatRunsOutOfWorkPollsNextAtPollMin) {
   EXPECT_LE(r.Deliver(2), 40ms) << "left for the backed-off poller";
 }
 
+// An OutboxView whose gauges' query takes `cost` of the relay's (fake) time.
+class SlowStatsView final : public OutboxView {
+ public:
+  SlowStatsView(test_util::FakeClock& clock, std::chrono::milliseconds cost,
+                std::atomic<int>& calls)
+      : clock_(clock), cost_(cost), calls_(calls) {}
+  Result<StoreStats> Stats() override {
+    clock_.Advance(cost_);
+    ++calls_;
+    StoreStats st;
+    st.pending = 1'000'000;
+    return st;
+  }
+  Result<std::int64_t> PurgeSent(std::chrono::seconds, int) override { return 0; }
+  Result<std::int64_t> CountSent() override { return Unused(); }
+  Result<ReplayCounts> ReplayFailed(const ReplaySelection&) override { return Unused(); }
+  Result<SkipResult> Skip(const SkipRequest&) override { return Unused(); }
+  Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
+    return Unused();
+  }
+  Result<std::vector<EventRecord>> List(const ListFilter&) override { return Unused(); }
+  Result<std::vector<EventRecord>> Find(const std::string&) override { return Unused(); }
+  Result<ActivityReport> RecentActivity(std::chrono::seconds) override { return Unused(); }
+
+ private:
+  static Status Unused() { return Status::Internal("not used by the relay"); }
+  test_util::FakeClock& clock_;
+  const std::chrono::milliseconds cost_;
+  std::atomic<int>& calls_;
+};
+
+// The gauges' query counts every unsent row (0.4-0.5 s at 1,000,000 rows): it
+// runs every stats_interval while cheap, and every 20 times its cost once
+// dear, so a backlog's gauges do not keep a database core busy. On a fake
+// clock: 30 s of the relay's time with stats_interval 100 ms.
+TEST(RelayEngine, TheGaugesQueryIsPacedByItsOwnCost) {
+  // Calls made while the test moves the clock 30 s; *elapsed: the relay's time
+  // that passed in all (the queries' own cost and the stop included).
+  const auto calls_over_30s = [](std::chrono::milliseconds cost, double* pending,
+                                 std::chrono::milliseconds* elapsed) {
+    Engine e(0);
+    test_util::FakeClock clock;
+    const auto start = clock.Now();
+    std::atomic<int> calls{0};
+    StoreParts parts;
+    parts.queue = [&]() -> Result<std::unique_ptr<ClaimQueue>> {
+      return std::unique_ptr<ClaimQueue>(std::make_unique<FakeQueue>(e.table));
+    };
+    parts.view = [&]() -> Result<std::unique_ptr<OutboxView>> {
+      return std::unique_ptr<OutboxView>(std::make_unique<SlowStatsView>(clock, cost, calls));
+    };
+    RelayOptions o = Options();
+    o.clock = &clock;
+    o.workers = 1;
+    o.stats_interval = 100ms;
+    auto relay = Relay::Create(o, std::move(parts), e.transport, e.metrics, e.logger);
+    EXPECT_TRUE(relay.ok()) << relay.status().ToString();
+    if (!relay.ok()) return -1;
+    std::thread runner([&] { (void)(*relay)->Run(); });
+    for (int i = 0; i < 5000 && calls.load() == 0; ++i) std::this_thread::sleep_for(1ms);
+    for (int step = 0; step < 1500; ++step) {  // 30 s in 20 ms steps
+      clock.Advance(20ms);
+      std::this_thread::sleep_for(1ms);
+    }
+    (*relay)->RequestStop();
+    std::atomic<bool> joined{false};
+    std::thread ticker([&] {
+      while (!joined) {
+        clock.Advance(20ms);
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+    runner.join();
+    joined = true;
+    ticker.join();
+    *pending = e.metrics.pending.Value();
+    *elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(clock.Now() - start);
+    return calls.load();
+  };
+  double pending = 0;
+  std::chrono::milliseconds elapsed{0};
+  const int cheap = calls_over_30s(0ms, &pending, &elapsed);
+  // About 300 are due; a slow machine's rounds may lag the clock's steps.
+  EXPECT_GE(cheap, 30) << "a cheap query refreshes the gauges every stats_interval";
+  EXPECT_EQ(pending, 1'000'000);
+  pending = 0;
+  const int dear = calls_over_30s(500ms, &pending, &elapsed);
+  // 500 ms each: the next one 10 s after the last began, so one at the start
+  // and one per 10 s of the relay's time after it (about 3). Without the
+  // pacing: one per 100 ms slept (about 300).
+  EXPECT_GE(dear, 2) << "a dear query still runs";
+  EXPECT_LE(dear, 1 + elapsed / 10s) << "a dear query is paced by its cost; relay time "
+                                     << elapsed.count() << " ms";
+  EXPECT_EQ(pending, 1'000'000);
+}
+
 }  // namespace
 }  // namespace outbox

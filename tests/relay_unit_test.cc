@@ -19,6 +19,7 @@ using testing::ExpectShortestBucketBounds;
 using testing::PrometheusSample;
 
 using relay_internal::BackoffDelay;
+using relay_internal::NextStatsAt;
 using relay_internal::PlanTransitions;
 using std::chrono::milliseconds;
 
@@ -260,6 +261,19 @@ TEST(BackoffDelay, GrowsExponentiallyWithJitterAndACap) {
     EXPECT_GE(d30, 800);
     EXPECT_LE(d30, 1000);
   }
+}
+
+// The gauges' query runs every stats_interval while it is cheap; once it takes
+// more than 1/20 of that, only every 20 times what it took.
+TEST(NextStatsAt, IsTheIntervalUntilTheQueryTakesMoreThanOneTwentiethOfIt) {
+  RelayOptions o;
+  o.stats_interval = milliseconds(2000);
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  EXPECT_EQ(NextStatsAt(o, t0, milliseconds(0)), t0 + milliseconds(2000));
+  EXPECT_EQ(NextStatsAt(o, t0, milliseconds(100)), t0 + milliseconds(2000));
+  EXPECT_EQ(NextStatsAt(o, t0, milliseconds(101)), t0 + milliseconds(2020));
+  EXPECT_EQ(NextStatsAt(o, t0, milliseconds(500)), t0 + milliseconds(10000));
+  EXPECT_EQ(NextStatsAt(o, t0, std::chrono::seconds(5)), t0 + std::chrono::seconds(100));
 }
 
 // ---- configuration ------------------------------------------------------

@@ -6,6 +6,13 @@
 
 namespace outbox::relay_internal {
 
+std::chrono::steady_clock::time_point NextStatsAt(const RelayOptions& o,
+                                                  std::chrono::steady_clock::time_point started,
+                                                  std::chrono::steady_clock::duration took) {
+  return started + std::max<std::chrono::steady_clock::duration>(o.stats_interval,
+                                                                  took * kStatsCostShare);
+}
+
 milliseconds BackoffDelay(const RelayOptions& o, int attempts, std::mt19937_64& rng) {
   const int shift = std::clamp(attempts - 1, 0, 30);
   const double base = static_cast<double>(o.backoff_base.count());

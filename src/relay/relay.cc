@@ -861,10 +861,33 @@ void Relay::WatchSlot(StreamLedger& ledger, const StoreStats* stats) {
   }
 }
 
+std::optional<StoreStats> Relay::RefreshGauges(OutboxView& view,
+                                               Steady::time_point& next_stats) {
+  if (clock_.Now() < next_stats) return std::nullopt;
+  const auto started = clock_.Now();
+  auto st = view.Stats();
+  next_stats = relay_internal::NextStatsAt(options_, started, clock_.Now() - started);
+  if (!st.ok()) {
+    db_ok_housekeeping_ = false;
+    (void)NoteDbError(st.status(), &refused_by_housekeeping_);
+    return std::nullopt;
+  }
+  if (!db_ok_housekeeping_) ClearRefusal(&refused_by_housekeeping_);
+  db_ok_housekeeping_ = true;
+  metrics_.pending.Set(static_cast<double>(st->pending));
+  metrics_.processing.Set(static_cast<double>(st->processing));
+  metrics_.failed_rows.Set(static_cast<double>(st->failed));
+  metrics_.skipped_rows.Set(static_cast<double>(st->skipped));
+  metrics_.oldest_unsent_age.Set(static_cast<double>(st->oldest_unsent_age.count()) / 1000.0);
+  metrics_.held_aggregates.Set(static_cast<double>(st->held_aggregates));
+  return *st;
+}
+
 void Relay::HousekeepingLoop() {
   std::unique_ptr<OutboxView> store;
   std::unique_ptr<StreamLedger> ledger;  // cdc: the slot's gauges and the WAL cap
   auto next_purge = clock_.Now() + std::chrono::seconds(5);
+  auto next_stats = clock_.Now();
   // cdc: the slot's gauges and the WAL cap, on the ledger's own session (one
   // more than polling needs: the view's store may be another database's part).
   auto watch_slot = [&](const StoreStats* stats) {
@@ -899,21 +922,8 @@ void Relay::HousekeepingLoop() {
       }
       store = std::move(s).value();
     }
-    auto st = store->Stats();
-    if (st.ok()) {
-      if (!db_ok_housekeeping_) ClearRefusal(&refused_by_housekeeping_);
-      db_ok_housekeeping_ = true;
-      metrics_.pending.Set(static_cast<double>(st->pending));
-      metrics_.processing.Set(static_cast<double>(st->processing));
-      metrics_.failed_rows.Set(static_cast<double>(st->failed));
-      metrics_.skipped_rows.Set(static_cast<double>(st->skipped));
-      metrics_.oldest_unsent_age.Set(static_cast<double>(st->oldest_unsent_age.count()) / 1000.0);
-      metrics_.held_aggregates.Set(static_cast<double>(st->held_aggregates));
-    } else {
-      db_ok_housekeeping_ = false;
-      (void)NoteDbError(st.status(), &refused_by_housekeeping_);
-    }
-    watch_slot(st.ok() ? &*st : nullptr);
+    const std::optional<StoreStats> st = RefreshGauges(*store, next_stats);
+    watch_slot(st ? &*st : nullptr);
     // Purge does not depend on Stats. Each round deletes batches for at most
     // kPurgeBudget; if rows are left it goes on next round (every stats
     // interval) instead of waiting a whole purge_interval, so it keeps up with
