@@ -19,6 +19,9 @@
 //               [--http-drain 1]  (also drain with relay.transport = http to a
 //                                  receiver in this process that answers 200)
 //               [--warmup 0]      (seconds of the same load before the measured one)
+//               [--idle 0]        (seconds with no load between the warm-up and the
+//                                  measured load: the relay's idle poll backs off, and
+//                                  the measured load's first events meet it)
 // --rows 0 skips the drain.
 #include <signal.h>
 
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
                        {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
-                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"warmup", "0"}});
+                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"warmup", "0"}, {"idle", "0"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "relay_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
@@ -203,6 +206,19 @@ int main(int argc, char** argv) {
     (void)OfferSteadyLoad(url, kSchema, f.Int("rate"), f.Int("warmup"), f.Str("producer-sql"));
     warm_seq = Scalar(admin, "SELECT coalesce(max(seq), 0) FROM " + kSchema + ".outbox");
   }
+  // An idle spell: the claims it costs (idle polls and the workers' safety nets).
+  double idle_claims_per_s = -1;
+  if (f.Int("idle") > 0) {
+    while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::string idle_from = HttpGet(port, "/metrics");
+    std::this_thread::sleep_for(std::chrono::seconds(f.Int("idle")));
+    const std::string idle_to = HttpGet(port, "/metrics");
+    idle_claims_per_s = (MetricSample(idle_to, "outbox_relay_claims_total") +
+                         MetricSample(idle_to, "outbox_relay_empty_claims_total") -
+                         MetricSample(idle_from, "outbox_relay_claims_total") -
+                         MetricSample(idle_from, "outbox_relay_empty_claims_total")) /
+                        f.Int("idle");
+  }
   // The claims the relay made while the load ran (idle polls included): what
   // its latency costs the database.
   const std::string before = HttpGet(port, "/metrics");
@@ -230,6 +246,9 @@ int main(int argc, char** argv) {
     row("warm-up: the same load for " + std::to_string(f.Int("warmup")) +
             " s straight after the relay started",
         SentLatency(admin, kSchema, "seq <= " + warm_seq));
+  }
+  if (idle_claims_per_s >= 0) {
+    std::printf("\nIdle for %d s before the load: %.1f claims/s.\n", f.Int("idle"), idle_claims_per_s);
   }
   std::printf("\nClaims during the load: %.0f with rows, %.0f empty (%.0f/s, %.2f per event).\n",
               claims, empty, (claims + empty) / seconds,

@@ -285,6 +285,22 @@ TEST(RelayEngine, IdleWorkersPollAsOneAtADoublingInterval) {
   EXPECT_LE(polls, 14);
 }
 
+// With a short poll_max (the default, 20 ms) the waiting workers' safety net is
+// a second, not 4 x poll_max: an idle relay's claims are the poller's, about one
+// per poll_max, plus one a second from each other worker.
+TEST(RelayEngine, AnIdleRelayWithAShortPollMaxClaimsAboutOncePerPollMax) {
+  IdleRelay r(2ms, 0ms, 20ms);
+  ASSERT_NO_FATAL_FAILURE(r.Start());
+  const int before = r.e.table.claims.load();
+  r.Pass(3000ms);
+  // The poller: about 150 in 3 s (fewer when a step is seen late); the three
+  // others: 3 each (160 measured). With the safety net at 4 x poll_max they
+  // would add 112 (263 measured).
+  const int polls = r.e.table.claims.load() - before;
+  EXPECT_GE(polls, 60);
+  EXPECT_LE(polls, 200);
+}
+
 // After the poller found work (a claim that took all there was), one waiting
 // worker takes over the polling, at poll_min: not at the interval it had
 // reached itself, and without every waiting worker claiming at once.

@@ -130,7 +130,10 @@ struct RelayOptions {
   // 20 ms: a steady stream of events up to 20 ms apart (50/s and more) is
   // found within poll_min; a slower one lets the poll back off.
   milliseconds poll_hot{20};
-  milliseconds poll_max{250};
+  // 20 ms (was 250): the first event after an idle spell waits at most this;
+  // an idle relay makes about 53 claims a second, each an empty index probe
+  // (docs/benchmarks.md, "Latency with the defaults").
+  milliseconds poll_max{20};
   milliseconds db_retry_max{5'000};   // cap of the backoff on database errors
   milliseconds shutdown_timeout{30'000};  // graceful stop: finish in-flight, then exit
   seconds sent_retention{7 * 24 * 3600};  // purge SENT rows older than this
@@ -320,7 +323,7 @@ class Relay {
   // aggregate in flight (the others' claims walk its held rows) the poller
   // backs off.
   void IdleWait(int index, milliseconds claim_cost, bool ran_out);
-  void EndIdle(int index, bool full);
+  void EndIdle(bool full);
   // A poller that is about to back off (database error, broker outage) hands
   // its role to a waiting worker, so the idle ones are not left unpolled.
   void LeavePolling(int index);
@@ -336,6 +339,8 @@ class Relay {
   Logger& logger_;
   std::atomic<bool> stopping_{false};
   static constexpr std::int64_t kIdleBeat = INT64_MAX;
+  // The shortest safety-net wait of an idle worker that is not the poller.
+  static constexpr milliseconds kIdleSafetyNetMin{1'000};
   const int beat_slots_;                                       // workers + 3
   const std::unique_ptr<std::atomic<std::int64_t>[]> beats_;  // made by the constructor
   std::vector<std::thread> threads_;  // started and joined by Run(); ~Relay joins leftovers

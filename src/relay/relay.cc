@@ -450,9 +450,11 @@ void Relay::IdleWait(int index, milliseconds claim_cost, bool ran_out) {
     }
     // Another worker polls; wait for a notification, for the poller to hand
     // its role over (it found work: the first waiter to see it polls next,
-    // after the interval, not at once), or (a safety net) a few poll intervals.
+    // after the interval, not at once), or (a safety net) a few poll intervals
+    // and at least a second (with poll_max 20 ms, 4 x poll_max would make
+    // each waiting worker claim 12 times a second).
     const std::uint64_t handovers = handover_seq_;
-    const auto until = now + options_.poll_max * 4;
+    const auto until = now + std::max(options_.poll_max * 4, kIdleSafetyNetMin);
     while (!stopping_ && wake_seq_ == seen && handover_seq_ == handovers) {
       if (clock_.WaitUntil(cv_, lock.native(), until) == std::cv_status::timeout) return;
     }
@@ -461,9 +463,12 @@ void Relay::IdleWait(int index, milliseconds claim_cost, bool ran_out) {
   }
 }
 
-void Relay::EndIdle(int index, bool full) {
+void Relay::EndIdle(bool full) {
   MutexLock lock(mu_);
-  if (idle_poller_ == index) idle_poller_ = -1;
+  // The poller's role is free, whoever found the work: when a waiting worker
+  // found it (its safety net, a notification), the poller may be in a sleep
+  // of up to poll_max, and the next poll is due at poll_min.
+  idle_poller_ = -1;
   idle_interval_ = options_.poll_min;
   idle_found_at_ = clock_.Now();
   // A full batch may have left more: every idle worker claims now. Else the
@@ -745,7 +750,7 @@ void Relay::WorkerLoop(int index) {
       w.was_idle = true;
       continue;
     }
-    if (w.was_idle) EndIdle(index, FullBatch(claim->events));
+    if (w.was_idle) EndIdle(FullBatch(claim->events));
     w.was_idle = false;
     PublishAndSettle(w, *store, claim->events, probing, claimed_at);
   }
