@@ -131,7 +131,7 @@ struct RelayOptions {
   // found within poll_min; a slower one lets the poll back off.
   milliseconds poll_hot{20};
   // 20 ms (was 250): the first event after an idle spell waits at most this;
-  // an idle relay makes about 53 claims a second, each an empty index probe
+  // an idle relay makes about 55 claims a second, each an empty index probe
   // (docs/benchmarks.md, "Latency with the defaults").
   milliseconds poll_max{20};
   milliseconds db_retry_max{5'000};   // cap of the backoff on database errors
