@@ -134,17 +134,7 @@ class ConsumerDaemonTest : public ::testing::TestWithParam<Db> {
     ASSERT_EQ(outbox::testing::Produce(kafka_->bootstrap(), "lessons", msgs), static_cast<int>(msgs.size()));
   }
 
-  static int HttpPort(Subprocess& p) {
-    const std::string marker = "http listening address=127.0.0.1:";
-    int port = 0;
-    WaitFor([&] {
-      const std::string log = p.Log();
-      const auto at = log.find(marker);
-      if (at != std::string::npos) port = std::atoi(log.c_str() + at + marker.size());
-      return port > 0;
-    }, Scaled(20s));
-    return port;
-  }
+  static int HttpPort(Subprocess& p) { return LoggedHttpPort([&] { return p.Log(); }); }
   static std::string Get(int port, const std::string& path, int* status = nullptr) {
     httplib::Client cli("127.0.0.1", port);
     cli.set_read_timeout(5, 0);

@@ -278,7 +278,8 @@ TEST(RelayEngine, IdleWorkersPollAsOneAtADoublingInterval) {
   const int before = r.e.table.claims.load();
   r.Pass(1000ms);
   // The poller: 10, 20, 40, 80, 160, then every 200 ms: 8 polls in 1 s; the
-  // three others' safety net (4 x poll_max) adds one claim each. Four workers
+  // three others' safety net (4 x poll_max, at least 1 s) adds one claim each,
+  // about when the second ends. Four workers
   // each polling on their own would make 32.
   const int polls = r.e.table.claims.load() - before;
   EXPECT_GE(polls, 6);
@@ -307,7 +308,9 @@ TEST(RelayEngine, AnIdleRelayWithAShortPollMaxClaimsAboutOncePerPollMax) {
 TEST(RelayEngine, AfterWorkIsFoundOneWorkerTakesOverThePollingAtPollMin) {
   IdleRelay r(10ms, 0ms, 200ms);
   ASSERT_NO_FATAL_FAILURE(r.Start());
-  r.Pass(1000ms);  // the interval is at poll_max now
+  // The interval is at poll_max by then, and the waiting workers' safety-net
+  // claims (1 s after they began to wait) are behind us, not racing the count.
+  r.Pass(1200ms);
   const int before = r.e.table.claims.load();
   EXPECT_LE(r.Deliver(1), 250ms) << "found within poll_max";
   std::this_thread::sleep_for(100ms);  // time stands still: no poll is due
@@ -379,15 +382,17 @@ TEST(RelayEngine, AWorkerThatRunsOutOfWorkPollsNextAtPollMin) {
   EXPECT_LE(r.Deliver(2), 40ms) << "left for the backed-off poller";
 }
 
-// An OutboxView whose gauges' query takes `cost` of the relay's (fake) time.
+// An OutboxView whose gauges' query takes `cost` of the relay's (fake) time,
+// and fails (after that cost) while `failures` is above zero.
 class SlowStatsView final : public OutboxView {
  public:
   SlowStatsView(test_util::FakeClock& clock, std::chrono::milliseconds cost,
-                std::atomic<int>& calls)
-      : clock_(clock), cost_(cost), calls_(calls) {}
+                std::atomic<int>& calls, std::atomic<int>& failures)
+      : clock_(clock), cost_(cost), calls_(calls), failures_(failures) {}
   Result<StoreStats> Stats() override {
     clock_.Advance(cost_);
     ++calls_;
+    if (failures_.fetch_sub(1) > 0) return Status::Unavailable("statement timeout");
     StoreStats st;
     st.pending = 1'000'000;
     return st;
@@ -408,71 +413,86 @@ class SlowStatsView final : public OutboxView {
   test_util::FakeClock& clock_;
   const std::chrono::milliseconds cost_;
   std::atomic<int>& calls_;
+  std::atomic<int>& failures_;
 };
+
+// A one-worker relay over a SlowStatsView (stats_interval 100 ms), run while
+// the test moves the fake clock `span` in 20 ms steps, then stopped.
+struct GaugesRun {
+  int calls = 0;
+  double pending = 0;  // the gauge at the end
+  std::chrono::milliseconds elapsed{0};  // the relay's time in all (queries and stop included)
+};
+GaugesRun RunGauges(std::chrono::milliseconds cost, int failures, std::chrono::milliseconds span) {
+  Engine e(0);
+  test_util::FakeClock clock;
+  const auto start = clock.Now();
+  std::atomic<int> calls{0};
+  std::atomic<int> failing{failures};
+  StoreParts parts;
+  parts.queue = [&]() -> Result<std::unique_ptr<ClaimQueue>> {
+    return std::unique_ptr<ClaimQueue>(std::make_unique<FakeQueue>(e.table));
+  };
+  parts.view = [&]() -> Result<std::unique_ptr<OutboxView>> {
+    return std::unique_ptr<OutboxView>(
+        std::make_unique<SlowStatsView>(clock, cost, calls, failing));
+  };
+  RelayOptions o = Options();
+  o.clock = &clock;
+  o.workers = 1;
+  o.stats_interval = 100ms;
+  auto relay = Relay::Create(o, std::move(parts), e.transport, e.metrics, e.logger);
+  EXPECT_TRUE(relay.ok()) << relay.status().ToString();
+  if (!relay.ok()) return {};
+  std::thread runner([&] { (void)(*relay)->Run(); });
+  for (int i = 0; i < 5000 && calls.load() == 0; ++i) std::this_thread::sleep_for(1ms);
+  for (auto t = 0ms; t < span; t += 20ms) {
+    clock.Advance(20ms);
+    std::this_thread::sleep_for(1ms);
+  }
+  (*relay)->RequestStop();
+  std::atomic<bool> joined{false};
+  std::thread ticker([&] {
+    while (!joined) {
+      clock.Advance(20ms);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  runner.join();
+  joined = true;
+  ticker.join();
+  return {calls.load(), e.metrics.pending.Value(),
+          std::chrono::duration_cast<std::chrono::milliseconds>(clock.Now() - start)};
+}
 
 // The gauges' query counts every unsent row (0.4-0.5 s at 1,000,000 rows): it
 // runs every stats_interval while cheap, and every 20 times its cost once
 // dear, so a backlog's gauges do not keep a database core busy. On a fake
 // clock: 30 s of the relay's time with stats_interval 100 ms.
 TEST(RelayEngine, TheGaugesQueryIsPacedByItsOwnCost) {
-  // Calls made while the test moves the clock 30 s; *elapsed: the relay's time
-  // that passed in all (the queries' own cost and the stop included).
-  const auto calls_over_30s = [](std::chrono::milliseconds cost, double* pending,
-                                 std::chrono::milliseconds* elapsed) {
-    Engine e(0);
-    test_util::FakeClock clock;
-    const auto start = clock.Now();
-    std::atomic<int> calls{0};
-    StoreParts parts;
-    parts.queue = [&]() -> Result<std::unique_ptr<ClaimQueue>> {
-      return std::unique_ptr<ClaimQueue>(std::make_unique<FakeQueue>(e.table));
-    };
-    parts.view = [&]() -> Result<std::unique_ptr<OutboxView>> {
-      return std::unique_ptr<OutboxView>(std::make_unique<SlowStatsView>(clock, cost, calls));
-    };
-    RelayOptions o = Options();
-    o.clock = &clock;
-    o.workers = 1;
-    o.stats_interval = 100ms;
-    auto relay = Relay::Create(o, std::move(parts), e.transport, e.metrics, e.logger);
-    EXPECT_TRUE(relay.ok()) << relay.status().ToString();
-    if (!relay.ok()) return -1;
-    std::thread runner([&] { (void)(*relay)->Run(); });
-    for (int i = 0; i < 5000 && calls.load() == 0; ++i) std::this_thread::sleep_for(1ms);
-    for (int step = 0; step < 1500; ++step) {  // 30 s in 20 ms steps
-      clock.Advance(20ms);
-      std::this_thread::sleep_for(1ms);
-    }
-    (*relay)->RequestStop();
-    std::atomic<bool> joined{false};
-    std::thread ticker([&] {
-      while (!joined) {
-        clock.Advance(20ms);
-        std::this_thread::sleep_for(1ms);
-      }
-    });
-    runner.join();
-    joined = true;
-    ticker.join();
-    *pending = e.metrics.pending.Value();
-    *elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(clock.Now() - start);
-    return calls.load();
-  };
-  double pending = 0;
-  std::chrono::milliseconds elapsed{0};
-  const int cheap = calls_over_30s(0ms, &pending, &elapsed);
+  const GaugesRun cheap = RunGauges(0ms, 0, 30s);
   // About 300 are due; a slow machine's rounds may lag the clock's steps.
-  EXPECT_GE(cheap, 30) << "a cheap query refreshes the gauges every stats_interval";
-  EXPECT_EQ(pending, 1'000'000);
-  pending = 0;
-  const int dear = calls_over_30s(500ms, &pending, &elapsed);
+  EXPECT_GE(cheap.calls, 30) << "a cheap query refreshes the gauges every stats_interval";
+  EXPECT_EQ(cheap.pending, 1'000'000);
+  const GaugesRun dear = RunGauges(500ms, 0, 30s);
   // 500 ms each: the next one 10 s after the last began, so one at the start
   // and one per 10 s of the relay's time after it (about 3). Without the
   // pacing: one per 100 ms slept (about 300).
-  EXPECT_GE(dear, 2) << "a dear query still runs";
-  EXPECT_LE(dear, 1 + elapsed / 10s) << "a dear query is paced by its cost; relay time "
-                                     << elapsed.count() << " ms";
-  EXPECT_EQ(pending, 1'000'000);
+  EXPECT_GE(dear.calls, 2) << "a dear query still runs";
+  EXPECT_LE(dear.calls, 1 + dear.elapsed / 10s)
+      << "a dear query is paced by its cost; relay time " << dear.elapsed.count() << " ms";
+  EXPECT_EQ(dear.pending, 1'000'000);
+}
+
+// A failed gauges' query is not paced by its cost (a statement timeout takes
+// its whole length): it is tried again next round, so the gauges and the
+// readiness follow the database as soon as it answers.
+TEST(RelayEngine, AFailedGaugesQueryIsTriedAgainNextRound) {
+  const GaugesRun r = RunGauges(500ms, 1, 2s);
+  // The failure at the start, then one per round (500 ms each plus 100 ms):
+  // paced like an answer, the second would wait 10 s.
+  EXPECT_GE(r.calls, 2) << "relay time " << r.elapsed.count() << " ms";
+  EXPECT_EQ(r.pending, 1'000'000) << "the gauges were set after the failure";
 }
 
 }  // namespace

@@ -115,18 +115,7 @@ class RelayE2ETest : public ::testing::Test {
   }
 
   // The port the relay's HTTP server bound (from its log).
-  int HttpPort(Subprocess& relay) {
-    const std::string marker = "http listening address=127.0.0.1:";
-    const auto deadline = std::chrono::steady_clock::now() + Scaled(10s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::string log = relay.Log();
-      auto pos = log.find(marker);
-      if (pos != std::string::npos) return std::atoi(log.c_str() + pos + marker.size());
-      std::this_thread::sleep_for(20ms);
-    }
-    ADD_FAILURE() << "relay did not report its HTTP port:\n" << relay.Log();
-    return 0;
-  }
+  int HttpPort(Subprocess& relay) { return LoggedHttpPort([&] { return relay.Log(); }); }
 
   static std::string Get(int port, const std::string& path, int* status = nullptr) {
     httplib::Client cli("127.0.0.1", port);

@@ -167,17 +167,7 @@ class RelayMariaDbTest : public ::testing::Test {
   }
 
   // The relay's HTTP port (from its log), and one metric's value (-1 if absent).
-  static int HttpPort(Subprocess& relay) {
-    const std::string marker = "http listening address=127.0.0.1:";
-    int port = 0;
-    WaitFor([&] {
-      const std::string log = relay.Log();
-      const auto pos = log.find(marker);
-      if (pos != std::string::npos) port = std::atoi(log.c_str() + pos + marker.size());
-      return port > 0;
-    }, 10s);
-    return port;
-  }
+  static int HttpPort(Subprocess& relay) { return LoggedHttpPort([&] { return relay.Log(); }); }
   static double Metric(int port, const std::string& name) {
     httplib::Client cli("127.0.0.1", port);
     auto res = cli.Get("/metrics");

@@ -264,8 +264,9 @@ TEST(BackoffDelay, GrowsExponentiallyWithJitterAndACap) {
 }
 
 // The gauges' query runs every stats_interval while it is cheap; once it takes
-// more than 1/20 of that, only every 20 times what it took.
-TEST(NextStatsAt, IsTheIntervalUntilTheQueryTakesMoreThanOneTwentiethOfIt) {
+// more than 1/20 of that, only every 20 times what it took, and at least once a
+// minute.
+TEST(NextStatsAt, IsTheIntervalUntilTheQueryTakesMoreThanOneTwentiethOfItThenAMinuteAtMost) {
   RelayOptions o;
   o.stats_interval = milliseconds(2000);
   const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
@@ -273,7 +274,10 @@ TEST(NextStatsAt, IsTheIntervalUntilTheQueryTakesMoreThanOneTwentiethOfIt) {
   EXPECT_EQ(NextStatsAt(o, t0, milliseconds(100)), t0 + milliseconds(2000));
   EXPECT_EQ(NextStatsAt(o, t0, milliseconds(101)), t0 + milliseconds(2020));
   EXPECT_EQ(NextStatsAt(o, t0, milliseconds(500)), t0 + milliseconds(10000));
-  EXPECT_EQ(NextStatsAt(o, t0, std::chrono::seconds(5)), t0 + std::chrono::seconds(100));
+  EXPECT_EQ(NextStatsAt(o, t0, milliseconds(2500)), t0 + std::chrono::seconds(50));
+  EXPECT_EQ(NextStatsAt(o, t0, std::chrono::seconds(5)), t0 + std::chrono::seconds(60));
+  o.stats_interval = std::chrono::minutes(2);  // the operator's longer interval wins
+  EXPECT_EQ(NextStatsAt(o, t0, std::chrono::seconds(5)), t0 + std::chrono::minutes(2));
 }
 
 // ---- configuration ------------------------------------------------------
@@ -391,6 +395,23 @@ TEST(Config, LingerIsTheTransportsDefaultUnlessTheOperatorSetsIt) {
   auto set = daemon::LoadConfig("[relay]\nsource = \"cdc\"\n", "relay.toml", env, {});
   ASSERT_TRUE(set.ok()) << set.status().ToString();
   EXPECT_EQ(set->kafka.properties.at("linger.ms"), "3");
+}
+
+// relay.poll_max_ms defaults to 20 ms, and to relay.poll_min_ms when that is set
+// higher (such a config was valid while the default was 250); set explicitly
+// below poll_min_ms it is refused, naming it.
+TEST(Config, PollMaxFollowsAPollMinSetAboveItsDefault) {
+  auto d = daemon::LoadConfig("", "relay.toml", kMinimalEnv, {});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->relay.poll_max, milliseconds(20));
+  auto above = daemon::LoadConfig("[relay]\npoll_min_ms = 100\n", "relay.toml", kMinimalEnv, {});
+  ASSERT_TRUE(above.ok()) << above.status().ToString();
+  EXPECT_EQ(above->relay.poll_max, milliseconds(100));
+  auto both = daemon::LoadConfig("[relay]\npoll_min_ms = 100\npoll_max_ms = 50\n", "relay.toml",
+                                 kMinimalEnv, {});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("poll_max_ms"), std::string::npos)
+      << both.status().ToString();
 }
 
 // relay.transport = http: the URL is required and checked, the broker is not;

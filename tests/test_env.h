@@ -58,6 +58,23 @@ inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds
   return pred();
 }
 
+// The port a daemon's HTTP server bound, read from its log ("http listening
+// address=127.0.0.1:PORT"), waiting up to the (scaled) timeout; 0, and a test
+// failure naming the log, when it never appears.
+inline int LoggedHttpPort(const std::function<std::string()>& log,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const std::string marker = "http listening address=127.0.0.1:";
+  int port = 0;
+  WaitFor([&] {
+    const std::string text = log();
+    const auto at = text.find(marker);
+    if (at != std::string::npos) port = std::atoi(text.c_str() + at + marker.size());
+    return port > 0;
+  }, timeout);
+  if (port <= 0) ADD_FAILURE() << "no HTTP address in the log:\n" << log();
+  return port;
+}
+
 // Use as: `std::string url; OUTBOX_REQUIRE_ENV(url, "OUTBOX_PG_URL");`
 #define OUTBOX_REQUIRE_ENV(var, name)                                                   \
   do {                                                                                  \

@@ -142,7 +142,8 @@ struct RelayOptions {
   // Refresh of the row-count gauges (pending, oldest unsent age, ...), and the
   // housekeeping round. The gauges' query counts every unsent row: when it
   // takes longer than 1/20 of this, it runs only every 20 times its last
-  // duration (a backlog's gauges never take more than 5 % of a database core).
+  // duration, and at least once a minute (so a backlog's gauges take at most
+  // 5 % of a database core per relay until the query takes 3 s).
   milliseconds stats_interval{2'000};
   RelaySource source = RelaySource::kPoll;
   CdcOptions cdc;  // source = kCdc only
@@ -282,7 +283,7 @@ class Relay {
   void HousekeepingLoop();
   // The row-count gauges, when `next_stats` has come (then moved on, paced by
   // the query's cost: relay_internal::NextStatsAt); the stats read, or nullopt
-  // when not due or refused. Housekeeping's thread only.
+  // when not due or failed. Housekeeping's thread only.
   std::optional<StoreStats> RefreshGauges(OutboxView& view,
                                           std::chrono::steady_clock::time_point& next_stats);
   void ListenLoop();
@@ -309,8 +310,9 @@ class Relay {
   void EndBrokerRound(bool outage, milliseconds at_least, bool broker_answered, bool probing);
   milliseconds NextOutageDelay() const;
   milliseconds NextOutageDelayLocked() const OUTBOX_REQUIRES(mu_);
-  // Idle polling: one idle worker polls, the others wait until it finds work
-  // (EndIdle) or a notification arrives, so idle workers do not each walk the
+  // Idle polling: one idle worker polls, the others wait until an idle worker
+  // finds work (EndIdle: the role is then free, whoever found it), the poller
+  // leaves (LeavePolling) or a notification arrives, so idle workers do not each walk the
   // rows held behind an in-flight hot aggregate. The interval is the relay's,
   // not a worker's (a worker taking over the polling must not resume the
   // interval it reached itself): poll_min while an idle worker found work in
@@ -357,7 +359,7 @@ class Relay {
   mutable Mutex mu_;
   std::condition_variable cv_;
   std::uint64_t wake_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped to end idle sleeps (all claim)
-  std::uint64_t handover_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped when the poller found work
+  std::uint64_t handover_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped when the poller's role is free
   // 0 while the broker answers; else the current outage backoff.
   milliseconds outage_delay_ OUTBOX_GUARDED_BY(mu_){0};
   std::chrono::steady_clock::time_point outage_until_ OUTBOX_GUARDED_BY(mu_);

@@ -9,8 +9,9 @@ namespace outbox::relay_internal {
 std::chrono::steady_clock::time_point NextStatsAt(const RelayOptions& o,
                                                   std::chrono::steady_clock::time_point started,
                                                   std::chrono::steady_clock::duration took) {
-  return started + std::max<std::chrono::steady_clock::duration>(o.stats_interval,
-                                                                  took * kStatsCostShare);
+  using D = std::chrono::steady_clock::duration;
+  const D paced = std::min<D>(took * kStatsIntervalPerCost, kStatsMaxInterval);
+  return started + std::max<D>(o.stats_interval, paced);
 }
 
 milliseconds BackoffDelay(const RelayOptions& o, int attempts, std::mt19937_64& rng) {

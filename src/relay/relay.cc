@@ -448,9 +448,9 @@ void Relay::IdleWait(int index, milliseconds claim_cost, bool ran_out) {
       WaitForWake(lock, seen, now + d);
       return;
     }
-    // Another worker polls; wait for a notification, for the poller to hand
-    // its role over (it found work: the first waiter to see it polls next,
-    // after the interval, not at once), or (a safety net) a few poll intervals
+    // Another worker polls; wait for a notification, for the poller's role to
+    // be free (an idle worker found work, or the poller left: the first waiter
+    // to see it polls next, after the interval, not at once), or (a safety net) a few poll intervals
     // and at least a second (with poll_max 20 ms, 4 x poll_max would make
     // each waiting worker claim 12 times a second).
     const std::uint64_t handovers = handover_seq_;
@@ -871,7 +871,13 @@ std::optional<StoreStats> Relay::RefreshGauges(OutboxView& view,
   if (clock_.Now() < next_stats) return std::nullopt;
   const auto started = clock_.Now();
   auto st = view.Stats();
-  next_stats = relay_internal::NextStatsAt(options_, started, clock_.Now() - started);
+  // Paced by its cost only when it answered: a failure (which may have taken a
+  // timeout's length) is tried again next round, so that readiness follows the
+  // database; and while the WAL cap holds, every round reads the oldest age
+  // that lifts it.
+  next_stats = st.ok() && !wal_capped_
+                   ? relay_internal::NextStatsAt(options_, started, clock_.Now() - started)
+                   : started + options_.stats_interval;
   if (!st.ok()) {
     db_ok_housekeeping_ = false;
     (void)NoteDbError(st.status(), &refused_by_housekeeping_);

@@ -299,8 +299,15 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
                           ConfigNeeds required) {
   Config c;
   c.relay.relay_id = DefaultRelayId();
+  // 0 (below the key's range): relay.poll_max_ms not set, resolved below.
+  c.relay.poll_max = std::chrono::milliseconds(0);
   OUTBOX_RETURN_IF_ERROR(
       config::Load(RelaySchema(), {file_text, file_name, env, overrides}, c));
+  if (c.relay.poll_max.count() == 0) {
+    // Unset: the default (20 ms since 0.3's change from 250), never below a
+    // relay.poll_min_ms set above it (such a config was valid with 250).
+    c.relay.poll_max = std::max(RelayOptions{}.poll_max, c.relay.poll_min);
+  }
   if (required.database && c.database.url.empty()) {
     return Status::InvalidArgument(
         "config key database.url is required (or OUTBOX_DATABASE_URL / OUTBOX_PG_URL / --db)");
