@@ -72,8 +72,8 @@ buckets (…, 2.5, 5, 10, 20 ms, …) as Prometheus' \`histogram_quantile\` does
 created_at\` on the database clock: from the producer transaction's start to the start
 of the mark's transaction — an upper bound that adds the producer's commit and the wait
 for the previous batch's mark. The polling relay runs with its defaults (no
-\`outbox.notify\`, so it polls every 2–250 ms; \`linger.ms\` 5); the cdc relay with its
-own (\`linger.ms\` 0). Everything — PostgreSQL, the relay, the mock broker and the load
+\`outbox.notify\`, so it polls every 2–20 ms); the cdc relay with its own; both with
+\`linger.ms\` 0. Everything — PostgreSQL, the relay, the mock broker and the load
 generator — shares the same two cores (docs/design.md, "CDC", "Measured limits").
 MD
 echo "updated $DOC" >&2

@@ -101,7 +101,7 @@ uses several; both share the same 2 cores with PostgreSQL.
 
 Reading it: the replication listener hands a commit to its handler sooner at p50 — the
 WAL stream pushes it, while our relay has to find it with a claim query, and at low
-rates its idle poll (2 → 250 ms, adaptive) adds milliseconds unless \`outbox.notify\` is
+rates its idle poll (2 → 20 ms, adaptive) adds milliseconds unless \`outbox.notify\` is
 on. It drains a backlog an order of magnitude slower, because it marks every message in
 its own transaction. And under load some messages never reach its handler: with
 \`PEER_LOG=1\` the library logs \`The received outbox message cannot be processed:

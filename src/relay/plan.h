@@ -43,7 +43,7 @@ milliseconds BackoffDelay(const RelayOptions& o, int attempts, std::mt19937_64& 
 // When the row-count gauges' query may run again, having started at `started`
 // and taken `took`: after stats_interval, or after kStatsIntervalPerCost times
 // what it took when that is longer, but no later than kStatsMaxInterval (it
-// counts every unsent row: 0.4-0.5 s at 1,000,000 on a 2-core machine, which
+// counts every unsent row: 0.4-1.2 s at 1,000,000 on a 2-core machine, which
 // every 2 s would keep a quarter of a core busy exactly while a backlog
 // drains). The caller retries a failed query after stats_interval.
 inline constexpr int kStatsIntervalPerCost = 20;
