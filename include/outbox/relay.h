@@ -312,8 +312,8 @@ class Relay {
   milliseconds NextOutageDelayLocked() const OUTBOX_REQUIRES(mu_);
   // Idle polling: one idle worker polls, the others wait until an idle worker
   // finds work (EndIdle: the role is then free, whoever found it), the poller
-  // leaves (LeavePolling) or a notification arrives, so idle workers do not each walk the
-  // rows held behind an in-flight hot aggregate. The interval is the relay's,
+  // leaves (LeavePolling) or a notification arrives, so idle workers do not
+  // each walk the rows held behind an in-flight hot aggregate. The interval is the relay's,
   // not a worker's (a worker taking over the polling must not resume the
   // interval it reached itself): poll_min while an idle worker found work in
   // the last poll_hot, then doubling to poll_max; never shorter than the last

@@ -450,9 +450,9 @@ void Relay::IdleWait(int index, milliseconds claim_cost, bool ran_out) {
     }
     // Another worker polls; wait for a notification, for the poller's role to
     // be free (an idle worker found work, or the poller left: the first waiter
-    // to see it polls next, after the interval, not at once), or (a safety net) a few poll intervals
-    // and at least a second (with poll_max 20 ms, 4 x poll_max would make
-    // each waiting worker claim 12 times a second).
+    // to see it polls next, after the interval, not at once), or (a safety
+    // net) a few poll intervals and at least a second (with poll_max 20 ms,
+    // 4 x poll_max would make each waiting worker claim 12 times a second).
     const std::uint64_t handovers = handover_seq_;
     const auto until = now + std::max(options_.poll_max * 4, kIdleSafetyNetMin);
     while (!stopping_ && wake_seq_ == seen && handover_seq_ == handovers) {
