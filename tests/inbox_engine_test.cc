@@ -272,17 +272,8 @@ class InboxEngineTest : public ::testing::Test {
 
   // Stops the consumer, moving its clock on while it finishes a backoff sleep.
   void StopAndJoin(Consumer& c, std::thread& t) {
-    std::atomic<bool> joined{false};
-    std::thread ticker([&] {
-      while (!joined) {
-        clock_.Advance(10ms);
-        std::this_thread::sleep_for(1ms);
-      }
-    });
     c.Stop();
-    t.join();
-    joined = true;
-    ticker.join();
+    test_util::JoinAdvancing(t, clock_, 10ms);
   }
 
   test_util::FakeClock clock_;

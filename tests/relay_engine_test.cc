@@ -121,13 +121,7 @@ TEST(RelayEngine, AliveIsFalseOnlyWhileAThreadHangs) {
   pass(3000ms);  // that publish returned 1.5 s ago
   EXPECT_TRUE((*relay)->Alive(1000ms));
   (*relay)->RequestStop();
-  std::atomic<bool> joined{false};
-  std::thread ticker([&] {
-    while (!joined) pass(5ms);
-  });
-  runner.join();
-  joined = true;
-  ticker.join();
+  test_util::JoinAdvancing(runner, clock, 5ms);
 }
 
 // While the broker is down, attempts are given back and nothing ends FAILED
@@ -253,6 +247,12 @@ struct IdleRelay {
       std::this_thread::sleep_for(1ms);
     }
   }
+  // The claims made while the test moves the clock `d`.
+  int ClaimsOver(std::chrono::milliseconds d) {
+    const int before = e.table.claims.load();
+    Pass(d);
+    return e.table.claims.load() - before;
+  }
   // Adds row `seq`; moves time until it is marked. The fake time that took.
   std::chrono::milliseconds Deliver(std::int64_t seq) {
     const int marks = e.table.marks.load();
@@ -275,13 +275,11 @@ struct IdleRelay {
 TEST(RelayEngine, IdleWorkersPollAsOneAtADoublingInterval) {
   IdleRelay r(10ms, 0ms, 200ms);
   ASSERT_NO_FATAL_FAILURE(r.Start());
-  const int before = r.e.table.claims.load();
-  r.Pass(1000ms);
+  const int polls = r.ClaimsOver(1000ms);
   // The poller: 10, 20, 40, 80, 160, then every 200 ms: 8 polls in 1 s; the
   // three others' safety net (4 x poll_max, at least 1 s) adds one claim each,
-  // about when the second ends. Four workers
-  // each polling on their own would make 32.
-  const int polls = r.e.table.claims.load() - before;
+  // about when the second ends. Four workers each polling on their own would
+  // make 32.
   EXPECT_GE(polls, 6);
   EXPECT_LE(polls, 14);
 }
@@ -292,12 +290,10 @@ TEST(RelayEngine, IdleWorkersPollAsOneAtADoublingInterval) {
 TEST(RelayEngine, AnIdleRelayWithAShortPollMaxClaimsAboutOncePerPollMax) {
   IdleRelay r(2ms, 0ms, 20ms);
   ASSERT_NO_FATAL_FAILURE(r.Start());
-  const int before = r.e.table.claims.load();
-  r.Pass(3000ms);
+  const int polls = r.ClaimsOver(3000ms);
   // The poller: about 150 in 3 s (fewer when a step is seen late); the three
   // others: 3 each (160 measured). With the safety net at 4 x poll_max they
   // would add 112 (263 measured).
-  const int polls = r.e.table.claims.load() - before;
   EXPECT_GE(polls, 60);
   EXPECT_LE(polls, 200);
 }
@@ -451,16 +447,7 @@ GaugesRun RunGauges(std::chrono::milliseconds cost, int failures, std::chrono::m
     std::this_thread::sleep_for(1ms);
   }
   (*relay)->RequestStop();
-  std::atomic<bool> joined{false};
-  std::thread ticker([&] {
-    while (!joined) {
-      clock.Advance(20ms);
-      std::this_thread::sleep_for(1ms);
-    }
-  });
-  runner.join();
-  joined = true;
-  ticker.join();
+  test_util::JoinAdvancing(runner, clock, 20ms);
   return {calls.load(), e.metrics.pending.Value(),
           std::chrono::duration_cast<std::chrono::milliseconds>(clock.Now() - start)};
 }

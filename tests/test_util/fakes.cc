@@ -19,6 +19,19 @@ void FakeClock::SleepFor(std::chrono::nanoseconds d) {
   while (Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
+void JoinAdvancing(std::thread& t, FakeClock& clock, std::chrono::nanoseconds step) {
+  std::atomic<bool> joined{false};
+  std::thread ticker([&] {
+    while (!joined) {
+      clock.Advance(step);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  t.join();
+  joined = true;
+  ticker.join();
+}
+
 Result<ClaimResult> FakeQueue::Claim(const ClaimOptions& o) {
   std::lock_guard<std::mutex> l(t_.mu);
   ++t_.claims;

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "outbox/clock.h"
@@ -51,6 +52,10 @@ class FakeClock final : public Clock {
   const std::chrono::system_clock::time_point wall_start_ = std::chrono::system_clock::now();
   std::atomic<std::int64_t> offset_ns_{0};
 };
+
+// Joins `t` while moving `clock` on by `step` each real millisecond: for an
+// engine asked to stop while a thread of it sleeps on the fake clock.
+void JoinAdvancing(std::thread& t, FakeClock& clock, std::chrono::nanoseconds step);
 
 // --- The relay's side. ---
 
