@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
                        {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
-                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"warmup", "0"}, {"idle", "0"}});
+                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"warmup", "0"}, {"idle", "0"},
+                       {"keep-schema", "0"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "relay_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
@@ -253,7 +254,7 @@ int main(int argc, char** argv) {
   std::printf("\nClaims during the load: %.0f with rows, %.0f empty (%.0f/s, %.2f per event).\n",
               claims, empty, (claims + empty) / seconds,
               (claims + empty) / std::max(1.0, std::atof(lat[3].c_str())));
-  MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
+  if (f.Int("keep-schema") == 0) MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
   PQfinish(admin);
   return 0;
 }
