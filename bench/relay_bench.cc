@@ -8,9 +8,9 @@
 //     relay runs; enqueue -> marked SENT per event from the database clock
 //     (an upper bound of commit -> broker ack, which happens before the mark).
 //     With --warmup S, the same load runs S seconds first, straight after the
-//     relay started; its events are reported apart (a new process's first
-//     claims and produces are slower: plans, connections, the broker's
-//     metadata), and the measured load follows at once.
+//     relay started; its events are reported apart (a worker's first claim
+//     that finds rows is slower, see bench/experiments/first_claim.sh), and
+//     the measured load follows at once.
 //
 //   relay_bench --relay BIN --mock BIN [--db URL] [--rows 200000] [--runs 3]
 //               [--rate 5000] [--seconds 20] [--batch 500] [--workers 4]
@@ -22,6 +22,8 @@
 //               [--idle 0]        (seconds with no load between the warm-up and the
 //                                  measured load: the relay's idle poll backs off, and
 //                                  the measured load's first events meet it)
+//               [--keep-schema 0] (1: leave the bench's schema and its rows for
+//                                  inspection; the next run drops it first)
 // --rows 0 skips the drain.
 #include <signal.h>
 

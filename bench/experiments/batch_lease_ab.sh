@@ -5,8 +5,10 @@
 # what the claim writes: one lease row per batch (token, owner, expiry, seqs)
 # instead of every row's lease; the mark to SENT (or the delete) takes the
 # seqs out of their token's lease and writes each row once. Only the drain's
-# path is adapted: retries, failures, the change stream's marks and outboxctl
-# are not, so it is a measurement, not a relay to run.
+# path is adapted: retries, failures, the change stream's token-0 marks,
+# outboxctl and the gauges are not; its mark no longer accepts a row already
+# SENT (a retried mark whose reply was lost) nor records claimed_at; so it is
+# a measurement, not a relay to run.
 # Builds the patched tree in build/batch-lease/src, then runs its
 # bench/run_relay_ab.sh with this commit as the base, and prints the section.
 #   bench/experiments/batch_lease_ab.sh [--rounds 4] [--rows 100000] [--seconds 3]
@@ -23,10 +25,17 @@ while [ $# -gt 0 ]; do
 done
 HEAD_SHA="$(git -C "$ROOT" rev-parse --short HEAD)"
 DIR="$ROOT/build/batch-lease/src"
+PATCH="$ROOT/bench/experiments/batch_lease_prototype.patch"
+# Reuse the patched tree only if it is this commit with the patch applied.
+if [ -d "$DIR" ] && { [ "$(git -C "$DIR" rev-parse --short HEAD)" != "$HEAD_SHA" ] ||
+                      ! git -C "$DIR" apply -R --check "$PATCH" 2>/dev/null; }; then
+  git -C "$ROOT" worktree remove --force "$DIR"
+fi
 if [ ! -d "$DIR" ]; then
   mkdir -p "$(dirname "$DIR")"
   git -C "$ROOT" worktree add -f --detach "$DIR" HEAD >/dev/null
-  git -C "$DIR" apply "$ROOT/bench/experiments/batch_lease_prototype.patch"
+  # The patch adds migration 13: once the product has its own, renumber it.
+  git -C "$DIR" apply "$PATCH" || { git -C "$ROOT" worktree remove --force "$DIR"; exit 1; }
 fi
 # The patched tree's run_relay_ab.sh builds it, and HEAD in its own
 # build/ab-<sha>, then alternates their relay_bench runs.

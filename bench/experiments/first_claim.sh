@@ -22,18 +22,18 @@ done
 bench_env
 machine_line
 U="$OUTBOX_PG_URL" S=first_claim
-psql -X -q "$U" -c "DROP SCHEMA IF EXISTS $S CASCADE" 2>/dev/null
+psql -X -q -v ON_ERROR_STOP=1 "$U" -c "DROP SCHEMA IF EXISTS $S CASCADE" 2>/dev/null
 "$ROOT/build/release/tools/outboxctl/outboxctl" --db "$U" --schema "$S" migrate | tail -1
 claim="SELECT count(*) FROM $S.claim_ordered($BATCH, 'bench', 30000, 10, true, 100000000, 0, 0);"
 echo "| round | 1st claim with rows, ms | 2nd | 3rd |"
 echo "|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
-  psql -X -q "$U" -c "TRUNCATE $S.outbox" -c "INSERT INTO $S.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers, available_at)
+  psql -X -q -v ON_ERROR_STOP=1 "$U" -c "TRUNCATE $S.outbox" -c "INSERT INTO $S.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers, available_at)
     SELECT $S.uuid_v7(), 'order', (g % 1000)::text, 'OrderCreated', convert_to(repeat('x', 200), 'UTF8'), '{}', now() + interval '1 hour'
     FROM generate_series(1, $ROWS) g" -c "VACUUM ANALYZE $S.outbox"
-  times="$(psql -X -q "$U" <<SQL | awk '/^Time:/ {print $2}' | paste -sd' '
+  times="$(psql -X -q -v ON_ERROR_STOP=1 "$U" <<SQL | awk '/^Time:/ {print $2}' | paste -sd' '
 $claim
-\\! psql -X -q "$U" -c "UPDATE $S.outbox SET available_at = now() - interval '1 s'"
+\\! psql -X -q -v ON_ERROR_STOP=1 "$U" -c "UPDATE $S.outbox SET available_at = now() - interval '1 s'"
 \\timing on
 $claim
 $claim
@@ -42,4 +42,4 @@ SQL
 )"
   echo "| $r | ${times// / | } |"
 done
-psql -X -q "$U" -c "DROP SCHEMA $S CASCADE" 2>/dev/null
+psql -X -q -v ON_ERROR_STOP=1 "$U" -c "DROP SCHEMA $S CASCADE" 2>/dev/null

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# What a claim that writes nothing would buy the polling drain (issue 26's drain
+# What a claim that writes less would buy the polling drain (issue 26's drain
 # goal). One session drains --rows PENDING rows (1,000 aggregates, 200-byte
-# payloads) in batches of 500, no broker, three ways, in alternating rounds:
+# payloads) in batches of 500, no broker, four ways, in alternating rounds:
 #   claim+mark  the store's claim (claim_ordered(): per-aggregate heads, lease,
 #               token) committed, then the store's mark to SENT: two writes a row;
 #   two-writes  the oldest 500 by seq, FOR UPDATE SKIP LOCKED, set PROCESSING

@@ -27,11 +27,11 @@ machine_line
 PGB="$(ls /usr/lib/postgresql/*/bin/pgbench | tail -1)"
 U="$OUTBOX_PG_URL"
 for S in runs_as_is runs_window; do
-  psql -X -q "$U" -c "DROP SCHEMA IF EXISTS $S CASCADE" 2>/dev/null
+  psql -X -q -v ON_ERROR_STOP=1 "$U" -c "DROP SCHEMA IF EXISTS $S CASCADE" 2>/dev/null
   "$ROOT/build/release/tools/outboxctl/outboxctl" --db "$U" --schema "$S" migrate | tail -1
 done
 # The variant: migration 9's claim_ordered() with one more condition on the run.
-python3 - "$ROOT/src/store/postgres/migrations/outbox/0009_claim_window.sql" <<'PY' | psql -X -q "$U"
+python3 - "$ROOT/src/store/postgres/migrations/outbox/0009_claim_window.sql" <<'PY' | psql -X -q -v ON_ERROR_STOP=1 "$U"
 import sys
 s = open(sys.argv[1]).read()
 s = s[s.index('CREATE OR REPLACE FUNCTION'):]
@@ -44,7 +44,7 @@ raw=""
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="runs_as_is runs_window"; else order="runs_window runs_as_is"; fi
   for S in $order; do
-    psql -X -q "$U" -c "TRUNCATE $S.outbox" -c "INSERT INTO $S.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
+    psql -X -q -v ON_ERROR_STOP=1 "$U" -c "TRUNCATE $S.outbox" -c "INSERT INTO $S.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
       SELECT $S.uuid_v7(), 'order', (g % $AGGS)::text, 'OrderCreated', convert_to(repeat('x', 200), 'UTF8'), '{}'
       FROM generate_series(1, $ROWS) g" -c "VACUUM ANALYZE $S.outbox" -c "CHECKPOINT"
     script="SELECT coalesce(array_agg(seq), '{}') AS seqs, coalesce(array_agg(lease_token), '{}') AS toks FROM $S.claim_ordered(500, 'bench', 30000, 10, true, 100000000, 0, 0) \\gset
@@ -55,7 +55,7 @@ UPDATE $S.outbox o SET status = 'SENT', sent_at = coalesce(o.sent_at, now()), la
     raw+="$S $(awk -v sent=$((ROWS - left)) -v tps="$tps" -v n=$((ROWS / 500)) 'BEGIN {printf "%.0f", sent * tps / n}')"$'\n'
   done
 done
-for S in runs_as_is runs_window; do psql -X -q "$U" -c "DROP SCHEMA $S CASCADE" 2>/dev/null; done
+for S in runs_as_is runs_window; do psql -X -q -v ON_ERROR_STOP=1 "$U" -c "DROP SCHEMA $S CASCADE" 2>/dev/null; done
 awk '
   function median(s,   n, a, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
