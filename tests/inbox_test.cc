@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 
+#include <map>
 #include <stdexcept>
 
 #include "outbox/inbox.h"
@@ -201,6 +202,63 @@ TEST_F(InboxTest, AFailingHandlerUndoesOnlyItsOwnMessage) {
   ASSERT_TRUE(r3.ok());
   EXPECT_EQ((*r3)[0].outcome, Outcome::kDuplicate);
   EXPECT_EQ(Exec(conn_.get(), "SELECT duplicates FROM " + schema_ + ".inbox_stamps WHERE dedup_key = 'a'"), "1");
+}
+
+// An effect outside the database (the consumer daemon's HTTP POST): with
+// effects_outside_transaction a failed message is its own outcome and the
+// messages before it are not run again; with the default they are (the batch
+// is redone with a savepoint per message), which a SQL effect needs. Ordered:
+// a later message of a key that failed transiently is held, and neither keeps
+// a stamp.
+TEST_F(InboxTest, AnEffectOutsideTheTransactionFailsAloneAndRunsNothingTwice) {
+  for (const bool outside : {true, false}) {
+    SCOPED_TRACE(outside ? "effects_outside_transaction" : "default");
+    std::map<std::string, int> calls;
+    Handler post = [&](const InboundMessage& m, pg_conn*) -> HandlerResult {
+      ++calls[m.headers.at("outbox-event-id")];
+      if (m.payload == "permanent") return HandlerResult::Permanent("HTTP 404");
+      if (m.payload == "transient") return HandlerResult::Transient("HTTP 503");
+      return HandlerResult::Ok();
+    };
+    PostgresInboxOptions o = Options(outside ? "outside" : "inside");
+    o.effects_outside_transaction = outside;
+    auto inbox = OpenPostgresInbox(o, post);
+    ASSERT_TRUE(inbox.ok()) << inbox.status().ToString();
+    const std::string p = outside ? "o-" : "i-";
+    std::vector<InboundMessage> batch = {Msg(p + "a", "ok"), Msg(p + "b", "permanent"),
+                                         Msg(p + "c", "ok"), Msg(p + "d", "transient"),
+                                         Msg(p + "e", "ok"), Msg(p + "f", "ok")};
+    std::vector<std::string> keys, order = {"k1", "k2", "k1", "k3", "k2", "k3"};
+    for (const auto& m : batch) keys.push_back(m.headers.at("outbox-event-id"));
+    auto r = (*inbox)->Apply(batch, keys, order);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+    EXPECT_EQ((*r)[1].outcome, Outcome::kPermanent);
+    EXPECT_EQ((*r)[1].error, "HTTP 404");
+    EXPECT_EQ((*r)[2].outcome, Outcome::kApplied);
+    EXPECT_EQ((*r)[3].outcome, Outcome::kTransient);
+    EXPECT_EQ((*r)[4].outcome, Outcome::kApplied) << "k2's failure was permanent: not held";
+    EXPECT_EQ((*r)[5].outcome, Outcome::kHeld) << "behind d, k3's transient failure";
+    EXPECT_EQ(calls[p + "b"], 1);
+    EXPECT_EQ(calls[p + "d"], 1);
+    EXPECT_EQ(calls.count(p + "f"), 0u);
+    // The difference: the message before the first failure runs once, or twice.
+    EXPECT_EQ(calls[p + "a"], outside ? 1 : 2);
+    EXPECT_EQ(calls[p + "c"], 1);
+    EXPECT_EQ(calls[p + "e"], 1);
+    // Stamps for the applied ones only, so the others can apply later, once.
+    EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(dedup_key, ',' ORDER BY dedup_key) FROM " + schema_ +
+                                    ".inbox_stamps WHERE consumer = '" + o.consumer + "'"),
+              p + "a," + p + "c," + p + "e");
+    std::vector<InboundMessage> again = {Msg(p + "d", "ok"), Msg(p + "f", "ok"), Msg(p + "a", "ok")};
+    std::vector<std::string> again_keys = {p + "d", p + "f", p + "a"};
+    auto r2 = (*inbox)->Apply(again, again_keys, std::vector<std::string>{"k3", "k3", "k1"});
+    ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+    EXPECT_EQ((*r2)[0].outcome, Outcome::kApplied);
+    EXPECT_EQ((*r2)[1].outcome, Outcome::kApplied);
+    EXPECT_EQ((*r2)[2].outcome, Outcome::kDuplicate);
+    EXPECT_EQ(calls[p + "a"], outside ? 1 : 2) << "a duplicate runs no handler";
+  }
 }
 
 // A handler that reports its failed statement with FromSqlState: bad data

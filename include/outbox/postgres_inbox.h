@@ -87,6 +87,15 @@ struct PostgresInboxOptions {
   // Connection loss and statement timeouts fail the whole batch either way
   // (Apply's error: consumed again).
   std::function<ErrorClass(std::string_view sqlstate)> classify_sqlstate = nullptr;
+  // The Handler's effect is outside the database (an HTTP POST: it runs no SQL
+  // on the session). A failed message is then its own outcome within the
+  // batch's transaction: its stamp is taken back, and the messages before it
+  // are not run again. Off (the default), a failure rolls the batch back and
+  // redoes it with a savepoint per message, running the earlier messages'
+  // handlers once more, which is what keeps a SQL effect and its stamp
+  // together. Ignored for a SinkHandler or BatchHandler; if the session is not
+  // in a clean transaction after the handler, the default path is taken.
+  bool effects_outside_transaction = false;
 };
 
 // Connects at once (a failed connection is Unavailable; later calls reconnect).

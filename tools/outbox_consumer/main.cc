@@ -91,6 +91,7 @@ outbox::Result<std::unique_ptr<outbox::InboxStore>> OpenStore(const cd::Config& 
   o.connect_timeout = c.connect_timeout;
   o.classify_sqlstate = outbox::SqlHandlerErrorClass;
   if (h.kind() == cd::HandlerKind::kSql) return outbox::OpenPostgresInbox(o, cd::PostgresSqlHandler(h.sql));
+  o.effects_outside_transaction = true;  // a failed POST does not repeat the batch's earlier ones
   return outbox::OpenPostgresInbox(o, [e = p.http.get()](const outbox::InboundMessage& m, pg_conn*) {
     return e->Post(m);
   });

@@ -93,6 +93,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
         insert_many_(pg::sql::InboxInsertStamps(options_.schema)),
         insert_one_(pg::sql::InboxInsertStamp(options_.schema)),
         count_duplicates_(pg::sql::InboxCountDuplicates(options_.schema)),
+        delete_stamps_(pg::sql::InboxDeleteStamps(options_.schema)),
         purge_(pg::sql::InboxPurgeStamps(options_.schema)),
         parked_keys_(pg::sql::InboxParkedKeys(options_.schema)),
         park_(pg::sql::InboxPark(options_.schema)),
@@ -430,12 +431,23 @@ class PostgresInbox final : public InboxStore, public InboxView {
       for (int i = 0; i < PQntuples(r); ++i) fresh.insert(pg::GetText(r, i, 0));
     }
     std::set<std::string> used;  // a key twice in one batch: the first applies
+    // Effects outside the transaction: the keys held behind a transient
+    // failure, and the stamps to take back (failed or held messages).
+    std::set<std::string> blocked;
+    std::vector<std::string> undo;
     std::vector<const InboundMessage*> new_msgs;
     std::vector<pg::Statement> statements;     // sink mode: all new messages' statements
     std::vector<std::size_t> statement_owner;  // the message of each statement
     std::vector<std::string> dups;
+    const bool outside =
+        options_.effects_outside_transaction && !sink_handler_ && !batch_handler_;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       if (!todo[i]) continue;
+      if (outside && Held(i, blocked)) {  // as the careful pass decides it
+        out[i] = {Outcome::kHeld, ""};
+        if (fresh.count(keys[i]) && used.insert(keys[i]).second) undo.push_back(keys[i]);
+        continue;
+      }
       if (!fresh.count(keys[i]) || !used.insert(keys[i]).second) {
         out[i] = {Outcome::kDuplicate, ""};
         dups.push_back(keys[i]);
@@ -460,6 +472,12 @@ class PostgresInbox final : public InboxStore, public InboxView {
       }
       HandlerResult hr = RunHandler(msgs[i]);
       if (hr.error != ErrorClass::kNone) {
+        if (outside && PQtransactionStatus(session_->raw()) == PQTRANS_INTRANS) {
+          out[i] = FromHandler(hr);
+          Block(i, out[i], blocked);
+          undo.push_back(keys[i]);
+          continue;
+        }
         failed[i] = hr;
         Rollback();
         return Pass::kHandlerFailed;
@@ -492,6 +510,15 @@ class PostgresInbox final : public InboxStore, public InboxView {
     if (Status st = CountDuplicates(dups); !st.ok()) {
       Rollback();
       return st;
+    }
+    if (!undo.empty()) {
+      auto del = session_->Exec(
+          "inbox take back stamps", delete_stamps_,
+          {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(undo))});
+      if (!del.ok()) {
+        Rollback();
+        return del.status();
+      }
     }
     if (batch_handler_ && !new_msgs.empty()) {
       HandlerResult hr;
@@ -605,8 +632,8 @@ class PostgresInbox final : public InboxStore, public InboxView {
   Handler handler_;
   BatchHandler batch_handler_;
   SinkHandler sink_handler_;
-  const std::string insert_many_, insert_one_, count_duplicates_, purge_, parked_keys_, park_,
-      due_, unpark_, reschedule_, summary_, find_stamps_;
+  const std::string insert_many_, insert_one_, count_duplicates_, delete_stamps_, purge_,
+      parked_keys_, park_, due_, unpark_, reschedule_, summary_, find_stamps_;
 };
 
 Result<std::unique_ptr<PostgresInbox>> OpenInbox(const PostgresInboxOptions& options,

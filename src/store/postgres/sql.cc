@@ -237,6 +237,11 @@ std::string InboxInsertStamp(const std::string& schema) {
       schema);
 }
 
+std::string InboxDeleteStamps(const std::string& schema) {
+  return WithSchema("DELETE FROM {S}.inbox_stamps WHERE consumer = $1 AND dedup_key = ANY($2::text[])",
+                    schema);
+}
+
 std::string InboxCountDuplicates(const std::string& schema) {
   return WithSchema(
       "UPDATE {S}.inbox_stamps s SET duplicates = s.duplicates + d.n, last_duplicate_at = now() "

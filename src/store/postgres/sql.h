@@ -77,6 +77,9 @@ std::string Find(const std::string& schema);
 // Inbox. $1 consumer, $2 text[] keys, $3 text[] topics, $4 int[] partitions,
 // $5 bigint[] offsets; returns the keys that were new.
 std::string InboxInsertStamps(const std::string& schema);
+// $1 consumer, $2 text[] keys: takes back this batch's stamps of messages
+// whose effect failed outside the transaction (PostgresInboxOptions).
+std::string InboxDeleteStamps(const std::string& schema);
 // $1 consumer, $2 key, $3 topic, $4 partition, $5 offset
 std::string InboxInsertStamp(const std::string& schema);
 // $1 consumer, $2 text[] keys (one entry per absorbed copy)
