@@ -483,42 +483,14 @@ class PostgresInbox final : public InboxStore, public InboxView {
         return Pass::kHandlerFailed;
       }
     }
-    if (sink_handler_) {
-      // The statements, the duplicate count and the COMMIT in one round trip.
-      if (!dups.empty() && options_.count_duplicates) {
-        statements.push_back({count_duplicates_,
-                              {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(dups))},
-                              {}});
-      }
-      const std::size_t handler_statements = statement_owner.size();
-      if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
-        Rollback();
-        return Status::Internal("fault point " + std::string(fault::kInboxInsideTransaction), true);
-      }
-      statements.push_back({"COMMIT", {}, {}});
-      pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements);
-      if (pr.status.ok()) return Pass::kCommitted;
-      Rollback();
-      if (!Isolable(pr.status)) return pr.status;
-      if (pr.failed < handler_statements) {
-        failed[statement_owner[pr.failed]] = FromStatement(pr.status, options_.classify_sqlstate);
-        return Pass::kHandlerFailed;
-      }
-      if (pr.failed + 1 == statements.size()) return Pass::kCommitFailed;
-      return pr.status;  // the duplicate count failed: nothing took effect
-    }
+    if (sink_handler_) return CommitSink(std::move(statements), statement_owner, dups, failed);
     if (Status st = CountDuplicates(dups); !st.ok()) {
       Rollback();
       return st;
     }
-    if (!undo.empty()) {
-      auto del = session_->Exec(
-          "inbox take back stamps", delete_stamps_,
-          {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(undo))});
-      if (!del.ok()) {
-        Rollback();
-        return del.status();
-      }
+    if (Status st = TakeBackStamps(undo); !st.ok()) {
+      Rollback();
+      return st;
     }
     if (batch_handler_ && !new_msgs.empty()) {
       HandlerResult hr;
@@ -536,6 +508,45 @@ class PostgresInbox final : public InboxStore, public InboxView {
     if (st.ok()) return Pass::kCommitted;
     if (!Isolable(st)) return st;
     return Pass::kCommitFailed;
+  }
+
+  // The sink pass's end: the queued statements, the duplicate count and the
+  // COMMIT in one round trip.
+  Result<Pass> CommitSink(std::vector<pg::Statement> statements,
+                          const std::vector<std::size_t>& statement_owner,
+                          const std::vector<std::string>& dups,
+                          std::map<std::size_t, HandlerResult>& failed) {
+    if (!dups.empty() && options_.count_duplicates) {
+      statements.push_back({count_duplicates_,
+                            {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(dups))},
+                            {}});
+    }
+    const std::size_t handler_statements = statement_owner.size();
+    if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
+      Rollback();
+      return Status::Internal("fault point " + std::string(fault::kInboxInsideTransaction), true);
+    }
+    statements.push_back({"COMMIT", {}, {}});
+    pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements);
+    if (pr.status.ok()) return Pass::kCommitted;
+    Rollback();
+    if (!Isolable(pr.status)) return pr.status;
+    if (pr.failed < handler_statements) {
+      failed[statement_owner[pr.failed]] = FromStatement(pr.status, options_.classify_sqlstate);
+      return Pass::kHandlerFailed;
+    }
+    if (pr.failed + 1 == statements.size()) return Pass::kCommitFailed;
+    return pr.status;  // the duplicate count failed: nothing took effect
+  }
+
+  // Inside the open transaction: removes this batch's stamps of `keys`
+  // (effects outside the transaction that failed or were held).
+  Status TakeBackStamps(const std::vector<std::string>& keys) {
+    if (keys.empty()) return Status::Ok();
+    return session_
+        ->Exec("inbox take back stamps", delete_stamps_,
+               {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(keys))})
+        .status();
   }
 
   // A savepoint per message. Status error: rolled back, nothing took effect.
