@@ -88,13 +88,17 @@ struct PostgresInboxOptions {
   // (Apply's error: consumed again).
   std::function<ErrorClass(std::string_view sqlstate)> classify_sqlstate = nullptr;
   // The Handler's effect is outside the database (an HTTP POST: it runs no SQL
-  // on the session). A failed message is then its own outcome within the
-  // batch's transaction: its stamp is taken back, and the messages before it
-  // are not run again. Off (the default), a failure rolls the batch back and
-  // redoes it with a savepoint per message, running the earlier messages'
-  // handlers once more, which is what keeps a SQL effect and its stamp
-  // together. Ignored for a SinkHandler or BatchHandler; if the session is not
-  // in a clean transaction after the handler, the default path is taken.
+  // on the session; SQL a failing handler did run would commit with the
+  // batch). A failed message is then its own outcome within the batch's
+  // transaction: its stamp is taken back, and the messages before it are not
+  // run again (unless the COMMIT fails or the connection is lost: the batch is
+  // then redone as without this option). A later copy of a failed message's
+  // key in the same batch counts as a duplicate (the failed one is retried).
+  // Off (the default), a failure rolls the batch back and redoes it with a
+  // savepoint per message, running the earlier messages' handlers once more,
+  // which is what keeps a SQL effect and its stamp together. Ignored for a
+  // SinkHandler or BatchHandler; if the session is not in a clean transaction
+  // after the handler, the default path is taken.
   bool effects_outside_transaction = false;
 };
 

@@ -476,6 +476,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
           out[i] = FromHandler(hr);
           Block(i, out[i], blocked);
           undo.push_back(keys[i]);
+          failed[i] = hr;  // a later careful or single pass keeps it, not runs it again
           continue;
         }
         failed[i] = hr;
