@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -221,6 +223,74 @@ TEST(InboxPlanTest, ACopyOneByteOverForwardMaxBytesIsDeadLetteredCutToFit) {
   EXPECT_LE(ForwardBytes(n), o.forward_max_bytes);
 }
 
+// ApplyBySplitting with an `apply` that fails any part holding a poisoned
+// index, as a statement no transaction with that message can pass would.
+struct SplitProbe {
+  std::set<std::size_t> poisoned;
+  Status poison = Status::Internal("index row requires 10024 bytes [SQLSTATE 54000]");
+  int calls = 0;
+  std::vector<std::size_t> applied;
+  Result<std::vector<MessageOutcome>> operator()(std::span<const std::size_t> idx) {
+    ++calls;
+    for (std::size_t i : idx) {
+      if (poisoned.count(i)) return poison;
+    }
+    applied.insert(applied.end(), idx.begin(), idx.end());
+    return std::vector<MessageOutcome>(idx.size(), MessageOutcome{Outcome::kApplied, ""});
+  }
+};
+
+TEST(InboxPlanTest, ABatchIsSplitUntilItsFailingMessageStandsAlone) {
+  SplitProbe probe;
+  probe.poisoned = {5};
+  auto out = ApplyBySplitting(8, {}, probe.poison, std::ref(probe));
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  for (std::size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ((*out)[i].outcome, i == 5 ? Outcome::kTransient : Outcome::kApplied) << i;
+  }
+  EXPECT_NE((*out)[5].error.find("54000"), std::string::npos) << (*out)[5].error;
+  EXPECT_EQ(probe.applied, (std::vector<std::size_t>{0, 1, 2, 3, 4, 6, 7})) << "in batch order";
+  EXPECT_LE(probe.calls, 2 * 3) << "two parts per level, log2(8) levels";
+}
+
+TEST(InboxPlanTest, SplittingHoldsTheOrderKeyOfAMessageThatFailedAlone) {
+  SplitProbe probe;
+  probe.poisoned = {1};
+  const std::vector<std::string> order = {"a", "b", "a", "b", "c", "b"};
+  auto out = ApplyBySplitting(6, order, probe.poison, std::ref(probe));
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const std::vector<Outcome> want = {Outcome::kApplied, Outcome::kTransient, Outcome::kApplied,
+                                     Outcome::kHeld,    Outcome::kApplied,   Outcome::kHeld};
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ((*out)[i].outcome, want[i]) << i;
+  EXPECT_EQ(std::count(probe.applied.begin(), probe.applied.end(), 3u), 0) << "held, never tried";
+}
+
+TEST(InboxPlanTest, SplittingStopsWhenTheDatabaseNotAMessageIsAtFault) {
+  SplitProbe every;
+  every.poisoned = {0, 1, 2, 3};
+  auto out = ApplyBySplitting(4, {}, every.poison, std::ref(every));
+  ASSERT_FALSE(out.ok()) << "every message failing alone is the database's fault";
+  EXPECT_EQ(out.status().message(), every.poison.message());
+
+  SplitProbe outage;
+  outage.poisoned = {2};
+  outage.poison = Status::Unavailable("connection to PostgreSQL lost");
+  EXPECT_FALSE(SplitsOn(outage.poison));
+  EXPECT_FALSE(SplitsOn(Status::PermissionDenied("role refused")));
+  EXPECT_FALSE(SplitsOn(Status::FailedPrecondition("relation inbox.inbox_stamps does not exist")));
+  EXPECT_TRUE(SplitsOn(Status::DeadlineExceeded("canceling statement due to statement timeout")));
+  auto down = ApplyBySplitting(4, {}, Status::Internal("first"), std::ref(outage));
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.status().code(), Code::kUnavailable) << "an outage in a part ends the split";
+
+  SplitProbe alone;
+  alone.poisoned = {0};
+  auto one = ApplyBySplitting(1, {}, alone.poison, std::ref(alone));
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)[0].outcome, Outcome::kTransient);
+  EXPECT_EQ(alone.calls, 0) << "a batch of one that failed twice is not tried a third time";
+}
+
 TEST(InboxPlanTest, LongErrorsAreCutOnACharacterBoundary) {
   const std::string han = "\xED\x95\x9C";  // one Hangul syllable, 3 bytes
   std::string s;
@@ -334,6 +404,41 @@ TEST_F(InboxEngineTest, NothingIsCommittedWhenTheStoreOrTheForwardFails) {
     return source_.rewinds >= 2;
   });
   EXPECT_EQ(source_.Committed({"t", 0}), 0u) << "a forward that was not acked moves no offset";
+}
+
+// "A consumer never wedges": a message that fails every transaction it is in
+// (the database, not its handler, refuses it) is found by splitting the batch
+// and takes the retry path alone; its neighbours apply and the offsets move.
+TEST_F(InboxEngineTest, AMessageThatFailsEveryBatchItIsInIsFoundBySplittingAndRetriedAlone) {
+  source_.replay_on_rewind = true;
+  for (int i = 0; i < 12; ++i) {
+    source_.Add(Msg("t", 0, i, "m" + std::to_string(i), i == 7 ? "poison" : "ok"));
+  }
+  RunUntil([&] {
+    std::lock_guard<std::mutex> l(source_.mu);
+    return source_.committed[{"t", 0}] == 12 && !source_.forwarded.empty();
+  });
+  EXPECT_EQ(store_.Applied().size(), 11u);
+  ASSERT_GE(source_.forwarded.size(), 1u);
+  EXPECT_EQ(source_.forwarded[0].topic, "t.retry.1");
+  EXPECT_EQ(source_.forwarded[0].headers.at("outbox-event-id"), "m7");
+  EXPECT_NE(source_.forwarded[0].headers.at("outbox-error-message").find("failed alone"),
+            std::string::npos);
+  EXPECT_EQ(source_.Committed({"t", 0}), 12u);
+}
+
+// A database outage is not split: no message is sent to a retry topic for it.
+TEST_F(InboxEngineTest, AnOutageIsNeverSplitIntoRetries) {
+  source_.replay_on_rewind = true;
+  source_.Add(Msg("t", 0, 0, "a"));
+  source_.Add(Msg("t", 0, 1, "b", "down"));
+  RunUntil([&] {
+    std::lock_guard<std::mutex> l(source_.mu);
+    return source_.rewinds >= 4;
+  });
+  std::lock_guard<std::mutex> l(source_.mu);
+  EXPECT_TRUE(source_.forwarded.empty());
+  EXPECT_EQ(source_.committed.count({"t", 0}), 0u);
 }
 
 // A message too large to forward whole does not wedge its partition: it is

@@ -4,6 +4,7 @@
 #include <libpq-fe.h>
 
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "outbox/inbox.h"
@@ -463,6 +464,85 @@ TEST_F(InboxTest, SinkHandlerStatementsRunInOnePipelineAndFailAlone) {
             "6");
 }
 
+// A sink statement that runs past the statement timeout is its message's own
+// transient failure: the others apply in the same call (issue 41: it failed
+// the whole batch, which was consumed again forever).
+TEST_F(InboxTest, ASinkStatementPastTheTimeoutFailsAloneAndTheOthersApply) {
+  Exec(conn_.get(), "CREATE TABLE " + schema_ + ".sunk (k text PRIMARY KEY)");
+  const std::string insert = "INSERT INTO " + schema_ + ".sunk VALUES ($1)";
+  SinkHandler sink_handler = [&](const InboundMessage& m, StatementSink& sink) {
+    if (m.payload == "slow") sink.Add("SELECT pg_sleep(2.5)", {});
+    sink.Add(insert, {m.key});
+    return HandlerResult::Ok();
+  };
+  PostgresInboxOptions o = Options("timeout-sink");
+  o.statement_timeout = std::chrono::milliseconds(1000);
+  o.classify_sqlstate = SqlHandlerErrorClass;
+  auto sunk = OpenPostgresInbox(o, sink_handler);
+  ASSERT_TRUE(sunk.ok()) << sunk.status().ToString();
+  std::vector<InboundMessage> batch = {Msg("ok-0", "ok"), Msg("ok-1", "ok"), Msg("slow-1", "slow"),
+                                       Msg("ok-2", "ok"), Msg("ok-3", "ok")};
+  auto r = Process(batch, DedupByEventId(), sunk->get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    EXPECT_EQ((*r)[i].outcome, i == 2 ? Outcome::kTransient : Outcome::kApplied) << i;
+  }
+  EXPECT_NE((*r)[2].error.find("57014"), std::string::npos) << (*r)[2].error;
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(k, ',' ORDER BY k) FROM " + schema_ + ".sunk"),
+            "ok-0,ok-1,ok-2,ok-3");
+}
+
+// Dedup and order keys of any length: a btree entry holds about 2,700 bytes,
+// so a 10 KB event id failed its batch with SQLSTATE 54000 (issue 41). Long
+// keys are indexed by their SHA-256 and compared whole.
+TEST_F(InboxTest, KeysOfTenKilobytesApplyOnceParkAndAreCountedAsDuplicates) {
+  std::string long_id(10'000, 'x');
+  for (std::size_t i = 0; i < long_id.size(); i += 7) long_id[i] = static_cast<char>('a' + i % 26);
+  std::string other = long_id;
+  other.back() = '!';  // same 512-byte prefix, same length: only the whole key tells them apart
+  std::string edge(513, 'e');  // one byte past the keys kept as they are
+  std::vector<InboundMessage> batch = {Msg(long_id, "ok"), Msg(other, "ok"), Msg(edge, "ok"),
+                                       Msg(std::string(512, 'e'), "ok"), Msg(long_id, "ok")};
+  auto r = Process(batch);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[1].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[2].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[3].outcome, Outcome::kApplied);
+  EXPECT_EQ((*r)[4].outcome, Outcome::kDuplicate);
+  auto again = Process(std::span(batch.data(), 2));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)[0].outcome, Outcome::kDuplicate);
+  EXPECT_EQ((*again)[1].outcome, Outcome::kDuplicate);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT duplicates FROM " + schema_ +
+                                  ".inbox_stamps WHERE dedup_key = '" + long_id + "'"),
+            "2");
+  // The SQL inbox takes the same keys.
+  const auto try_apply = [&](const std::string& key) {  // keys of letters and '!' only
+    return Exec(conn_.get(), "SELECT " + schema_ + ".try_apply('sql', '" + key + "')");
+  };
+  EXPECT_EQ(try_apply(long_id), "t");
+  EXPECT_EQ(try_apply(other), "t");
+  EXPECT_EQ(try_apply(long_id), "f");
+  // Ordered mode's parked queue: a 10 KB order key (the message key).
+  ParkedMessage p;
+  p.order_key = long_id;
+  p.dedup_key = other;
+  p.message = Msg("parked", "ok");
+  p.message.key_is_null = true;
+  p.message.key.clear();
+  ASSERT_TRUE(inbox_->Park(std::span(&p, 1)).ok());
+  ASSERT_TRUE(inbox_->Park(std::span(&p, 1)).ok()) << "parking again changes nothing";
+  auto keys = inbox_->ParkedKeys(std::vector<std::string>{long_id, other});
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(*keys, std::set<std::string>{long_id});
+  auto due = inbox_->Due(10);
+  ASSERT_TRUE(due.ok()) << due.status().ToString();
+  ASSERT_EQ(due->size(), 1u);
+  EXPECT_EQ((*due)[0].order_key, long_id);
+  EXPECT_TRUE((*due)[0].message.key_is_null) << "a NULL message key comes back NULL";
+}
+
 // An inbox schema made before the shared migration runner (its
 // inbox_migrations table had no description column; versions 1 and 2 applied)
 // upgrades in place: the column is added, version 3 (the parked queue) applied,
@@ -487,7 +567,7 @@ TEST_F(InboxTest, AnInboxSchemaFromBeforeTheSharedRunnerUpgradesInPlace) {
   ASSERT_TRUE((*inbox)->Migrate().ok()) << "twice";
   EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(version || ':' || (description <> ''), ',' ORDER BY "
                                   "version) FROM " + old + ".inbox_migrations"),
-            "1:false,2:false,3:true,4:true");
+            "1:false,2:false,3:true,4:true,5:true");
   EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + old + ".inbox_parked"), "0");
   std::vector<InboundMessage> again = {Msg("kept", "ok")};
   std::vector<std::string> keys = {"kept"};

@@ -78,6 +78,7 @@ struct TopicPartition {
 struct OutboundMessage {
   std::string topic;
   std::string key;
+  bool key_is_null = false;  // produced with no key (a NULL key stays NULL)
   std::string payload;
   bool payload_is_null = false;
   std::map<std::string, std::string> headers;

@@ -34,6 +34,9 @@ struct InboundMessage {
   int partition = 0;
   std::int64_t offset = 0;
   std::string key;
+  // The broker's key was NULL (no key), not an empty key. `key` is then empty;
+  // handlers see NULL (sql: $4 IS NULL) and forwarding keeps the NULL.
+  bool key_is_null = false;
   std::string payload;
   // The broker's value was NULL (a tombstone), not an empty value. `payload` is
   // then empty; forwarding keeps the NULL.

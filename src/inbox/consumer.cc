@@ -318,7 +318,7 @@ class Engine final : public Consumer {
         keys.push_back(dedup_keys[i]);
         if (options_.ordered) order_keys.push_back(OrderKey(msgs[i]));
       }
-      auto outcomes = store_.Apply(to_store, keys, order_keys);
+      auto outcomes = ApplyOrSplit(to_store, keys, order_keys, last_failure_);
       if (!outcomes.ok()) return outcomes.status();
       for (std::size_t j = 0; j < apply.size(); ++j) {
         in.outcomes[apply[j]] = std::move((*outcomes)[j]);
@@ -330,6 +330,40 @@ class Engine final : public Consumer {
       metrics_.Parked(park.size());
     }
     return Status::Ok();
+  }
+
+  // The store's Apply, and the rule that no message holds a partition
+  // (ApplyBySplitting): a failure the same as the last one (`last_failure`,
+  // cleared by a success) splits the messages until the failing ones stand
+  // alone.
+  Result<std::vector<MessageOutcome>> ApplyOrSplit(std::span<const InboundMessage> msgs,
+                                                   std::span<const std::string> keys,
+                                                   std::span<const std::string> order_keys,
+                                                   std::string& last_failure) {
+    auto outcomes = store_.Apply(msgs, keys, order_keys);
+    if (outcomes.ok()) {
+      last_failure.clear();
+      return outcomes;
+    }
+    const Status failed = outcomes.status();
+    const bool again = SplitsOn(failed) && failed.ToString() == last_failure;
+    last_failure = failed.ToString();
+    if (!again) return failed;
+    log_.Warn("a batch failed twice the same way: applying it in parts until the failing message "
+              "stands alone",
+              {{"messages", std::to_string(msgs.size())}, {"error", failed.ToString()}});
+    outcomes = ApplyBySplitting(msgs.size(), order_keys, failed, [&](std::span<const std::size_t> idx) {
+      std::vector<InboundMessage> part;
+      std::vector<std::string> part_keys, part_order;
+      for (std::size_t i : idx) {
+        part.push_back(msgs[i]);
+        part_keys.push_back(keys[i]);
+        if (!order_keys.empty()) part_order.push_back(order_keys[i]);
+      }
+      return store_.Apply(part, part_keys, part_order);
+    });
+    if (outcomes.ok()) last_failure.clear();
+    return outcomes;
   }
 
   // The batch's counts and metrics: applied, duplicates, retried, dead-lettered, cut.
@@ -387,7 +421,7 @@ class Engine final : public Consumer {
         keys.push_back(p.dedup_key);
         order_keys.push_back(p.order_key);
       }
-      auto outcomes = store_.Apply(msgs, keys, order_keys);
+      auto outcomes = ApplyOrSplit(msgs, keys, order_keys, last_parked_failure_);
       if (!outcomes.ok()) {
         log_.Warn("parked messages not applied", {{"error", outcomes.status().ToString()}});
         return;
@@ -427,6 +461,7 @@ class Engine final : public Consumer {
   Clock& clock_;  // options_.clock or SystemClock()
   Metrics metrics_;
   std::map<TopicPartition, std::int64_t> paused_;  // -> due ms
+  std::string last_failure_, last_parked_failure_;  // ApplyOrSplit's memory of each path
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_lettered_{0};
 };

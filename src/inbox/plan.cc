@@ -100,6 +100,7 @@ OutboundMessage FailureCopy(const InboundMessage& m, const MessageOutcome& o, in
                             const std::string& now_rfc3339) {
   OutboundMessage out;
   out.key = m.key;
+  out.key_is_null = m.key_is_null;
   out.payload = m.payload;
   out.payload_is_null = m.payload_is_null;
   out.headers = m.headers;
@@ -260,6 +261,80 @@ ParkedPlan PlanParked(std::span<const ParkedMessage> due, std::span<const Messag
     }
   }
   return plan;
+}
+
+namespace {
+
+// ApplyBySplitting's state: the outcomes so far and the order keys held.
+class Splitter {
+ public:
+  Splitter(std::size_t count, std::span<const std::string> order_keys, const ApplyFn& apply)
+      : order_keys_(order_keys), apply_(apply), out_(count) {}
+
+  // Applies the messages at `idx`, in halves once a part fails; `failed` is
+  // the error of the whole part when it is already known.
+  Status Part(std::vector<std::size_t> idx, const Status* failed) {
+    std::erase_if(idx, [&](std::size_t i) {
+      if (order_keys_.empty() || !blocked_.count(order_keys_[i])) return false;
+      out_[i] = {Outcome::kHeld, ""};
+      return true;
+    });
+    if (idx.empty()) return Status::Ok();
+    Status err = failed ? *failed : Status::Ok();
+    if (!failed) {
+      auto r = apply_(idx);
+      if (r.ok()) {
+        applied_any_ = true;
+        for (std::size_t j = 0; j < idx.size(); ++j) Set(idx[j], std::move((*r)[j]));
+        return Status::Ok();
+      }
+      err = r.status();
+      if (!SplitsOn(err)) return err;
+    }
+    if (idx.size() == 1) {
+      Set(idx[0], {Outcome::kTransient, "failed alone (its batch failed twice the same way): " +
+                                            err.ToString()});
+      return Status::Ok();
+    }
+    const auto mid = idx.begin() + static_cast<std::ptrdiff_t>(idx.size() / 2);
+    OUTBOX_RETURN_IF_ERROR(Part(std::vector<std::size_t>(idx.begin(), mid), nullptr));
+    return Part(std::vector<std::size_t>(mid, idx.end()), nullptr);
+  }
+
+  bool applied_any() const { return applied_any_; }
+  std::vector<MessageOutcome> take() { return std::move(out_); }
+
+ private:
+  void Set(std::size_t i, MessageOutcome o) {
+    const bool blocks = o.outcome == Outcome::kTransient || o.outcome == Outcome::kHeld;
+    if (!order_keys_.empty() && blocks) blocked_.insert(order_keys_[i]);
+    out_[i] = std::move(o);
+  }
+
+  std::span<const std::string> order_keys_;
+  const ApplyFn& apply_;
+  std::vector<MessageOutcome> out_;
+  std::set<std::string> blocked_;
+  bool applied_any_ = false;
+};
+
+}  // namespace
+
+bool SplitsOn(const Status& st) {
+  return st.code() != Code::kUnavailable && st.code() != Code::kPermissionDenied &&
+         st.code() != Code::kFailedPrecondition;
+}
+
+Result<std::vector<MessageOutcome>> ApplyBySplitting(std::size_t count,
+                                                     std::span<const std::string> order_keys,
+                                                     const Status& failed, const ApplyFn& apply) {
+  std::vector<std::size_t> all(count);
+  for (std::size_t i = 0; i < count; ++i) all[i] = i;
+  Splitter splitter(count, order_keys, apply);
+  // The whole batch is not tried a third time: it is split at once.
+  OUTBOX_RETURN_IF_ERROR(splitter.Part(std::move(all), &failed));
+  if (!splitter.applied_any() && count > 1) return failed;
+  return splitter.take();
 }
 
 std::map<TopicPartition, std::int64_t> PlanCommit(std::span<const InboundMessage> messages,

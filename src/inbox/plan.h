@@ -6,6 +6,7 @@
 #define OUTBOX_SRC_INBOX_PLAN_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -118,6 +119,36 @@ struct ParkedPlan {
 };
 ParkedPlan PlanParked(std::span<const ParkedMessage> due, std::span<const MessageOutcome> outcomes,
                       const ConsumerOptions& options, const std::string& now_rfc3339);
+
+// The rule that keeps one message from holding a partition (docs/inbox.md, "A
+// consumer never wedges"). A batch whose Apply failed the same way twice in a
+// row is applied again in halves, and halves of halves, until the failing
+// messages stand alone; a message that fails alone gets a kTransient outcome
+// carrying the error, and takes the per-message path (retry topics or parking,
+// then the dead-letter topic). Parts are applied in batch order; in ordered
+// mode (`order_keys` non-empty, same index as the messages) a message whose
+// order key failed transiently or was held in an earlier part is kHeld and not
+// tried. `failed` is the whole batch's error (it is not tried a third time).
+// `apply` applies the messages at the given indices (in one store call) and
+// returns their outcomes in the same order.
+//
+// An error is returned, and the batch is consumed again as before, when a part
+// fails with an outage of the database (SplitsOn is false: connection lost, the
+// role refused) or when every message failed alone: the fault is then the
+// database's (a missing table, a read-only or full database), not a message's,
+// and dead-lettering the whole batch would be wrong (`failed` is returned).
+// Parts applied before that are committed; redelivery absorbs them as
+// duplicates.
+using ApplyFn = std::function<Result<std::vector<MessageOutcome>>(std::span<const std::size_t>)>;
+Result<std::vector<MessageOutcome>> ApplyBySplitting(std::size_t count,
+                                                     std::span<const std::string> order_keys,
+                                                     const Status& failed, const ApplyFn& apply);
+
+// Whether a failed Apply may be split: not when the database is unreachable,
+// read-only or full (kUnavailable), refuses the consumer's role
+// (kPermissionDenied) or lacks the inbox's tables (kFailedPrecondition): every
+// part would fail the same way, and no message is at fault.
+bool SplitsOn(const Status& st);
 
 // Next offsets to commit: per partition, one past the last taken message.
 std::map<TopicPartition, std::int64_t> PlanCommit(std::span<const InboundMessage> messages,

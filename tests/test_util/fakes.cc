@@ -110,6 +110,7 @@ std::vector<InboundMessage> FakeSource::Poll(int max, std::chrono::milliseconds)
       out.push_back(pending.front());
       pending.pop_front();
     }
+    if (!out.empty()) last_polled = out;
   }
   if (out.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return out;
@@ -128,9 +129,14 @@ Status FakeSource::Commit(const std::map<TopicPartition, std::int64_t>& next) {
   return Status::Ok();
 }
 
-void FakeSource::Rewind(const std::map<TopicPartition, std::int64_t>&) {
+void FakeSource::Rewind(const std::map<TopicPartition, std::int64_t>& to) {
   std::lock_guard<std::mutex> l(mu);
   ++rewinds;
+  if (!replay_on_rewind) return;
+  for (auto it = last_polled.rbegin(); it != last_polled.rend(); ++it) {
+    auto at = to.find({it->topic, it->partition});
+    if (at != to.end() && it->offset >= at->second) pending.push_front(*it);
+  }
 }
 
 void FakeSource::Add(InboundMessage m) {
@@ -151,6 +157,10 @@ Result<std::vector<MessageOutcome>> FakeInboxStore::Apply(std::span<const Inboun
   std::vector<MessageOutcome> out;
   for (std::size_t i = 0; i < msgs.size(); ++i) {
     if (msgs[i].payload == "down") return Status::Unavailable("database down");
+    if (msgs[i].payload == "poison") {
+      ++poisoned_calls;
+      return Status::Internal("index row requires 10024 bytes, maximum size is 8191 [SQLSTATE 54000]");
+    }
   }
   std::set<std::string> blocked;
   for (std::size_t i = 0; i < msgs.size(); ++i) {

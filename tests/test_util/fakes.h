@@ -143,6 +143,10 @@ class FakeSource final : public InboxSource {
   std::vector<std::string> subscribed;
   int rewinds = 0;
   bool fail_forward = false;
+  // Rewind hands the last polled messages from the rewind offsets out again,
+  // as a broker would (off: a rewound batch is gone).
+  bool replay_on_rewind = false;
+  std::vector<InboundMessage> last_polled;
 
   Status Subscribe(const std::vector<std::string>& topics) override;
   std::vector<InboundMessage> Poll(int max, std::chrono::milliseconds timeout) override;
@@ -159,7 +163,9 @@ class FakeSource final : public InboxSource {
 
 // Stamps and the parked queue in memory (fields under `mu`). Payload
 // "permanent" (or "permanent:...") / "transient" fail; "fail-N" fails its
-// first N tries; "down" fails the whole call as a database outage would.
+// first N tries; "down" fails the whole call as a database outage would;
+// "poison" fails the whole call, whatever else it holds, as a statement that
+// no transaction with that message can pass (counted in poisoned_calls).
 class FakeInboxStore final : public InboxStore {
  public:
   std::mutex mu;
@@ -170,6 +176,7 @@ class FakeInboxStore final : public InboxStore {
   std::map<std::int64_t, std::chrono::steady_clock::time_point> due_at;
   Clock* clock = &SystemClock();  // the database's time: parked messages' due times
   std::int64_t next_id = 1;
+  int poisoned_calls = 0;
 
   Status Migrate() override { return Status::Ok(); }
   Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,

@@ -93,7 +93,9 @@ class HttpPoster final : public HttpEffect {
     headers.emplace("Outbox-Topic", m.topic);
     headers.emplace("Outbox-Partition", std::to_string(m.partition));
     headers.emplace("Outbox-Offset", std::to_string(m.offset));
-    if (m.key.find_first_of("\r\n") == std::string::npos) headers.emplace("Outbox-Key", m.key);
+    if (!m.key_is_null && m.key.find_first_of("\r\n") == std::string::npos) {
+      headers.emplace("Outbox-Key", m.key);
+    }
     const std::string* type = m.Header("content-type");
     if (!type) type = m.Header("Content-Type");
     const std::string content_type =
@@ -148,12 +150,18 @@ std::vector<std::optional<std::string>> SqlParams(const InboundMessage& m) {
   if (!m.payload_is_null) p[0] = "\\x" + Hex(m.payload);
   p[1] = HeadersJson(m);
   if (const std::string* id = m.Header(kEventIdHeader)) p[2] = *id;
-  p[3] = m.key;
+  if (!m.key_is_null) p[3] = m.key;
   return p;
 }
 
 SinkHandler PostgresSqlHandler(std::string sql) {
   return [sql = std::move(sql)](const InboundMessage& m, StatementSink& sink) {
+    // PostgreSQL text cannot hold a NUL byte, and libpq would cut the key at it:
+    // the effect would run with another key. Refused instead (MariaDB keeps it).
+    if (m.key.find('\0') != std::string::npos) {
+      return HandlerResult::Permanent(
+          "the message key holds a NUL byte, which PostgreSQL text ($4) cannot hold");
+    }
     sink.Add(sql, SqlParams(m), {17 /* bytea */, 3802 /* jsonb */, 25 /* text */, 25 /* text */});
     return HandlerResult::Ok();
   };

@@ -167,7 +167,7 @@ class MariaDbInbox final : public InboxStore, public InboxView {
       row.topic = Q(m.topic);
       row.partition = m.partition;
       row.offset = m.offset;
-      row.key = maria::HexLiteral(m.key);
+      row.key = m.key_is_null ? std::string("NULL") : maria::HexLiteral(m.key);
       row.payload = m.payload_is_null ? std::string("NULL") : maria::HexLiteral(m.payload);
       row.headers = maria::HexLiteral(store_common::EncodeInboxHeaders(m.headers));
       row.ts_ms = ts_ms.count();
@@ -197,6 +197,7 @@ class MariaDbInbox final : public InboxStore, public InboxView {
       p.message.topic = Str(r[3]);
       p.message.partition = static_cast<int>(Int(r[4]));
       p.message.offset = Int(r[5]);
+      p.message.key_is_null = !r[6].has_value();
       p.message.key = Str(r[6]);
       p.message.payload_is_null = !r[7].has_value();
       p.message.payload = Str(r[7]);

@@ -217,7 +217,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
           "inbox park", park_,
           {Param::Text(options_.consumer), Param::Text(p.order_key), Param::Text(p.dedup_key),
            Param::Text(m.topic), Param::Text(std::to_string(m.partition)),
-           Param::Text(std::to_string(m.offset)), Param::Binary(m.key),
+           Param::Text(std::to_string(m.offset)), m.key_is_null ? Param::Null() : Param::Binary(m.key),
            m.payload_is_null ? Param::Null() : Param::Binary(m.payload),
            Param::Binary(store_common::EncodeInboxHeaders(m.headers)), Param::Text(std::to_string(ts_ms.count())),
            Param::Text(std::to_string(p.attempts)),
@@ -248,6 +248,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
       p.message.topic = GetBytes(res, i, 3);
       p.message.partition = std::stoi(GetBytes(res, i, 4));
       p.message.offset = std::stoll(GetBytes(res, i, 5));
+      p.message.key_is_null = PQgetisnull(res, i, 6) == 1;
       p.message.key = GetBytes(res, i, 6);
       p.message.payload_is_null = GetBytes(res, i, 8) == "true";
       if (!p.message.payload_is_null) p.message.payload = GetBytes(res, i, 7);
@@ -531,7 +532,12 @@ class PostgresInbox final : public InboxStore, public InboxView {
     pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements);
     if (pr.status.ok()) return Pass::kCommitted;
     Rollback();
-    if (!Isolable(pr.status)) return pr.status;
+    // A handler's statement that ran past the statement timeout is that
+    // message's failure (the session lives on): it fails alone, the others
+    // apply. A timeout of anything else says nothing about one message.
+    const bool own_timeout =
+        pr.failed < handler_statements && pr.status.code() == Code::kDeadlineExceeded;
+    if (!Isolable(pr.status) && !own_timeout) return pr.status;
     if (pr.failed < handler_statements) {
       failed[statement_owner[pr.failed]] = FromStatement(pr.status, options_.classify_sqlstate);
       return Pass::kHandlerFailed;

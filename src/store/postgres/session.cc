@@ -80,7 +80,9 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what
     msg.insert(nl == std::string::npos ? msg.size() : nl, " [SQLSTATE " + state + "]");
   }
   std::string cls = state.substr(0, 2);
-  if (cls == "08" || state == "57P01" || state == "57P02" || state == "57P03" || cls == "53") {
+  // 25006: a read-only transaction, as on a standby after a failover.
+  if (cls == "08" || state == "57P01" || state == "57P02" || state == "57P03" || cls == "53" ||
+      state == "25006") {
     return Status::Unavailable(msg);
   }
   if (state == "57014") return Status::DeadlineExceeded(msg);  // statement timeout

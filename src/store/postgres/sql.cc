@@ -238,22 +238,28 @@ std::string InboxInsertStamp(const std::string& schema) {
 }
 
 std::string InboxDeleteStamps(const std::string& schema) {
-  return WithSchema("DELETE FROM {S}.inbox_stamps WHERE consumer = $1 AND dedup_key = ANY($2::text[])",
-                    schema);
+  // inbox_key() finds the stamp through the unique index (keys of any
+  // length, migration 0005); the whole key is then compared.
+  return WithSchema(
+      "DELETE FROM {S}.inbox_stamps s USING unnest($2::text[]) AS d(k) WHERE s.consumer = $1 "
+      "AND {S}.inbox_key(s.dedup_key) = {S}.inbox_key(d.k) AND s.dedup_key = d.k",
+      schema);
 }
 
 std::string InboxCountDuplicates(const std::string& schema) {
   return WithSchema(
       "UPDATE {S}.inbox_stamps s SET duplicates = s.duplicates + d.n, last_duplicate_at = now() "
       "FROM (SELECT k, count(*)::int AS n FROM unnest($2::text[]) AS k GROUP BY k) d "
-      "WHERE s.consumer = $1 AND s.dedup_key = d.k",
+      "WHERE s.consumer = $1 AND {S}.inbox_key(s.dedup_key) = {S}.inbox_key(d.k) "
+      "AND s.dedup_key = d.k",
       schema);
 }
 
 std::string InboxParkedKeys(const std::string& schema) {
   return WithSchema(
-      "SELECT DISTINCT order_key FROM {S}.inbox_parked WHERE consumer = $1 "
-      "AND order_key = ANY($2::text[])",
+      "SELECT DISTINCT p.order_key FROM {S}.inbox_parked p, unnest($2::text[]) AS o(k) "
+      "WHERE p.consumer = $1 AND {S}.inbox_key(p.order_key) = {S}.inbox_key(o.k) "
+      "AND p.order_key = o.k",
       schema);
 }
 
@@ -262,7 +268,7 @@ std::string InboxPark(const std::string& schema) {
       "INSERT INTO {S}.inbox_parked (consumer, order_key, dedup_key, topic, partition, \"offset\", "
       "msg_key, payload, headers, ts_ms, attempts, last_error, due_at) VALUES ($1, $2, $3, $4, "
       "$5, $6, $7, $8, $9, $10, $11, $12, now() + $13 * interval '1 millisecond') "
-      "ON CONFLICT (consumer, dedup_key) DO NOTHING",
+      "ON CONFLICT DO NOTHING",
       schema);
 }
 
@@ -319,9 +325,9 @@ FROM s FULL JOIN p ON p.consumer = s.consumer ORDER BY 1
 
 std::string InboxPurgeStamps(const std::string& schema) {
   return WithSchema(
-      "DELETE FROM {S}.inbox_stamps WHERE (consumer, dedup_key) IN (SELECT consumer, dedup_key "
+      "DELETE FROM {S}.inbox_stamps WHERE ctid = ANY(ARRAY(SELECT ctid "
       "FROM {S}.inbox_stamps WHERE consumer = $1 AND applied_at < now() - $2 * interval '1 second' "
-      "ORDER BY applied_at LIMIT $3)",
+      "ORDER BY applied_at LIMIT $3))",
       schema);
 }
 

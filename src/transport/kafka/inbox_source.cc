@@ -22,6 +22,7 @@ InboundMessage ToInbound(const rd_kafka_message_t* m) {
   in.partition = m->partition;
   in.offset = m->offset;
   if (m->key) in.key.assign(static_cast<const char*>(m->key), m->key_len);
+  in.key_is_null = m->key == nullptr;
   if (m->payload) {
     in.payload.assign(static_cast<const char*>(m->payload), m->len);
   } else {
@@ -101,10 +102,11 @@ class Forwarder {
       }
       void* value = it.payload_is_null ? nullptr : const_cast<char*>(it.payload.data());
       const std::size_t value_len = it.payload_is_null ? 0 : it.payload.size();
+      const void* key = it.key_is_null ? nullptr : it.key.data();
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wold-style-cast"
       rd_kafka_resp_err_t e = rd_kafka_producev(
-          rk_, RD_KAFKA_V_TOPIC(it.topic.c_str()), RD_KAFKA_V_KEY(it.key.data(), it.key.size()),
+          rk_, RD_KAFKA_V_TOPIC(it.topic.c_str()), RD_KAFKA_V_KEY(key, it.key.size()),
           RD_KAFKA_V_VALUE(value, value_len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
           RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(&results[i]), RD_KAFKA_V_END);
 #pragma GCC diagnostic pop
@@ -438,6 +440,7 @@ Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>&
           OutboundMessage it;
           it.topic = *orig;
           it.key = in.key;
+          it.key_is_null = in.key_is_null;
           it.payload = in.payload;
           it.payload_is_null = in.payload_is_null;
           for (const auto& [k, v] : in.headers) {
