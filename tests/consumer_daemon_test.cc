@@ -227,6 +227,82 @@ TEST_P(ConsumerDaemonTest, ErrorsAreClassedBySqlState) {
   EXPECT_EQ(Sql("SELECT event_id FROM " + schema_ + ".effects"), "ev-2");
 }
 
+// "A consumer never wedges" (docs/inbox.md; issue 41): a statement that always
+// runs past database.statement_timeout_ms goes through the retry topics to the
+// dead-letter topic alone; a 10,000-byte event id applies; a key with a NUL
+// byte is refused on PostgreSQL (its text would cut it) and kept on MariaDB; a
+// NULL key reaches the statement as NULL. Every other message applies once.
+TEST_P(ConsumerDaemonTest, ASlowStatementFailsAloneAndKeysOfAnyShapeApplyFaithfully) {
+  if (Maria()) {
+    MyQuery(my_, "CREATE PROCEDURE " + schema_ +
+                     ".edge(id LONGTEXT, k LONGBLOB) BEGIN "
+                     "IF k LIKE 'slow-%' THEN DO SLEEP(2.5); END IF; "
+                     "INSERT INTO " + schema_ + ".effects (event_id, k, payload) "
+                     "VALUES (LEFT(id, 255), IF(k IS NULL, '(null)', HEX(k)), length(id)); END");
+    sql_ = "CALL " + schema_ + ".edge($3, $4)";
+  } else {
+    Exec(admin_.get(), "CREATE FUNCTION " + schema_ +
+                           ".edge(id text, k text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN "
+                           "IF k LIKE 'slow-%' THEN PERFORM pg_sleep(2.5); END IF; "
+                           "INSERT INTO " + schema_ + ".effects (event_id, k, payload) VALUES "
+                           "(left(id, 255), coalesce(upper(encode(convert_to(k, 'UTF8'), 'hex')), "
+                           "'(null)'), length(id)); END $$");
+    sql_ = "SELECT " + schema_ + ".edge($3, $4)";
+  }
+  const std::string long_id(10'000, 'L');
+  std::vector<Message> msgs;
+  auto add = [&](const std::string& id, const std::string& key, bool key_null = false) {
+    Message m;
+    m.key = key;
+    m.key_null = key_null;
+    m.value = "x";
+    m.headers["outbox-event-id"] = id;
+    msgs.push_back(m);
+  };
+  for (int i = 0; i < 5; ++i) add("ok-" + std::to_string(i), "ok-" + std::to_string(i));
+  // MariaDB's max_statement_time does not bound a SLEEP inside a CALL: the
+  // slow case is PostgreSQL's (the split rule itself is the engine's).
+  if (!Maria()) add("slow-1", "slow-1");
+  for (int i = 5; i < 10; ++i) add("ok-" + std::to_string(i), "ok-" + std::to_string(i));
+  add(long_id, "long");
+  add("nul", std::string("a\0b'c", 5));
+  add("null-key", "", /*key_null=*/true);
+  ASSERT_EQ(outbox::testing::Produce(kafka_->bootstrap(), "lessons", msgs), static_cast<int>(msgs.size()));
+  Subprocess& c = Start("sql = \"" + sql_ + "\"\nretries = \"200ms,200ms\"\n",
+                        {"database.statement_timeout_ms=1000"});
+  // Every one but the slow one and, on PostgreSQL, NUL's; on MariaDB every
+  // one but the 10,000-byte id (keys of at most 512 characters there).
+  const long want = 12;
+  ASSERT_TRUE(WaitFor([&] { return Effects() == want; }, Scaled(60s)))
+      << Sql("SELECT " + std::string(Maria() ? "group_concat(left(event_id, 12))" : "string_agg(left(event_id, 12), ',')") +
+             " FROM " + schema_ + ".effects")
+      << "\n" << c.Log();
+  if (!Maria()) {
+    auto dlt = ReadTopic(kafka_->bootstrap(), "lessons.dlt", 2, 2, Scaled(60s));
+    std::map<std::string, Message> dead;
+    for (const Message& m : dlt) dead[m.headers.at("outbox-event-id")] = m;
+    ASSERT_EQ(dead.count("slow-1"), 1u) << c.Log();
+    EXPECT_EQ(dead["slow-1"].headers["outbox-error-class"], "transient");
+    EXPECT_NE(dead["slow-1"].headers["outbox-error-message"].find("57014"), std::string::npos);
+    EXPECT_EQ(dead["slow-1"].headers["outbox-attempt"], "3") << "two retries, then the dead-letter topic";
+    ASSERT_EQ(dead.count("nul"), 1u) << c.Log();
+    EXPECT_EQ(dead["nul"].headers["outbox-error-class"], "permanent");
+    EXPECT_NE(dead["nul"].headers["outbox-error-message"].find("NUL"), std::string::npos);
+    EXPECT_EQ(dead["nul"].key, std::string("a\0b'c", 5)) << "the copy keeps the key's bytes";
+    EXPECT_EQ(Sql("SELECT payload FROM " + schema_ + ".effects WHERE event_id = left('" + long_id + "', 255)"),
+              "10000");
+  } else {
+    EXPECT_EQ(Sql("SELECT k FROM " + schema_ + ".effects WHERE event_id = 'nul'"), "6100622763");
+    auto dlt = ReadTopic(kafka_->bootstrap(), "lessons.dlt", 2, 1, Scaled(30s));
+    ASSERT_EQ(dlt.size(), 1u) << c.Log();
+    EXPECT_EQ(dlt[0].headers["outbox-event-id"], long_id);
+    EXPECT_EQ(dlt[0].headers["outbox-error-class"], "permanent") << "over MariaDB's 512 characters";
+  }
+  EXPECT_EQ(Sql("SELECT k FROM " + schema_ + ".effects WHERE event_id = 'null-key'"), "(null)");
+  EXPECT_EQ(Sql("SELECT k FROM " + schema_ + ".effects WHERE event_id = 'ok-7'"), "6F6B2D37");
+  EXPECT_EQ(DoubleEffects(), 0);
+}
+
 TEST_P(ConsumerDaemonTest, ABadConfigurationExitsTwoNamingTheKeyAndTouchesNothing) {
   Subprocess& c = Start("sql = \"" + sql_ + "\"\ndedup = \"payload:user\"\n");
   EXPECT_EQ(c.Wait(Scaled(20s)), 2) << c.Log();

@@ -97,6 +97,7 @@ class MockKafka {
 
 struct Message {
   std::string key, value;
+  bool key_null = false;    // no key (NULL), not an empty one
   bool value_null = false;  // a NULL value (tombstone), not an empty one
   int partition = 0;
   long long offset = 0;
@@ -159,6 +160,7 @@ inline std::vector<Message> ReadTopic(const std::string& bootstrap, const std::s
     if (!m->err) {
       Message msg;
       if (m->key) msg.key.assign(static_cast<const char*>(m->key), m->key_len);
+      msg.key_null = m->key == nullptr;
       if (m->payload) {
         msg.value.assign(static_cast<const char*>(m->payload), m->len);
       } else {
@@ -217,7 +219,7 @@ inline int Produce(const std::string& bootstrap, const std::string& topic,
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wold-style-cast"
     rd_kafka_producev(p, RD_KAFKA_V_TOPIC(topic.c_str()),
-                      RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
+                      RD_KAFKA_V_KEY(m.key_null ? nullptr : m.key.data(), m.key.size()),
                       RD_KAFKA_V_VALUE(m.value_null ? nullptr : const_cast<char*>(m.value.data()),
                                        m.value_null ? 0 : m.value.size()),
                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
