@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "blackhole_proxy.h"
 #include "http_receiver.h"
 #include "kafka_helpers.h"
 #include "mariadb_test_util.h"
@@ -300,6 +301,56 @@ TEST_P(ConsumerDaemonTest, ASlowStatementFailsAloneAndKeysOfAnyShapeApplyFaithfu
   }
   EXPECT_EQ(Sql("SELECT k FROM " + schema_ + ".effects WHERE event_id = 'null-key'"), "(null)");
   EXPECT_EQ(Sql("SELECT k FROM " + schema_ + ".effects WHERE event_id = 'ok-7'"), "6F6B2D37");
+  EXPECT_EQ(DoubleEffects(), 0);
+}
+
+// The relay's rules for the consumer (issue 41): a database path that stops
+// forwarding without closing is noticed within the statement timeout, a
+// 2-second margin and the cancel's 5-second grace, reported on /readyz naming
+// the database, and recovered from once it heals; a broker that never answers
+// a forward is reported on /readyz until one is acknowledged. Nothing is lost.
+TEST_P(ConsumerDaemonTest, AHalfOpenDatabasePathAndASilentBrokerAreReportedOnReadyz) {
+  if (Maria()) GTEST_SKIP() << "the proxied path is PostgreSQL's; the broker's half is the same on both";
+  std::unique_ptr<BlackholeProxy> proxy;
+  // socket.timeout.ms: a fetch the silent broker never answered is given up
+  // after 10 s, not librdkafka's 60, once it answers again.
+  std::vector<std::string> sets = {"database.statement_timeout_ms=2000", "database.connect_timeout_s=2",
+                                   "kafka.properties.socket.timeout.ms=10000"};
+  {  // the database's path goes through the proxy
+    const std::string pg_port = EnvOr("OUTBOX_PG_PORT");
+    ASSERT_FALSE(pg_port.empty());
+    proxy = std::make_unique<BlackholeProxy>("127.0.0.1", std::stoi(pg_port));
+    const auto at = url_.find(":" + pg_port + "/");
+    ASSERT_NE(at, std::string::npos) << url_;
+    sets.push_back("database.url=" + url_.substr(0, at) + ":" + std::to_string(proxy->port()) +
+                   url_.substr(at + pg_port.size() + 1));
+  }
+  Produce(5, "ok");
+  Subprocess& c = StartSql(sets);
+  const int port = HttpPort(c);
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 5; }, Scaled(30s))) << c.Log();
+  int status = 0;
+  std::string why;
+  {
+    proxy->Darken();
+    Produce(5, "ok", 1, 5);
+    EXPECT_TRUE(WaitFor([&] { why = Get(port, "/readyz", &status); return status == 503; }, Scaled(25s)))
+        << c.Log();
+    EXPECT_NE(why.find("inbox database unavailable"), std::string::npos) << why;
+    proxy->Heal();
+    ASSERT_TRUE(WaitFor([&] { return Effects() == 10; }, Scaled(60s))) << c.Log();
+    EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, Scaled(15s)));
+  }
+  // The broker answers nothing for ten minutes (its connections stay up):
+  // the client's own request timeouts say so on /readyz, until it answers.
+  ASSERT_EQ(kafka_->Control("rtt -1 600000"), "ok");
+  EXPECT_TRUE(WaitFor([&] { why = Get(port, "/readyz", &status); return status == 503; }, Scaled(60s)))
+      << c.Log();
+  EXPECT_NE(why.find("broker unreachable"), std::string::npos) << why;
+  ASSERT_EQ(kafka_->Control("rtt -1 0"), "ok");
+  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, Scaled(60s))) << c.Log();
+  Produce(1, "ok", 1, 10);
+  EXPECT_TRUE(WaitFor([&] { return Effects() == 11; }, Scaled(60s))) << c.Log();
   EXPECT_EQ(DoubleEffects(), 0);
 }
 

@@ -1,6 +1,7 @@
 // outbox-relay as a real process against the real PostgreSQL and a private
 // outbox-mock-kafka: end to end, broker outage, fatal errors, several relays,
 // graceful stop.
+#include "blackhole_proxy.h"
 #include "notify_socket.h"
 #include "outbox/version.h"
 #include "relay_fixture.h"
@@ -180,6 +181,74 @@ TEST_F(RelayE2ETest, BrokerDownThenUpLosesNothingAndRetriesShowInMetrics) {
   EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, 15s));
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0);
+}
+
+// Every broker black-holed (its answers never come; librdkafka keeps its
+// connections up): from the first batch the relay classifies as an outage,
+// /readyz answers 503 naming the broker and the error, until a batch is acked
+// (issue 41: it stayed 200 for the whole minute).
+TEST_F(RelayE2ETest, ABlackHoledBrokerIsReportedOnReadyzUntilABatchIsAcked) {
+  Subprocess& relay = StartRelay({"kafka.properties.message.timeout.ms=1500", "relay.max_attempts=1000"});
+  const int port = HttpPort(relay);
+  EnqueueMany(1, 2, 2);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 4; }, Scaled(30s))) << relay.Log();
+  int status = 0;
+  Get(port, "/readyz", &status);
+  ASSERT_EQ(status, 200);
+  ASSERT_EQ(kafka_->Control("rtt -1 600000"), "ok");  // every answer ten minutes late
+  EnqueueMany(1, 2, 6, 2);  // the same aggregates, events 2..5
+  std::string why;
+  EXPECT_TRUE(WaitFor([&] { why = Get(port, "/readyz", &status); return status == 503; }, Scaled(20s)))
+      << relay.Log();
+  EXPECT_NE(why.find("broker unreachable: no acknowledgement for a whole batch"), std::string::npos) << why;
+  EXPECT_EQ(CountStatus("FAILED"), 0) << "an outage fails nothing";
+  ASSERT_EQ(kafka_->Control("rtt -1 0"), "ok");
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 12; }, Scaled(60s))) << relay.Log();
+  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, Scaled(15s)));
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
+// A database path that stops forwarding without closing (a proxy, a load
+// balancer, a lost NAT entry): within the statement timeout plus the cancel's
+// 5-second grace, /readyz answers 503 naming the database, and the relay does
+// not hang on the cancel request (which the same path swallows); once the path
+// heals it reconnects and delivers everything (issue 41: /readyz stayed 200 for
+// two minutes, nothing published, until the path healed).
+TEST_F(RelayE2ETest, AHalfOpenDatabasePathIsReportedOnReadyzAndRecoveredFrom) {
+  const std::string pg_port = EnvOr("OUTBOX_PG_PORT");
+  ASSERT_FALSE(pg_port.empty());
+  BlackholeProxy proxy("127.0.0.1", std::stoi(pg_port));
+  const std::string direct = url_;
+  const auto at = url_.find(":" + pg_port + "/");
+  ASSERT_NE(at, std::string::npos) << url_;
+  url_ = direct.substr(0, at) + ":" + std::to_string(proxy.port()) + direct.substr(at + pg_port.size() + 1);
+  Subprocess& relay = StartRelay({"database.statement_timeout_ms=2000", "database.connect_timeout_s=2"});
+  url_ = direct;
+  const int port = HttpPort(relay);
+  EnqueueMany(1, 2, 2);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 4; }, Scaled(30s))) << relay.Log();
+  int status = 0;
+  Get(port, "/readyz", &status);
+  ASSERT_EQ(status, 200);
+  proxy.Darken();
+  const auto dark_at = std::chrono::steady_clock::now();
+  std::string why;
+  EXPECT_TRUE(WaitFor([&] { why = Get(port, "/readyz", &status); return status == 503; }, Scaled(25s)))
+      << relay.Log();
+  const auto noticed = std::chrono::steady_clock::now() - dark_at;
+  EXPECT_NE(why.find("database"), std::string::npos) << why;
+  // 2 s timeout + 5 s grace + a poll round; the claim may start just before the dark.
+  EXPECT_LE(noticed, Scaled(15s)) << "noticed after "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(noticed).count() << " ms";
+  EnqueueMany(1, 2, 6, 2);  // the same aggregates, events 2..5
+  std::this_thread::sleep_for(3s);
+  EXPECT_EQ(CountStatus("SENT"), 4) << "nothing reaches the database while the path is dark";
+  proxy.Heal();
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 12; }, Scaled(60s))) << relay.Log();
+  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, Scaled(15s)));
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }
 
 TEST_F(RelayE2ETest, FatalPublishErrorFailsThatRowOnlyAndHoldsItsAggregate) {

@@ -71,7 +71,7 @@ TEST(RecordPublish, AnEventAckedBehindAnUnackedEarlierOneIsCountedAndNamed) {
   std::vector<PublishResult> r = {Down(), Acked(), Acked(), Acked()};
   const relay_internal::Plan p = PlanTransitions(ev, r, o, kOutage, rng);
   bool logged_outage = false;
-  relay_internal::RecordPublish(metrics, log, "w", ev, r, p, milliseconds(1), &logged_outage);
+  relay_internal::RecordPublish(metrics, log, "w", "broker", ev, r, p, milliseconds(1), &logged_outage);
   EXPECT_EQ(p.held_back, 2u);
   EXPECT_NE(registry.RenderPrometheus().find("outbox_relay_events_acked_out_of_order_total{transport=\"kafka\"} 2\n"),
             std::string::npos) << registry.RenderPrometheus();
@@ -83,7 +83,7 @@ TEST(RecordPublish, AnEventAckedBehindAnUnackedEarlierOneIsCountedAndNamed) {
   // None held back: no such line.
   log.text.clear();
   std::vector<PublishResult> fine = {Acked(), Acked(), Acked(), Acked()};
-  relay_internal::RecordPublish(metrics, log, "w", ev, fine, PlanTransitions(ev, fine, o, kOutage, rng),
+  relay_internal::RecordPublish(metrics, log, "w", "broker", ev, fine, PlanTransitions(ev, fine, o, kOutage, rng),
                 milliseconds(1), &logged_outage);
   for (const auto& l : log.text) EXPECT_EQ(l.find("out of order"), std::string::npos) << l;
 }

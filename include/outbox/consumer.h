@@ -130,6 +130,12 @@ class InboxSource {
 
   // Lag of the owned partitions from locally known positions (no network call).
   virtual std::vector<PartitionLag> Lag() = 0;
+
+  // "" while the broker answers; else why not (for /readyz: "broker
+  // unreachable: …"), from the client's own errors (requests timed out, every
+  // broker down) until a message, an assignment or a commit comes through.
+  // Safe from any thread (the only exception to the rule above).
+  virtual std::string NotReadyReason() const { return ""; }
 };
 
 // ConsumerOptions::forward_max_bytes's range.
@@ -199,6 +205,14 @@ class Consumer {
   virtual Status Run() = 0;
   virtual void Stop() = 0;
   virtual ConsumerCounters counters() const = 0;
+  // "" while the consumer's last batch could use the database and its last
+  // forward reached the broker; else why not, naming the part (for /readyz):
+  // "inbox database unavailable: …" from the batch whose store call failed as
+  // an outage (connection lost or silent, timeout, refused role, missing
+  // schema) until a store call succeeds, "broker unreachable: …" from a
+  // forward that was not acknowledged until one is, or while the source says
+  // so (InboxSource::NotReadyReason). Any thread.
+  virtual std::string NotReadyReason() const = 0;
 };
 
 }  // namespace outbox

@@ -306,8 +306,10 @@ class Relay {
   void EndBrokerProbe();
   // After a batch: `outage` (no broker at all) extends the shared backoff (to
   // at least `at_least`: a server's Retry-After),
-  // `broker_answered` (anything acked) ends it.
-  void EndBrokerRound(bool outage, milliseconds at_least, bool broker_answered, bool probing);
+  // `broker_answered` (anything acked) ends it. `error` (the batch's first)
+  // is what /readyz says while the outage lasts.
+  void EndBrokerRound(bool outage, milliseconds at_least, bool broker_answered, bool probing,
+                      std::string_view error);
   milliseconds NextOutageDelay() const;
   milliseconds NextOutageDelayLocked() const OUTBOX_REQUIRES(mu_);
   // Idle polling: one idle worker polls, the others wait until an idle worker
@@ -364,6 +366,11 @@ class Relay {
   milliseconds outage_delay_ OUTBOX_GUARDED_BY(mu_){0};
   std::chrono::steady_clock::time_point outage_until_ OUTBOX_GUARDED_BY(mu_);
   bool probe_in_flight_ OUTBOX_GUARDED_BY(mu_) = false;
+  // Set from the batch the relay classified as an outage until a batch is
+  // acked: /readyz answers 503 meanwhile, naming the broker and the error
+  // (librdkafka may still see its connections up when the path black-holes).
+  std::atomic<bool> broker_down_{false};
+  std::string broker_down_error_ OUTBOX_GUARDED_BY(mu_);
   int idle_poller_ OUTBOX_GUARDED_BY(mu_) = -1;  // the worker polling for the idle ones
   milliseconds idle_interval_ OUTBOX_GUARDED_BY(mu_);  // its next sleep (poll_min after work)
   std::chrono::steady_clock::time_point idle_found_at_ OUTBOX_GUARDED_BY(mu_);  // last EndIdle

@@ -82,6 +82,9 @@ class Transport {
   virtual bool Healthy() const = 0;
   // What /readyz says while !Healthy(), naming the part that is down.
   virtual std::string UnhealthyReason() const { return "broker unreachable"; }
+  // What the transport delivers to, as the relay's logs and /readyz name it:
+  // "broker" (Kafka) or "receiver" (HTTP delivery).
+  virtual std::string PeerName() const { return "broker"; }
 };
 
 }  // namespace outbox

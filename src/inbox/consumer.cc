@@ -166,6 +166,18 @@ class Engine final : public Consumer {
     return {applied_.load(), duplicates_.load(), retried_.load(), dead_lettered_.load()};
   }
 
+  std::string NotReadyReason() const override {
+    std::string why, broker;
+    {
+      MutexLock l(health_mu_);
+      why = db_down_;
+      broker = broker_down_;
+    }
+    if (broker.empty()) broker = source_.NotReadyReason();
+    if (!broker.empty()) why += (why.empty() ? "" : "; ") + broker;
+    return why;
+  }
+
   Status Run() override {
     log_.Info("consumer started", {{"topics", Join(options_.topics)}});
     milliseconds backoff{100};
@@ -239,13 +251,16 @@ class Engine final : public Consumer {
       return Status::Ok();
     }
     if (Status st = ApplyEffects(msgs, in); !st.ok()) {
+      NoteDatabase(st);
       source_.Rewind(rewind);
       return st;
     }
+    NoteDatabase(Status::Ok());
     // Failures to retry / dead-letter topics; wait for the acks.
     Forwards fw = PlanForwards(msgs, in.outcomes, options_, NowMs(clock_), Rfc3339Now(clock_));
     if (!fw.messages.empty()) {
       Status st = source_.Forward(fw.messages);
+      NoteBroker(st);
       if (!st.ok()) {
         // The effects are committed (the inbox absorbs them on redelivery); the
         // failed messages must be consumed again, so no offset moves.
@@ -366,6 +381,20 @@ class Engine final : public Consumer {
     return outcomes;
   }
 
+  // What NotReadyReason() says: a store error that means the database cannot
+  // be used (not one message's failure) until a store call succeeds.
+  void NoteDatabase(const Status& st) {
+    const bool outage = st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded ||
+                        st.code() == Code::kPermissionDenied || st.code() == Code::kFailedPrecondition;
+    if (!st.ok() && !outage) return;
+    MutexLock l(health_mu_);
+    db_down_ = st.ok() ? "" : "inbox database unavailable: " + FirstLine(st.ToString(), 500);
+  }
+  void NoteBroker(const Status& st) {
+    MutexLock l(health_mu_);
+    broker_down_ = st.ok() ? "" : "broker unreachable: " + FirstLine(st.ToString(), 500);
+  }
+
   // The batch's counts and metrics: applied, duplicates, retried, dead-lettered, cut.
   void CountOutcomes(const Intake& in, const Forwards& fw) {
     std::uint64_t applied = 0, dups = 0;
@@ -462,6 +491,9 @@ class Engine final : public Consumer {
   Metrics metrics_;
   std::map<TopicPartition, std::int64_t> paused_;  // -> due ms
   std::string last_failure_, last_parked_failure_;  // ApplyOrSplit's memory of each path
+  mutable Mutex health_mu_;
+  std::string db_down_ OUTBOX_GUARDED_BY(health_mu_);
+  std::string broker_down_ OUTBOX_GUARDED_BY(health_mu_);
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_lettered_{0};
 };

@@ -69,9 +69,10 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
 // Metrics and logs of one published batch (claimed or streamed): commit-to-ack
 // latency (each event's age when handed to the relay + `claim_to_ack`),
 // publish outcome counters, and the outage / failure log lines (once per state
-// change, tracked in *logged_outage).
+// change, tracked in *logged_outage; `peer` names what is unreachable:
+// "broker" or "receiver").
 void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who,
-                   std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
+                   const std::string& peer, std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
                    const Plan& plan, std::chrono::steady_clock::duration claim_to_ack,
                    bool* logged_outage);
 

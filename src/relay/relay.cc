@@ -179,7 +179,7 @@ RelayMetrics::RelayMetrics(MetricsRegistry& r, const std::string& schema,
 namespace relay_internal {
 
 void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who,
-                   std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
+                   const std::string& peer, std::span<const ClaimedEvent> events, std::span<const PublishResult> results,
                    const Plan& plan, std::chrono::steady_clock::duration claim_to_ack,
                    bool* logged_outage) {
   for (std::size_t i = 0; i < events.size(); ++i) {
@@ -198,7 +198,7 @@ void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who
   if (plan.outage) {
     metrics.outage_batches.Inc();
     if (!*logged_outage) {
-      logger.Warn("broker unreachable for a whole batch; workers back off together, "
+      logger.Warn(peer + " unreachable for a whole batch; workers back off together, "
                    "attempts are not counted",
                    {{"worker", who}, {"batch", std::to_string(events.size())},
                     {"error", results.empty() ? "" : results.front().error}});
@@ -242,7 +242,7 @@ void RecordPublish(RelayMetrics& metrics, Logger& logger, const std::string& who
                  {{"worker", who}, {"events", std::to_string(plan.held_back)}, {"first", example}});
   }
   if (!plan.outage && plan.sent.size() + plan.held_back > 0 && *logged_outage) {
-    logger.Info("broker reachable again", {{"worker", who}});
+    logger.Info(peer + " reachable again", {{"worker", who}});
     *logged_outage = false;
   }
 }
@@ -362,7 +362,9 @@ void Relay::RequestStop() {
   cv_.notify_all();
 }
 
-bool Relay::Ready() const { return db_ok_housekeeping_ && db_ok_workers_ > 0 && transport_.Healthy(); }
+bool Relay::Ready() const {
+  return db_ok_housekeeping_ && db_ok_workers_ > 0 && transport_.Healthy() && !broker_down_;
+}
 
 std::string Relay::NotReadyReason() const {
   std::string why;
@@ -374,7 +376,13 @@ std::string Relay::NotReadyReason() const {
                           : "the database refused the relay's role (a configuration error, not an "
                             "outage; retrying): " + refused;
   }
-  if (!transport_.Healthy()) why += (why.empty() ? "" : "; ") + transport_.UnhealthyReason();
+  if (!transport_.Healthy()) {
+    why += (why.empty() ? "" : "; ") + transport_.UnhealthyReason();
+  } else if (broker_down_) {
+    MutexLock lock(mu_);
+    why += (why.empty() ? "" : "; ") + transport_.PeerName() +
+           " unreachable: no acknowledgement for a whole batch (" + broker_down_error_ + ")";
+  }
   return "not ready: " + (why.empty() ? std::string("starting") : why) + "\n";
 }
 
@@ -532,10 +540,12 @@ void Relay::EndBrokerProbe() {
 }
 
 void Relay::EndBrokerRound(bool outage, milliseconds at_least, bool broker_answered,
-                           bool probing) {
+                           bool probing, std::string_view error) {
   MutexLock lock(mu_);
   if (probing) probe_in_flight_ = false;
   if (outage) {
+    broker_down_error_ = error.empty() ? "no answer" : std::string(error.substr(0, 500));
+    broker_down_ = true;
     const milliseconds next = NextOutageDelayLocked();
     // The doubling goes on from `next`; a server's Retry-After only moves this
     // outage's end.
@@ -548,6 +558,7 @@ void Relay::EndBrokerRound(bool outage, milliseconds at_least, bool broker_answe
     }
   } else if (broker_answered) {
     outage_delay_ = milliseconds(0);
+    broker_down_ = false;
   }
   cv_.notify_all();
 }
@@ -771,9 +782,10 @@ void Relay::PublishAndSettle(Worker& w, ClaimQueue& store, std::vector<ClaimedEv
   (void)OUTBOX_FAULT_TAGGED(fault::kRelayAfterPublishBeforeMarkSent,
                             AckedEventTypes(events, results));
   Plan plan = PlanTransitions(events, results, options_, NextOutageDelay(), w.rng);
-  EndBrokerRound(plan.outage, plan.outage_delay, !plan.sent.empty() || plan.held_back > 0, probing);
-  RecordPublish(metrics_, logger_, w.who, events, results, plan, acked_at - claimed_at,
-                &w.logged_outage);
+  EndBrokerRound(plan.outage, plan.outage_delay, !plan.sent.empty() || plan.held_back > 0, probing,
+                 results.empty() ? std::string_view() : std::string_view(results.front().error));
+  RecordPublish(metrics_, logger_, w.who, transport_.PeerName(), events, results, plan,
+                acked_at - claimed_at, &w.logged_outage);
 
   // Transitions: retried on database errors until the lease is about to lapse
   // (or the shutdown deadline). A mark that cannot be done is left to lease

@@ -316,9 +316,9 @@ Relay::StreamPump::Step Relay::StreamPump::SettleFront() {
   relay_internal::Plan plan =
       relay_internal::PlanTransitions(events, results, r_.options_, r_.NextOutageDelay(), rng_);
   r_.EndBrokerRound(plan.outage, plan.outage_delay, !plan.sent.empty() || plan.held_back > 0,
-                    p.probing);
-  relay_internal::RecordPublish(r_.metrics_, r_.logger_, who_, events, results, plan,
-                                acked_at - p.received_at, &logged_outage_);
+                    p.probing, results.empty() ? std::string_view() : std::string_view(results.front().error));
+  relay_internal::RecordPublish(r_.metrics_, r_.logger_, who_, r_.transport_.PeerName(), events,
+                                results, plan, acked_at - p.received_at, &logged_outage_);
   if (plan.outage) {
     // Nothing was written for this batch: its rows are still PENDING. Read
     // them again after the shared outage backoff (the sweepers take over

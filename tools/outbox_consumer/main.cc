@@ -217,8 +217,23 @@ int main(int argc, char** argv) {
   outbox::MetricsServer::Options http_options;
   http_options.host = cfg->http_listen.substr(0, colon);
   http_options.port = std::atoi(cfg->http_listen.substr(colon + 1).c_str());  // 0: a free port
-  http_options.ready = [&] { return running == static_cast<int>(pipelines.size()); };
+  // Each consumer is set before its thread counts itself running: once every
+  // one runs, reading them here is safe.
+  const auto engines_say = [&] {
+    std::string why;
+    if (running != static_cast<int>(pipelines.size())) return why;
+    for (const Pipeline& p : pipelines) {
+      const std::string r = p.consumer->NotReadyReason();
+      if (!r.empty()) why += (why.empty() ? "" : "; ") + p.handler->group + ": " + r;
+    }
+    return why;
+  };
+  http_options.ready = [&] {
+    return running == static_cast<int>(pipelines.size()) && engines_say().empty();
+  };
   http_options.not_ready_reason = [&] {
+    const std::string engines = engines_say();
+    if (!engines.empty()) return "not ready: " + engines + "\n";
     return std::string("not ready: ") +
            (waiting > 0 ? "inbox database unavailable\n" : "handlers starting\n");
   };

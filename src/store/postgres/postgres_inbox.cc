@@ -291,7 +291,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
       std::vector<pg::Statement> statements;
       HandlerResult hr = RunSinkHandler(m, statements);
       if (hr.error != ErrorClass::kNone) return hr;
-      pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handler", statements);
+      pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handler", statements, SilenceBound());
       return pr.status.ok() ? hr : FromStatement(pr.status, options_.classify_sqlstate);
     }
     HandlerResult hr;
@@ -335,6 +335,14 @@ class PostgresInbox final : public InboxStore, public InboxView {
   }
 
   void Rollback() { (void)session_->ExecScript("inbox rollback", "ROLLBACK"); }
+
+  // How long a pipeline may hear nothing from the server: past the statement
+  // timeout (which the server enforces on each statement itself) by 2 s, so
+  // that only a silent path (a proxy or NAT that black-holes) trips it.
+  std::chrono::milliseconds SilenceBound() const {
+    if (options_.statement_timeout.count() <= 0) return std::chrono::milliseconds(0);
+    return options_.statement_timeout + std::chrono::milliseconds(2000);
+  }
 
   Status Commit() {
     if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
@@ -421,7 +429,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
                         Param::Text(pg::Int64ArrayLiteral(offsets))},
                        {}});
     }
-    pg::PipelineResult stamped = pg::RunPipeline(session_->raw(), "inbox stamps", begin);
+    pg::PipelineResult stamped = pg::RunPipeline(session_->raw(), "inbox stamps", begin, SilenceBound());
     if (!stamped.status.ok()) {
       Rollback();
       return stamped.status;
@@ -529,7 +537,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
       return Status::Internal("fault point " + std::string(fault::kInboxInsideTransaction), true);
     }
     statements.push_back({"COMMIT", {}, {}});
-    pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements);
+    pg::PipelineResult pr = pg::RunPipeline(session_->raw(), "inbox handlers", statements, SilenceBound());
     if (pr.status.ok()) return Pass::kCommitted;
     Rollback();
     // A handler's statement that ran past the statement timeout is that

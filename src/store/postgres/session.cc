@@ -7,10 +7,12 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace outbox::pg {
 namespace {
@@ -98,8 +100,96 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what
   return Status::Internal(msg);
 }
 
+namespace {
+
+// Cancel requests still waiting for the server (see SendCancel).
+std::atomic<int> cancels_in_flight{0};
+constexpr int kMaxCancelsInFlight = 16;
+
+// Asks the server to cancel what `conn` is running (best effort: the answer,
+// or its absence, shows in the results). PQcancel opens a connection of its
+// own and waits for the server to close it, with no deadline of its own: on a
+// path that stops forwarding without closing (a proxy, a load balancer, a NAT
+// entry lost) it would block until the path heals, and its caller with it
+// (issue 41: the relay hung, ready, for as long as the path was down). So it
+// runs on a detached thread that owns the PGcancel (a copy of the address and
+// key, independent of `conn`); the caller's grace deadline bounds the wait for
+// its effect. At most kMaxCancelsInFlight wait at once; past that the caller
+// only waits out its grace and drops the connection.
+void SendCancel(PGconn* conn) {
+  if (cancels_in_flight.load() >= kMaxCancelsInFlight) return;
+  PGcancel* cancel = PQgetCancel(conn);
+  if (cancel == nullptr) return;
+  ++cancels_in_flight;
+  std::thread([cancel] {
+    char err[256];
+    (void)PQcancel(cancel, err, sizeof err);
+    PQfreeCancel(cancel);
+    --cancels_in_flight;
+  }).detach();
+}
+
+// Waits until a PQgetResult on `conn` would not block. Past the deadline it
+// sends a cancel and allows kCancelGrace more; past that, Unavailable (the
+// caller drops the connection). `timeout` 0: no deadline. `quiet` (a
+// pipeline): the deadline counts from the last input, so that a long pipeline
+// whose results keep coming is not cut, while a silent path is.
+class Awaiter {
+ public:
+  static constexpr auto kCancelGrace = std::chrono::seconds(5);
+
+  Awaiter(std::string_view what, std::chrono::milliseconds timeout, bool quiet = false)
+      : what_(what), timeout_(timeout), quiet_(quiet), deadline_(Clock::now() + timeout) {}
+
+  Status NotBusy(PGconn* conn) {
+    while (PQisBusy(conn)) {
+      int wait_ms = -1;
+      if (timeout_.count() > 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+        if (left.count() <= 0) {
+          if (cancelled_) {
+            return Status::Unavailable(std::string(what_) + ": no answer from PostgreSQL " +
+                                       std::to_string(kCancelGrace.count()) +
+                                       " s after cancelling a statement that ran past " +
+                                       std::to_string(timeout_.count()) + " ms");
+          }
+          SendCancel(conn);
+          cancelled_ = true;
+          deadline_ = Clock::now() + kCancelGrace;
+          continue;
+        }
+        wait_ms = static_cast<int>(std::min<std::int64_t>(left.count(), 60'000));
+      }
+      pollfd p{PQsocket(conn), POLLIN, 0};
+      const int r = ::poll(&p, 1, wait_ms);
+      if (r < 0 && errno != EINTR) {
+        return Status::Unavailable(std::string(what_) + ": poll: " + std::strerror(errno));
+      }
+      if (r > 0 && PQconsumeInput(conn) != 1) return StatusFromResult(conn, nullptr, what_);
+      if (r > 0 && quiet_ && !cancelled_) deadline_ = Clock::now() + timeout_;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::string_view what_;
+  std::chrono::milliseconds timeout_;
+  bool quiet_;
+  Clock::time_point deadline_;
+  bool cancelled_ = false;
+};
+
+bool Failed(const PGresult* r) {
+  const ExecStatusType st = PQresultStatus(r);
+  return st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR || st == PGRES_FATAL_ERROR;
+}
+
+}  // namespace
+
 PipelineResult RunPipeline(PGconn* conn, std::string_view what,
-                           std::span<const Statement> statements) {
+                           std::span<const Statement> statements,
+                           std::chrono::milliseconds timeout) {
   PipelineResult out;
   out.results.resize(statements.size());
   if (statements.empty()) return out;
@@ -139,7 +229,14 @@ PipelineResult RunPipeline(PGconn* conn, std::string_view what,
   // Drain every result up to the sync point, whatever happened: each statement
   // gives one result, then a null.
   std::size_t k = 0;
+  Awaiter awaiter(what, timeout, /*quiet=*/true);
   for (;;) {
+    if (Status st = awaiter.NotBusy(conn); !st.ok()) {
+      // The connection is still busy in pipeline mode: unusable, the caller's
+      // next statement fails and drops it (Session::DropIfStuck).
+      fail(std::move(st), k);
+      return out;
+    }
     ResultPtr res(PQgetResult(conn));
     if (!res) {
       if (PQstatus(conn) != CONNECTION_OK) {
@@ -182,60 +279,13 @@ Status CheckResult(PGconn* conn, const PGresult* res, std::string_view what) {
   return StatusFromResult(conn, res, what);
 }
 
-namespace {
-
-// Asks the server to cancel what `conn` is running (best effort: the answer,
-// or its absence, shows in the results).
-void SendCancel(PGconn* conn) {
-  PGcancel* cancel = PQgetCancel(conn);
-  if (cancel == nullptr) return;
-  char err[256];
-  (void)PQcancel(cancel, err, sizeof err);
-  PQfreeCancel(cancel);
-}
-
-bool Failed(const PGresult* r) {
-  const ExecStatusType st = PQresultStatus(r);
-  return st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR || st == PGRES_FATAL_ERROR;
-}
-
-}  // namespace
 
 Result<ResultPtr> AwaitResults(PGconn* conn, std::string_view what,
                                std::chrono::milliseconds timeout) {
-  using Clock = std::chrono::steady_clock;
-  constexpr auto kCancelGrace = std::chrono::seconds(10);
-  const bool bounded = timeout.count() > 0;
-  auto deadline = Clock::now() + timeout;
-  bool cancelled = false;
+  Awaiter awaiter(what, timeout);
   ResultPtr kept;
   for (;;) {
-    while (PQisBusy(conn)) {
-      int wait_ms = -1;
-      if (bounded) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0) {
-          if (cancelled) {
-            return Status::Unavailable(std::string(what) + ": no answer from PostgreSQL " +
-                                       std::to_string(kCancelGrace.count()) +
-                                       " s after cancelling a statement that ran past " +
-                                       std::to_string(timeout.count()) + " ms");
-          }
-          SendCancel(conn);
-          cancelled = true;
-          deadline = Clock::now() + kCancelGrace;
-          continue;
-        }
-        wait_ms = static_cast<int>(std::min<std::int64_t>(left.count(), 60'000));
-      }
-      pollfd p{PQsocket(conn), POLLIN, 0};
-      const int r = ::poll(&p, 1, wait_ms);
-      if (r < 0 && errno != EINTR) {
-        return Status::Unavailable(std::string(what) + ": poll: " + std::strerror(errno));
-      }
-      if (r > 0 && PQconsumeInput(conn) != 1) return StatusFromResult(conn, nullptr, what);
-    }
+    OUTBOX_RETURN_IF_ERROR(awaiter.NotBusy(conn));
     ResultPtr res(PQgetResult(conn));
     if (!res) break;
     if (!kept || !Failed(kept.get())) kept = std::move(res);

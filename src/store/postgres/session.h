@@ -65,7 +65,9 @@ Result<ResultPtr> ExecSimple(PGconn* conn, std::string_view what, const std::str
 // goes on reading: the statement ends with SQLSTATE 57014, as with the server's
 // statement_timeout. The bound lives in the client, not in a session setting,
 // so that nothing leaks into a server connection that PgBouncer hands to other
-// clients. Unavailable when the server gives no answer 10 s after the cancel:
+// clients. Unavailable when the server gives no answer 5 s after the cancel
+// (which is sent from a thread of its own, so a path that black-holes cannot
+// block the caller):
 // the caller must drop the connection.
 Result<ResultPtr> AwaitResults(PGconn* conn, std::string_view what,
                                std::chrono::milliseconds timeout);
@@ -87,8 +89,13 @@ struct PipelineResult {
 // result up to the sync point. REQUIRES: `conn` is idle (not in pipeline mode).
 // Inside a transaction block, a failure aborts the rest (they are not run) and
 // leaves the transaction failed; the caller rolls back (to a savepoint).
+// `timeout` (> 0) bounds how long the server may stay silent (a path that
+// black-holes): past it a cancel, past its grace Unavailable with the
+// connection left busy (the caller drops it). A pipeline whose results keep
+// coming is not cut; the server's statement_timeout bounds each statement.
 PipelineResult RunPipeline(PGconn* conn, std::string_view what,
-                           std::span<const Statement> statements);
+                           std::span<const Statement> statements,
+                           std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
 class Session {
  public:

@@ -218,6 +218,8 @@ class HttpTransport final : public Transport {
     return "HTTP receiver unreachable (" + url_.origin + ")";
   }
 
+  std::string PeerName() const override { return "receiver"; }
+
  private:
   // One Publish call's shared state: the deadline and the connections in use.
   struct Call {

@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "outbox/kafka.h"
+#include "outbox/thread_annotations.h"
 
 namespace outbox {
 namespace {
@@ -115,7 +116,14 @@ class Forwarder {
         results[i] = e;
       }
     }
-    rd_kafka_flush(rk_, 15000);
+    if (rd_kafka_flush(rk_, 15000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      // A broker that does not answer (a path that black-holes): end what is
+      // left now, so that no delivery report can come after `results` is gone;
+      // each ends _PURGE_QUEUE or _PURGE_INFLIGHT, and the originals are
+      // consumed again.
+      rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      rd_kafka_flush(rk_, 5000);
+    }
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (results[i] != RD_KAFKA_RESP_ERR_NO_ERROR) {
         // The originals are consumed again; a refusal that cannot pass (a copy
@@ -177,7 +185,14 @@ class KafkaInboxSource final : public InboxSource {
       kafka_internal::LogFromKafka(self->log_, rk, level, fac, buf);
     });
     rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t* rk, int err, const char* reason, void* opaque) {
-      kafka_internal::LogKafkaError(static_cast<KafkaInboxSource*>(opaque)->log_, rk, err, reason);
+      auto* self = static_cast<KafkaInboxSource*>(opaque);
+      kafka_internal::LogKafkaError(self->log_, rk, err, reason);
+      const auto code = static_cast<rd_kafka_resp_err_t>(err);
+      if (code == RD_KAFKA_RESP_ERR__TIMED_OUT || code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+          code == RD_KAFKA_RESP_ERR__TRANSPORT) {
+        self->NoteBroker(std::string("broker unreachable: ") + rd_kafka_err2name(code) + ": " +
+                         (reason ? reason : ""));
+      }
     });
     char err[512];
     rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
@@ -217,6 +232,7 @@ class KafkaInboxSource final : public InboxSource {
       } else {
         out.push_back(ToInbound(m));
       }
+      if (!m->err || m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) NoteBroker("");
       rd_kafka_message_destroy(m);
     }
     if (revoked_) {
@@ -252,6 +268,7 @@ class KafkaInboxSource final : public InboxSource {
     rd_kafka_resp_err_t e = rd_kafka_commit(rk_, l, /*async=*/0);
     rd_kafka_topic_partition_list_destroy(l);
     if (e) return Status::Unavailable(std::string("offset commit: ") + rd_kafka_err2str(e));
+    NoteBroker("");
     return Status::Ok();
   }
 
@@ -316,6 +333,7 @@ class KafkaInboxSource final : public InboxSource {
     const bool assign = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
     self->log_.Info(assign ? "partitions assigned" : "partitions revoked",
                     {{"count", std::to_string(parts->cnt)}});
+    if (assign) self->NoteBroker("");
     if (!assign) self->revoked_ = true;
     if (!cooperative && !assign) self->owned_.clear();
     for (int i = 0; i < parts->cnt; ++i) {
@@ -346,10 +364,24 @@ class KafkaInboxSource final : public InboxSource {
     }
   }
 
+  void NoteBroker(std::string why) {
+    MutexLock l(health_mu_);
+    broker_error_ = std::move(why);
+  }
+
+ public:
+  std::string NotReadyReason() const override {
+    MutexLock l(health_mu_);
+    return broker_error_;
+  }
+
+ private:
   Props props_;
   Logger& log_;
   rd_kafka_t* rk_ = nullptr;
   Forwarder forwarder_;
+  mutable Mutex health_mu_;  // librdkafka's threads write, /readyz reads
+  std::string broker_error_ OUTBOX_GUARDED_BY(health_mu_);
   std::set<TopicPartition> owned_;  // as of the last rebalance callback
   bool revoked_ = false;            // a revocation happened during this Poll
 };
