@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -246,6 +248,7 @@ TEST(HttpTransport, ARefusedConnectionIsAnOutageAndTheTransportUnhealthy) {
   EXPECT_EQ(r[0].outcome, PublishOutcome::kRetryable);
   EXPECT_TRUE(r[0].broker_unavailable);
   EXPECT_NE(r[0].error.find("POST http://127.0.0.1:"), std::string::npos) << r[0].error;
+  EXPECT_NE(r[0].error.find("could not connect"), std::string::npos) << "not httplib's bare name: " << r[0].error;
   EXPECT_EQ(r[1].outcome, PublishOutcome::kNotSent);
   EXPECT_FALSE(t->Healthy());
 }
@@ -271,6 +274,7 @@ TEST(HttpTransport, AStallPastTheTimeoutIsRetriedAndTheReceiverSeesTheKeyTwice) 
   EXPECT_EQ(r[0].outcome, PublishOutcome::kRetryable);
   EXPECT_TRUE(r[0].broker_unavailable);
   EXPECT_TRUE(r[0].outage_for_event);
+  EXPECT_NE(r[0].error.find("no response within"), std::string::npos) << r[0].error;
   EXPECT_EQ(r[1].outcome, PublishOutcome::kNotSent);
   o.timeout = Scaled(5000ms);  // the retry: time for a new connection, under sanitizers too
   t = Open(o);
@@ -331,6 +335,7 @@ TEST(HttpTransport, ADroppedConnectionIsAnOutage) {
   auto r = t->Publish(std::vector<ClaimedEvent>{MakeEvent(1, "a", "1")});
   EXPECT_EQ(r[0].outcome, PublishOutcome::kRetryable);
   EXPECT_TRUE(r[0].broker_unavailable) << r[0].error;
+  EXPECT_NE(r[0].error.find(": connection closed "), std::string::npos) << r[0].error;  // while sending, or before the answer
   stop = true;
   ::shutdown(fd, SHUT_RDWR);
   ::close(fd);
@@ -363,8 +368,10 @@ TEST(HttpTransport, BadOptionsAreRefusedNamingTheKey) {
   EXPECT_NE(error(o).find("unknown placeholder"), std::string::npos) << error(o);
   o.url_template = "http://{aggregate_type}.example/x";
   EXPECT_NE(error(o).find("only stand in the path"), std::string::npos) << error(o);
-  o.url_template = "http://user:pw@host/x";
+  o.url_template = "http://user:S3cretUrl@host/x";
   EXPECT_NE(error(o).find("http_delivery.url"), std::string::npos) << error(o);
+  EXPECT_EQ(error(o).find("S3cretUrl"), std::string::npos) << "the password is never echoed: " << error(o);
+  EXPECT_NE(error(o).find("user:***@host"), std::string::npos) << error(o);
   o.url_template = "http://host:99999/x";
   EXPECT_NE(error(o).find("port"), std::string::npos) << error(o);
   o.url_template = "https://host:8443/in/{event_type}";
@@ -383,6 +390,13 @@ TEST(HttpTransport, BadOptionsAreRefusedNamingTheKey) {
   o.headers = {};
   o.tls_ca_file = "/nonexistent/ca.pem";
   EXPECT_NE(error(o).find("http_delivery.tls_ca_file"), std::string::npos);
+  o.tls_ca_file = "/tmp";  // a directory
+  EXPECT_NE(error(o).find("is a directory"), std::string::npos) << error(o);
+  const std::string not_pem = std::filesystem::temp_directory_path() / ("not-pem-" + std::to_string(::getpid()));
+  std::ofstream(not_pem) << "this is not a certificate\n";
+  o.tls_ca_file = not_pem;
+  EXPECT_NE(error(o).find("holds no PEM certificate"), std::string::npos) << error(o);
+  std::filesystem::remove(not_pem);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // relay killed after the 2xx and before the mark.
 #include <httplib.h>
 
+#include <fstream>
 #include <mutex>
 
 #include "http_receiver.h"
@@ -127,6 +128,52 @@ TEST_F(RelayHttpTest, OneAggregateRateLimitedWhileOthersGoThroughFailsNothing) {
   ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 40; }, Scaled(30s))) << relay.Log();
   EXPECT_EQ(CountStatus("FAILED"), 0);
   ExpectInOrder(1, 4, 10);
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
+// The receiver decides what it answers, not how much memory the relay spends
+// on it (issue 41: one 400 MiB body took the relay's RSS to 912 MiB). A 200
+// with a 1 GiB body acks its event; a 400 one byte past the 4,096 bytes read
+// fails its event with the body's start in last_error; the relay reads at most
+// that much of each, and its peak RSS stays far below the bodies.
+TEST_F(RelayHttpTest, AReceiversBodyOfAnySizeCostsTheRelayAFewKilobytes) {
+  constexpr std::size_t kGiB = std::size_t{1} << 30;
+  std::atomic<std::size_t> served{0};
+  HttpReceiver big([&](const httplib::Request& req, httplib::Response& res) {
+    if (req.get_header_value("Outbox-Aggregate-Id") == "cap") {
+      res.status = 400;
+      res.set_content(std::string(4096, 'x') + "!", "text/plain");  // 4,097 bytes
+      return;
+    }
+    res.status = 200;
+    res.set_content_provider(kGiB, "application/octet-stream",
+                             [&](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
+                               static const std::string chunk(64 * 1024, 'z');
+                               const std::size_t n = std::min(length, chunk.size());
+                               served = offset + n;
+                               return sink.write(chunk.data(), n);
+                             });
+  });
+  ASSERT_TRUE(EnqueueOne("huge", "huge#0"));
+  ASSERT_TRUE(EnqueueOne("huge", "huge#1"));
+  ASSERT_TRUE(EnqueueOne("cap", "cap#0"));
+  Subprocess& relay = StartRelay(Http({"http_delivery.url=" + big.url("/events/{aggregate_type}"),
+                                       "http_delivery.timeout_ms=10000", "relay.lease_ms=30000"}));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 2 && CountStatus("FAILED") == 1; }, Scaled(30s)))
+      << relay.Log();
+  const std::string err = Exec(admin_.get(), "SELECT last_error FROM " + schema_ +
+                                                 ".outbox WHERE aggregate_id = 'cap'");
+  EXPECT_NE(err.find("HTTP 400 from POST"), std::string::npos) << err;
+  EXPECT_NE(err.find(std::string(100, 'x')), std::string::npos) << err;
+  std::ifstream status("/proc/" + std::to_string(relay.pid()) + "/status");
+  long peak_kib = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) peak_kib = std::stol(line.substr(6));
+  }
+  EXPECT_GT(peak_kib, 0);
+  EXPECT_LT(peak_kib, 256 * 1024) << "peak RSS " << peak_kib << " KiB after two 1 GiB bodies";
+  EXPECT_LT(served.load(), kGiB / 4) << "the relay stopped reading long before the end";
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }

@@ -19,6 +19,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -36,6 +39,10 @@ using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
 
 constexpr std::size_t kErrorBodyBytes = 200;
+// Of an answer's body, at most this much is read: the receiver decides what it
+// answers, not how much memory the relay spends on it. A longer body ends the
+// connection (it is not reused).
+constexpr std::size_t kMaxBodyBytes = 4096;
 constexpr milliseconds kMaxRetryAfter{10 * 60 * 1000};
 
 struct ParsedUrl {
@@ -43,11 +50,23 @@ struct ParsedUrl {
   std::string path;    // from the first '/', placeholders still in
 };
 
+// The URL as an error may show it: a password in user-info becomes ***.
+std::string RedactUrl(const std::string& url) {
+  const auto scheme = url.find("://");
+  const std::size_t from = scheme == std::string::npos ? 0 : scheme + 3;
+  const auto at = url.find('@', from);
+  if (at == std::string::npos || url.find('/', from) < at) return url;
+  const auto colon = url.find(':', from);
+  if (colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
+
 bool ParseUrl(const std::string& url, ParsedUrl* out, std::string* why) {
   static const std::regex re(R"(^(https?)://([^/?#@\s]+)(/[^#\s]*)?$)", std::regex::icase);
   std::smatch m;
   if (!std::regex_match(url, m, re)) {
-    *why = "\"" + url + "\" must be http:// or https://HOST[:PORT]/PATH (no user-info, no fragment)";
+    *why = "\"" + RedactUrl(url) +
+           "\" must be http:// or https://HOST[:PORT]/PATH (no user-info, no fragment)";
     return false;
   }
   const std::string host = m[2];
@@ -132,6 +151,34 @@ milliseconds ParseRetryAfter(const std::string& v) {
   const auto at = std::chrono::system_clock::from_time_t(timegm(&tm));
   const auto d = std::chrono::duration_cast<milliseconds>(at - std::chrono::system_clock::now());
   return std::clamp(d, milliseconds(0), kMaxRetryAfter);
+}
+
+// What went wrong, as a user would write it, for a request that got no
+// complete answer (httplib's bare names never reach a log or a header alone).
+std::string DescribeFailure(httplib::Error error, milliseconds elapsed, milliseconds limit) {
+  const std::string within = " within " + std::to_string(limit.count()) + " ms";
+  switch (error) {
+    case httplib::Error::Connection:
+      return "could not connect (refused, unreachable, or no answer to the connection" + within + ")";
+    case httplib::Error::ConnectionTimeout:
+      return "could not connect" + within;
+    case httplib::Error::Read:
+      return elapsed + milliseconds(50) >= limit ? "no response" + within
+                                                 : "connection closed before a complete response";
+    case httplib::Error::Write:
+      return "connection closed while the request was being sent";
+    case httplib::Error::SSLConnection:
+      return "TLS handshake failed";
+    case httplib::Error::SSLLoadingCerts:
+      return "cannot load the CA certificates (http_delivery.tls_ca_file)";
+    case httplib::Error::SSLServerVerification:
+      return "the server's TLS certificate did not verify (http_delivery.tls_ca_file, "
+             "http_delivery.tls_verify)";
+    case httplib::Error::Canceled:
+      return "the request was cancelled";
+    default:
+      return "request failed (" + httplib::to_string(error) + ")";
+  }
 }
 
 PublishResult Unavailable(std::string why, milliseconds retry_after = milliseconds(0)) {
@@ -343,34 +390,77 @@ class HttpTransport final : public Transport {
       if (call.expired) return Unavailable("not sent: the call's deadline passed (" + where + ")");
       call.in_use.insert(client.get());
     }
-    httplib::Result res = client->Post(path, headers, e.payload, content_type);
+    Answer answer;
+    const auto sent_at = Steady::now();
+    httplib::Result res = client->send(Request(path, std::move(headers), content_type, e.payload, answer));
     bool stopped;
     {
       MutexLock lock(call.mu);
       call.in_use.erase(client.get());
       stopped = call.expired;
     }
-    if (!res) {
+    if (res && answer.status == 0) {  // a head the response handler did not see (no body)
+      answer.status = res->status;
+      answer.retry_after = res->get_header_value("Retry-After");
+    }
+    if (answer.status == 0 || (!res && !answer.cut)) {
       unreachable_ = true;
       // A stopped client's socket is closed: not worth keeping.
       if (!stopped) Return(std::move(client));
-      return Unavailable(where + ": " + (stopped ? std::string("no answer within http_delivery.timeout_ms")
-                                                 : httplib::to_string(res.error())));
+      const auto elapsed = std::chrono::duration_cast<milliseconds>(Steady::now() - sent_at);
+      return Unavailable(where + ": " + (stopped ? "no response within http_delivery.timeout_ms (" +
+                                                       std::to_string(options_.timeout.count()) + " ms)"
+                                                 : DescribeFailure(res.error(), elapsed,
+                                                                   std::chrono::duration_cast<milliseconds>(left))));
     }
-    unreachable_ = res->status >= 500;
-    Return(std::move(client));
-    const int status = res->status;
+    unreachable_ = answer.status >= 500;
+    if (!answer.cut) Return(std::move(client));  // a cut body leaves the connection mid-answer
+    const int status = answer.status;
     if (status >= 200 && status < 300) return PublishResult{PublishOutcome::kAcked, "", false, {}};
-    std::string body = res->body.substr(0, kErrorBodyBytes);
+    std::string body = answer.body.substr(0, kErrorBodyBytes);
     for (char& c : body) {
       if (c == '\r' || c == '\n' || c == '\0') c = ' ';
     }
     const std::string why = "HTTP " + std::to_string(status) + " from " + where +
                             (body.empty() ? std::string() : ": " + body);
     if (status == 408 || status == 429 || status >= 500) {
-      return Unavailable(why, ParseRetryAfter(res->get_header_value("Retry-After")));
+      return Unavailable(why, ParseRetryAfter(answer.retry_after));
     }
     return Fatal(why);
+  }
+
+  // What Send keeps of an answer: the status and Retry-After from its head,
+  // and at most kMaxBodyBytes of its body (`cut` when there was more).
+  struct Answer {
+    int status = 0;
+    std::string retry_after;
+    std::string body;
+    bool cut = false;
+  };
+
+  // The POST, with the answer's head and (bounded) body going to `answer`.
+  static httplib::Request Request(const std::string& path, httplib::Headers headers,
+                                  const std::string& content_type, const std::string& payload,
+                                  Answer& answer) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.headers = std::move(headers);
+    req.headers.emplace("Content-Type", content_type);
+    req.body = payload;
+    req.response_handler = [&answer](const httplib::Response& r) {
+      answer.status = r.status;
+      answer.retry_after = r.get_header_value("Retry-After");
+      return true;
+    };
+    req.content_receiver = [&answer](const char* data, std::size_t n, std::uint64_t, std::uint64_t) {
+      const std::size_t room = kMaxBodyBytes - answer.body.size();
+      answer.body.append(data, std::min(n, room));
+      if (n <= room) return true;
+      answer.cut = true;
+      return false;  // the rest is not read: the connection ends here
+    };
+    return req;
   }
 
   const HttpTransportOptions options_;
@@ -428,12 +518,23 @@ Result<std::unique_ptr<Transport>> OpenHttpTransport(const HttpTransportOptions&
     }
   }
   if (!options.tls_ca_file.empty()) {
-    std::FILE* f = std::fopen(options.tls_ca_file.c_str(), "r");
-    if (f == nullptr) {
-      return Status::InvalidArgument("http_delivery.tls_ca_file: cannot read \"" +
-                                     options.tls_ca_file + "\"");
+    // Checked here, not at the first delivery: a file OpenSSL cannot load made
+    // every event an outage for ever (SSLLoadingCerts).
+    const std::string& path = options.tls_ca_file;
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      return Status::InvalidArgument("http_delivery.tls_ca_file: \"" + path +
+                                     "\" is a directory, not a PEM file of CA certificates");
     }
-    std::fclose(f);
+    std::ifstream f(path);
+    if (!f) {
+      return Status::InvalidArgument("http_delivery.tls_ca_file: cannot read \"" + path + "\"");
+    }
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (text.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return Status::InvalidArgument("http_delivery.tls_ca_file: \"" + path +
+                                     "\" holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+    }
   }
   ParsedUrl url;
   std::string why;
