@@ -4,6 +4,10 @@
 // MariaDB, the dedup rules and the SQLSTATE classes.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <sstream>
+
 #include "consumer_config.h"
 #include "handlers.h"
 
@@ -114,6 +118,80 @@ TEST(ConsumerConfig, EveryRefusalNamesTheKey) {
             std::string::npos);
   auto no_db = LoadConfig(h + "sql = \"x\"\n[kafka]\nbootstrap = \"k\"\n", "c.toml", {}, {});
   EXPECT_NE(no_db.status().message().find("database.url is required"), std::string::npos);
+}
+
+// Issue 41: values of the wrong TOML type were coerced (`ordered = "yes"`,
+// `ordered = 1`, `batch_size = "500"`); a --set past the last handler named
+// another handler; `timeout_ms` on an sql handler did nothing.
+TEST(ConsumerConfig, WrongTomlTypesGapsAndKeysThatDoNothingAreRefused) {
+  const std::string h = "[[handler]]\ntopic = \"t\"\ngroup = \"g\"\nsql = \"x\"\n";
+  const std::string yes = Error(h + "ordered = \"yes\"\n");
+  EXPECT_NE(yes.find("config key handler.0.ordered: a TOML boolean is expected"), std::string::npos) << yes;
+  EXPECT_NE(yes.find("not the string \"yes\""), std::string::npos) << yes;
+  EXPECT_NE(Error(h + "ordered = 1\n").find("handler.0.ordered: a TOML boolean is expected"),
+            std::string::npos);
+  EXPECT_NE(Error("[consumer]\nbatch_size = \"500\"\n" + h).find("consumer.batch_size: a TOML integer"),
+            std::string::npos);
+  EXPECT_NE(Error("[consumer]\nbatch_wait_ms = 2.5\n" + h).find("consumer.batch_wait_ms: a TOML integer"),
+            std::string::npos);
+  EXPECT_EQ(Error(h + "ordered = true\n[consumer]\nbatch_size = 500\n"), "(loaded)");
+  // --set and the environment give text: parsed as before.
+  EXPECT_EQ(Error(h, {{"handler.0.ordered", "true"}, {"consumer.batch_size", "50"}}), "(loaded)");
+  const std::string gap = Error(h, {{"handler.7.topic", "x"}});
+  EXPECT_NE(gap.find("config key handler.7.topic: there is no handler.6"), std::string::npos) << gap;
+  EXPECT_NE(gap.find("the next one is handler.1"), std::string::npos) << gap;
+  EXPECT_EQ(gap.find("handler.1.topic is required"), std::string::npos) << gap;
+  EXPECT_NE(Error(h + "timeout_ms = 5000\n").find("handler.0.timeout_ms: applies to http handlers only"),
+            std::string::npos);
+}
+
+// Every default docs/consumer.md states is what --print-config shows.
+TEST(ConsumerConfig, TheDocumentedDefaultsAreTheBinarysDefaults) {
+  auto c = Load("[[handler]]\ntopic = \"t\"\ngroup = \"g\"\nhttp = \"http://a/\"\n");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const std::string printed = PrintConfig(*c);
+  std::map<std::string, std::string> shown;  // section.key -> value, quotes dropped
+  std::string section;
+  std::istringstream lines(printed);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() > 2 && line[0] == '[') {
+      section = line.substr(line.find_first_not_of('['), line.find(']') - line.find_first_not_of('['));
+      continue;
+    }
+    const auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    std::string v = line.substr(eq + 3);
+    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
+    shown[section + "." + line.substr(0, eq)] = v;
+  }
+  std::ifstream doc(std::string(OUTBOX_SOURCE_DIR) + "/docs/consumer.md");
+  ASSERT_TRUE(doc) << "docs/consumer.md";
+  int checked = 0;
+  section = "";
+  for (std::string line; std::getline(doc, line);) {
+    if (line.rfind("### `[[handler]]`", 0) == 0) section = "handler";
+    if (line.rfind("## ", 0) == 0 && section == "handler") break;  // the tables end there
+    if (line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    for (std::size_t at = 1, bar; (bar = line.find(" |", at)) != std::string::npos; at = bar + 2) {
+      std::string cell = line.substr(at, bar - at);
+      cell.erase(0, cell.find_first_not_of(' '));
+      cells.push_back(cell);
+    }
+    const bool handler = section == "handler";
+    if (cells.size() < (handler ? 2u : 3u)) continue;
+    std::string key = cells[0].substr(1, cells[0].find('`', 1) - 1);
+    std::string def = cells[handler ? 1 : 2];
+    if (handler) key = "handler." + key;
+    if (def.empty() || def.rfind("—", 0) == 0 || key.find('*') != std::string::npos) continue;
+    def = def.substr(0, def.find(" ("));
+    if (def.size() >= 2 && def.front() == '`') def = def.substr(1, def.size() - 2);
+    if (def.size() >= 2 && def.front() == '"') def = def.substr(1, def.size() - 2);
+    ASSERT_TRUE(shown.count(key)) << key << " is documented but not printed:\n" << printed;
+    EXPECT_EQ(shown[key], def) << key << ": docs/consumer.md says " << def;
+    ++checked;
+  }
+  EXPECT_GE(checked, 13) << "the tables were read";
 }
 
 TEST(ConsumerConfig, RetriesAndDedupRoundTrip) {

@@ -251,6 +251,33 @@ TEST_F(RelayE2ETest, AHalfOpenDatabasePathIsReportedOnReadyzAndRecoveredFrom) {
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }
 
+// Started without --migrate against a schema the outbox was never migrated
+// into: /readyz names the missing schema and how to migrate (it said
+// "database unreachable"); once migrated, the relay is ready without a restart.
+TEST_F(RelayE2ETest, WithoutTheOutboxSchemaReadyzSaysHowToMigrate) {
+  const std::string other = schema_ + "_m";
+  Subprocess& relay = StartRelay({"database.schema=" + other});
+  const int port = HttpPort(relay);
+  int status = 0;
+  std::string why;
+  EXPECT_TRUE(WaitFor([&] { why = Get(port, "/readyz", &status); return why.find("migrate") != std::string::npos; },
+                      Scaled(15s)))
+      << why << relay.Log();
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(why.find("the outbox schema is missing or not migrated"), std::string::npos) << why;
+  EXPECT_NE(why.find(other), std::string::npos) << why;
+  PostgresStoreOptions o;
+  o.conninfo = url_;
+  o.schema = other;
+  auto store = OpenPostgresStore(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->Migrate().ok());
+  EXPECT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, Scaled(20s))) << relay.Log();
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+  Exec(admin_.get(), "DROP SCHEMA " + other + " CASCADE");
+}
+
 TEST_F(RelayE2ETest, FatalPublishErrorFailsThatRowOnlyAndHoldsItsAggregate) {
   // A payload larger than the producer's message.max.bytes can never be sent.
   Exec(admin_.get(), "BEGIN");

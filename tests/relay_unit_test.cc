@@ -466,6 +466,60 @@ TEST(Config, HttpDeliveryNeedsItsUrlNotABrokerAndHidesItsHeaders) {
   std::remove(secret_file.c_str());
 }
 
+// Issue 41: with relay.transport = http, kafka.properties.*, --bootstrap and
+// kafka.topic_template were accepted and ignored without a word (and
+// http_delivery.url with Kafka): the relay names them in a warning at start.
+TEST(Config, KeysOfTheOtherTransportAreNamed) {
+  const std::map<std::string, std::string> db = {{"OUTBOX_DATABASE_URL", "postgresql://h/db"}};
+  auto http = daemon::LoadConfig("[relay]\ntransport = \"http\"\n[http_delivery]\nurl = \"http://h/x\"\n"
+                                 "[kafka]\ntopic_template = \"t.{aggregate_type}\"\n",
+                                 "relay.toml", db, {{"kafka.properties.bootstrap.servers", "k:9092"}, {"kafka.properties.acks", "1"}});
+  ASSERT_TRUE(http.ok()) << http.status().ToString();
+  EXPECT_EQ(daemon::IgnoredTransportKeys(*http),
+            (std::vector<std::string>{"kafka.properties.acks", "kafka.properties.bootstrap.servers",
+                                      "kafka.topic_template"}));
+  auto kafka = daemon::LoadConfig("", "", kMinimalEnv, {{"http_delivery.url", "http://h/x"}});
+  ASSERT_TRUE(kafka.ok()) << kafka.status().ToString();
+  EXPECT_EQ(daemon::IgnoredTransportKeys(*kafka), (std::vector<std::string>{"http_delivery.url"}));
+  auto plain = daemon::LoadConfig("", "", kMinimalEnv, {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(daemon::IgnoredTransportKeys(*plain).empty());
+}
+
+// A secret planted in every place one can sit never shows in an error,
+// whichever key the error is about (issue 41: a refused http_delivery.url
+// echoed its password).
+TEST(Config, NoErrorPathPrintsAPlantedSecret) {
+  const std::string secret = "S3cretPlanted";
+  const std::map<std::string, std::string> env = {
+      {"OUTBOX_DATABASE_URL", "postgresql://app:" + secret + "@db/app"},
+      {"OUTBOX_KAFKA_PROPERTIES_SASL_PASSWORD", secret},
+      {"OUTBOX_HTTP_DELIVERY_HEADERS_AUTHORIZATION", "Bearer " + secret}};
+  const std::vector<std::vector<std::pair<std::string, std::string>>> bad = {
+      {{"relay.transport", "http"}, {"http_delivery.url", "http://u:" + secret + "@h/x"}},
+      {{"relay.transport", "http"}, {"http_delivery.url", "ftp://u:" + secret + "@h/x"}},
+      {{"relay.transport", "http"}, {"http_delivery.url", "http://h/x"}, {"http_delivery.timeout_ms", "x"}},
+      {{"database.url", "mysql://u:" + secret + "@h:notaport/db"}, {"relay.workers", "0"}},
+      {{"database.url", "postgresql://u:" + secret + "@h/db"}, {"database.schema", "bad-schema"}},
+      {{"relay.workers", "many"}},
+      {{"kafka.properties.bootstrap.servers", "k:9092"}, {"relay.lease_ms", "1"}},
+      {{"http.listen", secret}},
+  };
+  int refused = 0;
+  for (const auto& sets : bad) {
+    auto c = daemon::LoadConfig("", "relay.toml", env, sets);
+    std::string message = c.ok() ? "" : c.status().message();
+    if (c.ok() && c->transport == daemon::TransportKind::kHttp) {
+      auto t = OpenHttpTransport(c->http_delivery);
+      if (!t.ok()) message = t.status().message();
+    }
+    if (message.empty()) continue;
+    ++refused;
+    EXPECT_EQ(message.find(secret), std::string::npos) << message;
+  }
+  EXPECT_GE(refused, 7) << "the cases are refused";
+}
+
 TEST(Config, ErrorsNameTheKey) {
   struct Case {
     std::string file;

@@ -159,6 +159,13 @@ class InboxStore {
   // Creates or upgrades the inbox schema (stamp table). Idempotent.
   virtual Status Migrate() = 0;
 
+  // Whether the inbox's tables are there at this build's version, without
+  // changing anything: FailedPrecondition naming the schema (or database), the
+  // version found and the one needed, and how to migrate; Unavailable when the
+  // database cannot be asked. A daemon started without migrating checks this
+  // before it consumes anything.
+  virtual Status CheckSchema() { return Status::Ok(); }
+
   // Applies `messages`, keyed by `keys` (same index; REQUIRES: every key is
   // non-empty valid UTF-8 text — the engine checks that before). Returns one
   // outcome per message once every applied effect is committed.

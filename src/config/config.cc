@@ -18,6 +18,14 @@ extern char** environ;
 namespace outbox::config {
 namespace {
 
+std::string TomlType(const toml::node& n) {
+  if (n.is_string()) return "string";
+  if (n.is_integer()) return "integer";
+  if (n.is_boolean()) return "boolean";
+  if (n.is_floating_point()) return "float";
+  return "date-time";
+}
+
 std::string TomlScalar(const toml::node& n) {
   if (auto s = n.as_string()) return s->get();
   if (auto i = n.as_integer()) return std::to_string(i->get());
@@ -31,7 +39,7 @@ std::string TomlScalar(const toml::node& n) {
 }
 
 Status Flatten(const toml::table& t, const std::string& prefix, const std::string& file_name,
-               std::vector<std::pair<std::string, std::string>>& out) {
+               TomlValues& out) {
   for (const auto& [k, node] : t) {
     const std::string key = prefix + std::string(k.str());
     if (const toml::table* sub = node.as_table()) {
@@ -51,7 +59,8 @@ Status Flatten(const toml::table& t, const std::string& prefix, const std::strin
       return Status::InvalidArgument(file_name + ": config key " + key +
                                      ": arrays are not supported");
     }
-    out.emplace_back(key, TomlScalar(node));
+    out.pairs.emplace_back(key, TomlScalar(node));
+    out.types.push_back(TomlType(node));
   }
   return Status::Ok();
 }
@@ -103,8 +112,24 @@ Result<double> ParseNumberValue(const std::string& key, const std::string& v, do
   return d;
 }
 
+Status WrongTomlType(const std::string& key, const std::string& want, const std::string& got,
+                     const std::string& value) {
+  const std::string example = want == "boolean" ? " (true or false, unquoted)"
+                              : want == "integer" ? " (a number, unquoted)"
+                                                  : "";
+  return Status::InvalidArgument("config key " + key + ": a TOML " + want + " is expected" + example +
+                                 ", not the " + got + " " +
+                                 (got == "string" ? Quote(value) : value));
+}
+
 Result<std::vector<std::pair<std::string, std::string>>> FlattenToml(const std::string& text,
                                                                      const std::string& file_name) {
+  auto typed = FlattenTomlTyped(text, file_name);
+  if (!typed.ok()) return typed.status();
+  return std::move(typed->pairs);
+}
+
+Result<TomlValues> FlattenTomlTyped(const std::string& text, const std::string& file_name) {
   toml::table parsed;
   try {  // toml++ reports syntax errors by exception; they stop here
     parsed = toml::parse(text, file_name);
@@ -113,7 +138,7 @@ Result<std::vector<std::pair<std::string, std::string>>> FlattenToml(const std::
                                    std::to_string(err.source().begin.column) + ": " +
                                    std::string(err.description()));
   }
-  std::vector<std::pair<std::string, std::string>> out;
+  TomlValues out;
   OUTBOX_RETURN_IF_ERROR(Flatten(parsed, "", file_name, out));
   return out;
 }

@@ -44,6 +44,10 @@ struct Key {
   std::function<std::string(const T&)> get;
   bool quoted = true;   // printed as a TOML string
   bool secret = false;  // printed as "***"
+  // In a file, the TOML type the value must have ("boolean", "integer"; ""
+  // any): `ordered = "yes"` or `batch_size = "500"` is a type error naming the
+  // key, not a string coerced. The environment and --set give text.
+  std::string toml_type = "";
 };
 
 // A section whose keys are free-form names into a map (kafka.properties).
@@ -71,6 +75,7 @@ struct TableArray {
   std::function<Status(T&, std::size_t index, const std::string& key, const std::string& value)>
       set;
   std::function<std::string(const T&)> print;  // every element as [[name]] tables
+  std::function<std::string(const std::string& key)> toml_type;  // Key::toml_type of a sub-key
 };
 
 template <class T>
@@ -104,6 +109,17 @@ Status BadValue(const std::string& key, const std::string& value, const std::str
 // file:line:column; any other array names its key.
 Result<std::vector<std::pair<std::string, std::string>>> FlattenToml(const std::string& text,
                                                                      const std::string& file_name);
+// The same, with each value's TOML type ("string", "integer", "boolean",
+// "float", "date-time"), same index.
+struct TomlValues {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::vector<std::string> types;
+};
+Result<TomlValues> FlattenTomlTyped(const std::string& text, const std::string& file_name);
+// A TOML value of the wrong type for its key: "config key NAME: a TOML WANT is
+// expected (...), not the TYPE VALUE".
+Status WrongTomlType(const std::string& key, const std::string& want, const std::string& got,
+                     const std::string& value);
 // The environment with every OUTBOX_X_FILE replaced by OUTBOX_X = the file's
 // content (one trailing newline dropped). Both set, or an unreadable file, is
 // an error naming the variable.
@@ -152,7 +168,7 @@ Key<T> Integer(std::string name, std::string env, long long lo, long long hi,
           [field](const T& c) {
             return std::to_string(static_cast<long long>(field(const_cast<T&>(c))));
           },
-          false};
+          false, false, "integer"};
 }
 
 // A duration in the unit of `Duration` (the key's name says which: _ms, _s).
@@ -167,7 +183,7 @@ Key<T> Span(std::string name, std::string env, long long lo, long long hi,
             return Status::Ok();
           },
           [field](const T& c) { return std::to_string(field(const_cast<T&>(c)).count()); },
-          false};
+          false, false, "integer"};
 }
 
 template <class T>
@@ -180,7 +196,7 @@ Key<T> Boolean(std::string name, std::string env, std::function<bool&(T&)> field
             return Status::Ok();
           },
           [field](const T& c) { return std::string(field(const_cast<T&>(c)) ? "true" : "false"); },
-          false};
+          false, false, "boolean"};
 }
 
 // One of named values ("update" or "delete").
@@ -256,15 +272,33 @@ Status Set(const Schema<T>& s, T& out, const std::string& key, const std::string
 // file < env (and its aliases, and map sections' variables) < overrides, onto
 // `out` (which holds the defaults). Nothing is validated across keys here: the
 // tool does that after.
+// The TOML type a file value of `key` must have ("" any).
+template <class T>
+std::string ExpectedTomlType(const Schema<T>& s, const std::string& key) {
+  for (const Key<T>& k : s.keys) {
+    if (k.name == key) return k.toml_type;
+  }
+  for (const TableArray<T>& a : s.arrays) {
+    std::size_t index = 0;
+    std::string sub;
+    if (a.toml_type && SplitArrayKey(key, a.name, a.max_elements, index, sub)) return a.toml_type(sub);
+  }
+  return "";
+}
+
 template <class T>
 Status Load(const Schema<T>& s, const Sources& src, T& out) {
   auto env = ResolveFileVariables(src.env);
   if (!env.ok()) return env.status();
   if (!src.file_text.empty()) {
-    auto pairs = FlattenToml(src.file_text, src.file_name);
-    if (!pairs.ok()) return pairs.status();
-    for (const auto& [key, value] : *pairs) {
-      Status st = Set(s, out, key, value);
+    auto values = FlattenTomlTyped(src.file_text, src.file_name);
+    if (!values.ok()) return values.status();
+    for (std::size_t i = 0; i < values->pairs.size(); ++i) {
+      const auto& [key, value] = values->pairs[i];
+      const std::string want = ExpectedTomlType(s, key);
+      Status st = !want.empty() && want != values->types[i]
+                      ? WrongTomlType(key, want, values->types[i], value)
+                      : Set(s, out, key, value);
       if (!st.ok()) return Status::InvalidArgument(src.file_name + ": " + st.message());
     }
   }
@@ -284,6 +318,32 @@ Status Load(const Schema<T>& s, const Sources& src, T& out) {
   }
   for (const auto& [key, value] : src.overrides) OUTBOX_RETURN_IF_ERROR(Set(s, out, key, value));
   return Status::Ok();
+}
+
+// "key=VARIABLE" for each declared key whose value comes from the environment
+// (a variable, or an alias such as OUTBOX_PG_URL) and no --set replaces, comma
+// separated: what a start-up log line names (never the values). The last
+// variable read wins, as in Load.
+template <class T>
+std::string FromEnvironment(const Schema<T>& s, const Sources& src) {
+  std::map<std::string, std::string> by_key;
+  for (const auto& [var, key] : s.env_aliases) {
+    if (src.env.count(var) || src.env.count(var + "_FILE")) by_key[key] = var;
+  }
+  for (const Key<T>& k : s.keys) {
+    if (!k.env.empty() && (src.env.count(k.env) || src.env.count(k.env + "_FILE"))) by_key[k.name] = k.env;
+  }
+  // A --set replaces the key, and every other name its variable sets
+  // (OUTBOX_KAFKA_BOOTSTRAP is kafka.bootstrap and its property alike).
+  for (const auto& [key, value] : src.overrides) {
+    auto it = by_key.find(key);
+    if (it == by_key.end()) continue;
+    const std::string var = it->second;
+    std::erase_if(by_key, [&](const auto& kv) { return kv.second == var; });
+  }
+  std::string out;
+  for (const auto& [key, var] : by_key) out += (out.empty() ? "" : ",") + key + "=" + var;
+  return out;
 }
 
 // The effective configuration as TOML, sections in key order, secrets as "***".
@@ -331,7 +391,15 @@ TableArray<T> Tables(std::string name, std::function<std::vector<E>&(T&)> field,
                                     const std::string& value) -> Status {
     const std::string whole = name + "." + std::to_string(index) + "." + sub;
     std::vector<E>& v = field(c);
-    if (v.size() <= index) v.resize(index + 1);
+    if (index > v.size()) {
+      // A gap would leave elements no source set, and their errors would name
+      // them, not this key.
+      return Status::InvalidArgument(
+          "config key " + whole + ": there is no " + name + "." + std::to_string(index - 1) +
+          " (" + std::to_string(v.size()) + " configured, numbered from 0 in file order; the next "
+          "one is " + name + "." + std::to_string(v.size()) + ")");
+    }
+    if (v.size() == index) v.resize(index + 1);
     for (const Key<E>& k : keys) {
       if (k.name != sub) continue;
       Status st = k.set(v[index], value);
@@ -343,6 +411,12 @@ TableArray<T> Tables(std::string name, std::function<std::vector<E>&(T&)> field,
     }
     return Status::InvalidArgument("unknown config key " + whole + " (see " + docs +
                                    " for the keys)");
+  };
+  a.toml_type = [keys](const std::string& sub) {
+    for (const Key<E>& k : keys) {
+      if (k.name == sub) return k.toml_type;
+    }
+    return std::string();
   };
   a.print = [name, field, keys](const T& c) {
     std::string out;

@@ -372,9 +372,7 @@ std::string Relay::NotReadyReason() const {
     MutexLock lock(mu_);
     const std::string& refused = db_ok_workers_ == 0 && !refused_by_workers_.empty() ? refused_by_workers_
                                                                                      : refused_by_housekeeping_;
-    why = refused.empty() ? "database unreachable"
-                          : "the database refused the relay's role (a configuration error, not an "
-                            "outage; retrying): " + refused;
+    why = refused.empty() ? "database unreachable" : refused;
   }
   if (!transport_.Healthy()) {
     why += (why.empty() ? "" : "; ") + transport_.UnhealthyReason();
@@ -388,11 +386,22 @@ std::string Relay::NotReadyReason() const {
 
 bool Relay::NoteDbError(const Status& st, std::string* refusal) {
   metrics_.db_errors.Inc();
+  // The outbox's own schema or functions missing (42P01, 42883, 3F000): a
+  // configuration error too, named on /readyz, but not a refused role.
+  if (st.code() == Code::kFailedPrecondition && st.message().find("outboxctl migrate") != std::string::npos) {
+    if (refusal) {
+      MutexLock lock(mu_);
+      *refusal = "the outbox schema is missing or not migrated (run outbox-relay --migrate or "
+                 "outboxctl migrate; retrying): " + st.message().substr(0, st.message().find('\n'));
+    }
+    return false;
+  }
   if (st.code() != Code::kPermissionDenied) return false;
   metrics_.db_permission_denied.Inc();
   if (refusal) {
     MutexLock lock(mu_);
-    *refusal = st.message();
+    *refusal = "the database refused the relay's role (a configuration error, not an outage; retrying): " +
+               st.message();
   }
   return true;
 }

@@ -41,8 +41,13 @@ std::vector<config::Key<HandlerConfig>> HandlerKeys() {
                  return Status::Ok();
                },
                [](const H& h) { return FormatDedup(h.dedup); }, true});
-  k.push_back(config::Span<H, std::chrono::milliseconds>(
-      "timeout_ms", "", 1, kMaxMs, [](H& h) -> std::chrono::milliseconds& { return h.timeout; }));
+  config::Key<H> timeout = config::Span<H, std::chrono::milliseconds>(
+      "timeout_ms", "", 1, kMaxMs, [](H& h) -> std::chrono::milliseconds& { return h.timeout; });
+  timeout.set = [set = timeout.set](H& h, const std::string& v) {
+    h.timeout_set = true;
+    return set(h, v);
+  };
+  k.push_back(timeout);
   return k;
 }
 
@@ -114,6 +119,11 @@ Status CheckHandler(const HandlerConfig& h, std::size_t i, std::set<std::string>
   if (h.sql.empty() == h.http.empty()) {
     return Status::InvalidArgument("config key " + at +
                                    "sql / http: set exactly one (the handler's effect)");
+  }
+  if (!h.sql.empty() && h.timeout_set) {
+    return Status::InvalidArgument("config key " + at + "timeout_ms: applies to http handlers only; "
+                                   "an sql handler's statements are bounded by "
+                                   "database.statement_timeout_ms");
   }
   if (!h.http.empty()) {
     if (Status st = ValidateHttpUrlTemplate(h.http); !st.ok()) {
@@ -245,5 +255,13 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
 }
 
 std::string PrintConfig(const Config& c) { return config::Print(TheSchema(), c); }
+
+std::string KeysFromEnvironment(const std::map<std::string, std::string>& env,
+                                const std::vector<std::pair<std::string, std::string>>& overrides) {
+  config::Sources src;
+  src.env = env;
+  src.overrides = overrides;
+  return config::FromEnvironment(TheSchema(), src);
+}
 
 }  // namespace outbox::consumer_daemon

@@ -39,6 +39,7 @@ struct HandlerConfig {
                                                     std::chrono::seconds(60)};
   DedupRule dedup;
   std::chrono::milliseconds timeout{10'000};  // http: one request's limit
+  bool timeout_set = false;  // timeout_ms was given (refused on an sql handler)
 };
 
 struct Config {
@@ -66,6 +67,10 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
 // The effective configuration as TOML; the database URL's password and
 // credential-bearing kafka properties redacted.
 std::string PrintConfig(const Config& c);
+// "key=VARIABLE,…": the keys whose values come from the environment (start-up
+// log; never the values).
+std::string KeysFromEnvironment(const std::map<std::string, std::string>& env,
+                                const std::vector<std::pair<std::string, std::string>>& overrides);
 
 // "1s,10s,60s" (units ms, s, m; "" = none) -> delays. Errors name `key`.
 Result<std::vector<std::chrono::milliseconds>> ParseRetries(const std::string& key,

@@ -97,25 +97,56 @@ outbox::Result<std::unique_ptr<outbox::InboxStore>> OpenStore(const cd::Config& 
   });
 }
 
-// Opens the store (and migrates it when asked), retrying with backoff while the
-// database is unavailable. False when a stop came first; an error that is not
-// an outage is returned.
+// Why the handlers are not running yet, for /readyz (any thread).
+class StartingReason {
+ public:
+  void Set(std::string why) {
+    std::lock_guard l(mu_);
+    why_ = std::move(why);
+  }
+  std::string Get() const {
+    std::lock_guard l(mu_);
+    return why_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string why_;
+};
+
+// Opens the store (and migrates it when asked, else checks that its schema is
+// there at this build's version), retrying with backoff while the database is
+// unavailable or the schema missing: nothing is consumed before. False when a
+// stop came first; an error that is not an outage is returned.
 outbox::Result<bool> OpenWithRetry(const cd::Config& c, Pipeline& p, bool migrate,
                                    const std::atomic<bool>& stop, outbox::Logger& logger,
-                                   std::atomic<int>& waiting) {
+                                   std::atomic<int>& waiting, StartingReason& reason) {
   std::chrono::milliseconds backoff{200};
+  std::string said;  // the schema's last complaint, logged once
   for (;;) {
     auto store = OpenStore(c, p);
     outbox::Status st = store.status();
-    if (store.ok() && migrate) st = (*store)->Migrate();
+    if (store.ok()) st = migrate ? (*store)->Migrate() : (*store)->CheckSchema();
     if (st.ok()) {
       p.store = std::move(*store);
+      reason.Set("");
       return true;
     }
-    if (!st.retryable()) return st;
+    const bool schema = st.code() == outbox::Code::kFailedPrecondition;
+    if (!st.retryable() && !schema) return st;
     ++waiting;
-    logger.Warn("inbox database unavailable; retrying",
-                {{"group", p.handler->group}, {"error", st.ToString()}});
+    if (schema) {
+      reason.Set(p.handler->group + ": " + st.message());
+      if (st.message() != said) {
+        logger.Error("inbox schema not ready; nothing is consumed until it is",
+                     {{"group", p.handler->group}, {"error", st.message()}});
+        said = st.message();
+      }
+    } else {
+      reason.Set("");
+      logger.Warn("inbox database unavailable; retrying",
+                  {{"group", p.handler->group}, {"error", st.ToString()}});
+    }
     const auto until = std::chrono::steady_clock::now() + backoff;
     while (!stop && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -211,6 +242,7 @@ int main(int argc, char** argv) {
 
   outbox::MetricsRegistry registry;
   std::atomic<int> running{0}, waiting{0};
+  StartingReason starting;
   std::atomic<bool> stop{false};
   StopAll stop_all;
   const auto colon = cfg->http_listen.rfind(':');
@@ -234,6 +266,8 @@ int main(int argc, char** argv) {
   http_options.not_ready_reason = [&] {
     const std::string engines = engines_say();
     if (!engines.empty()) return "not ready: " + engines + "\n";
+    const std::string schema = starting.Get();
+    if (!schema.empty()) return "not ready: " + schema + "\n";
     return std::string("not ready: ") +
            (waiting > 0 ? "inbox database unavailable\n" : "handlers starting\n");
   };
@@ -243,6 +277,11 @@ int main(int argc, char** argv) {
     return kExitRuntime;
   }
   logger.Info("http listening", {{"address", http_options.host + ":" + std::to_string((*http)->port())}});
+  if (const std::string from_env = cd::KeysFromEnvironment(outbox::config::OutboxEnvironment(), overrides);
+      !from_env.empty()) {
+    // An OUTBOX_PG_URL left in a shell replaces the file's database.url: say so.
+    logger.Info("configuration from the environment, over the file", {{"keys", from_env}});
+  }
 
   std::thread signal_thread([&, sigs] {
     int sig = 0;
@@ -265,7 +304,7 @@ int main(int argc, char** argv) {
   int code = kExitOk;
   for (std::size_t i = 0; i < pipelines.size() && !stop; ++i) {
     Pipeline& p = pipelines[i];
-    auto opened = OpenWithRetry(*cfg, p, migrate, stop, logger, waiting);
+    auto opened = OpenWithRetry(*cfg, p, migrate, stop, logger, waiting, starting);
     if (opened.ok() && !*opened) break;  // stopped while the database was down
     auto consumer = opened.ok()
                         ? outbox::Consumer::Create(EngineOptions(*cfg, *p.handler), *p.source, *p.store,

@@ -72,6 +72,13 @@ int main(int argc, char** argv) {
   }
 
   outbox::StreamLogger logger(cfg->log_json, cfg->log_level);
+  if (const auto ignored = outbox::daemon::IgnoredTransportKeys(*cfg); !ignored.empty()) {
+    std::string keys;
+    for (const auto& k : ignored) keys += (keys.empty() ? "" : ",") + k;
+    logger.Warn("keys of the other transport are set and ignored",
+                {{"transport", cfg->transport == outbox::daemon::TransportKind::kHttp ? "http" : "kafka"},
+                 {"keys", keys}});
+  }
 
   outbox::Result<std::unique_ptr<outbox::Transport>> transport = outbox::Status::Internal("none");
   if (cfg->transport == outbox::daemon::TransportKind::kHttp) {

@@ -1,6 +1,8 @@
 // outbox-relay's keys (docs/relay.md), read by outbox::config.
 #include "relay_config.h"
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -291,6 +293,20 @@ std::string DefaultRelayId() {
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "relay");
   return std::string(host) + ":" + std::to_string(getpid());
+}
+
+std::vector<std::string> IgnoredTransportKeys(const Config& c) {
+  std::vector<std::string> out;
+  if (c.transport == TransportKind::kHttp) {
+    for (const auto& [name, value] : c.kafka.properties) out.push_back("kafka.properties." + name);
+    if (c.kafka.topic_template != KafkaTransportOptions{}.topic_template) {
+      out.push_back("kafka.topic_template");
+    }
+  } else if (!c.http_delivery.url_template.empty()) {
+    out.push_back("http_delivery.url");
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Result<Config> LoadConfig(const std::string& file_text, const std::string& file_name,

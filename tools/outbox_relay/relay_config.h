@@ -46,6 +46,12 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
                           const std::vector<std::pair<std::string, std::string>>& overrides,
                           ConfigNeeds required = {});
 
+// Keys set for the transport this configuration does not use (kafka.properties.*
+// and kafka.topic_template with relay.transport = http; http_delivery.url with
+// kafka): accepted, and ignored, so the relay names them in one warning at
+// start (docs/relay.md, "HTTP delivery"). Sorted; empty when none.
+std::vector<std::string> IgnoredTransportKeys(const Config& c);
+
 // The OUTBOX_* variables of this process's environment.
 std::map<std::string, std::string> OutboxEnvironment();
 

@@ -55,6 +55,29 @@ class MariaDbInbox final : public InboxStore, public InboxView {
     return maria::RunMigrations(conn_.get(), maria::kInboxSet);
   }
 
+  Status CheckSchema() override {
+    OUTBOX_RETURN_IF_ERROR(Ensure());
+    const std::string how = ": run outbox-consumer --migrate, or outboxctl inbox migrate";
+    auto has = maria::Query(conn_.get(), "inbox schema check",
+                            "SELECT count(*) FROM information_schema.tables WHERE table_schema = "
+                            "DATABASE() AND table_name = 'inbox_migrations'");
+    if (!has.ok()) return Lost(has.status());
+    if (has->empty() || Str((*has)[0][0]) == "0") {
+      return Status::FailedPrecondition(
+          "the inbox tables are missing from this database (no inbox_migrations)" + how);
+    }
+    auto v = maria::Query(conn_.get(), "inbox schema check",
+                          "SELECT coalesce(max(version), 0) FROM inbox_migrations");
+    if (!v.ok()) return Lost(v.status());
+    const long long have = v->empty() ? 0 : Int((*v)[0][0]);
+    const auto need = static_cast<long long>(maria::kInboxSet.files().size());
+    if (have < need) {
+      return Status::FailedPrecondition("the inbox tables are at version " + std::to_string(have) +
+                                        ", this build needs " + std::to_string(need) + how);
+    }
+    return Status::Ok();
+  }
+
   Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,
                                             std::span<const std::string> keys,
                                             std::span<const std::string> order_keys) override {

@@ -107,6 +107,30 @@ class PostgresInbox final : public InboxStore, public InboxView {
     return pg::RunMigrations(*session_, options_.schema, pg::kInboxSet);
   }
 
+  Status CheckSchema() override {
+    const std::string how = ": run outbox-consumer --migrate, or outboxctl inbox migrate";
+    auto has = session_->Exec("inbox schema check", pg::sql::HasTable(),
+                              {Param::Text(options_.schema), Param::Text(pg::kInboxSet.table)});
+    if (!has.ok()) return has.status();
+    if (pg::GetText(has->get(), 0, 0) != "t") {
+      return Status::FailedPrecondition("the inbox schema \"" + options_.schema + "\" is missing (no " +
+                                        options_.schema + "." + pg::kInboxSet.table + ")" + how);
+    }
+    auto versions = session_->Exec("inbox schema check",
+                                   pg::sql::AppliedVersions(options_.schema, pg::kInboxSet.table));
+    if (!versions.ok()) return versions.status();
+    const int have = PQntuples(versions->get()) == 0
+                         ? 0
+                         : static_cast<int>(pg::GetInt64(versions->get(), PQntuples(versions->get()) - 1, 0));
+    const int need = static_cast<int>(pg::kInboxSet.files().size());
+    if (have < need) {
+      return Status::FailedPrecondition("the inbox schema \"" + options_.schema + "\" is at version " +
+                                        std::to_string(have) + ", this build needs " +
+                                        std::to_string(need) + how);
+    }
+    return Status::Ok();
+  }
+
   Result<std::vector<MessageOutcome>> Apply(std::span<const InboundMessage> msgs,
                                             std::span<const std::string> keys,
                                             std::span<const std::string> order_keys) override {

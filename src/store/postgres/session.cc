@@ -95,6 +95,9 @@ Status StatusFromResult(PGconn* conn, const PGresult* res, std::string_view what
   if (state == "42501" || cls == "28") return Status::PermissionDenied(msg + PrivilegeHint(what, msg));
   if (state == "25P02") return Status::FailedPrecondition(msg);
   if (state == "42P01" || state == "42883" || state == "3F000") {
+    // The hint fits our own tables and functions, not a consumer handler's
+    // statement (whose schema is the service's own).
+    if (what.rfind("inbox handler", 0) == 0) return Status::FailedPrecondition(msg);
     return Status::FailedPrecondition(msg + " (has `outboxctl migrate` been run?)");
   }
   return Status::Internal(msg);
