@@ -390,6 +390,43 @@ TEST_P(ConsumerDaemonTest, WithoutTheInboxSchemaNothingIsConsumedUntilItExists) 
   EXPECT_EQ(DoubleEffects(), 0);
 }
 
+// Two groups on one topic (issue 41): ga fails an event transiently, gb applies
+// it. gb skips ga's retry copies and its replay without counting a duplicate;
+// ga's dead-letter copy names ga; the replay reaches ga alone.
+TEST_P(ConsumerDaemonTest, TwoGroupsOnOneTopicKeepTheirRetriesAndReplaysApart) {
+  if (Maria()) GTEST_SKIP() << "the rule is the engine's; one database shows it";
+  Exec(admin_.get(), "CREATE TABLE " + schema_ + ".gb_seen (event_id text)");
+  Produce(1, "transient");
+  const std::string gb = "gb-" + schema_;
+  Subprocess& c = Start("sql = \"" + sql_ + "\"\nretries = \"200ms,200ms\"\n[[handler]]\ntopic = \"lessons\"\n"
+                        "group = \"" + gb + "\"\nsql = \"INSERT INTO " + schema_ + ".gb_seen VALUES ($3)\"\n");
+  const int port = HttpPort(c);
+  auto dlt = ReadTopic(kafka_->bootstrap(), "lessons.dlt", 2, 1, Scaled(60s));
+  ASSERT_EQ(dlt.size(), 1u) << c.Log();
+  EXPECT_EQ(dlt[0].headers["outbox-group"], "g-" + schema_);
+  const std::string dup = "outbox_inbox_duplicates_total{consumer=\"" + gb + "\"} ";
+  const std::string skipped = "outbox_inbox_other_groups_skipped_total{consumer=\"" + gb + "\"} ";
+  auto metric = [&](const std::string& name) {
+    const std::string m = Get(port, "/metrics");
+    const auto at = m.find(name);
+    return at == std::string::npos ? -1L : std::stol(m.substr(at + name.size()));
+  };
+  ASSERT_TRUE(WaitFor([&] { return metric(skipped) == 2; }, Scaled(30s))) << Get(port, "/metrics");
+  EXPECT_EQ(metric(dup), 0) << "ga's two retry copies are not gb's duplicates";
+  Subprocess replay({OUTBOX_OUTBOXCTL_BIN, "--bootstrap", kafka_->bootstrap(), "dlt", "replay", "--topic",
+                     "lessons.dlt"},
+                    {}, (std::filesystem::temp_directory_path() / ("outboxctl-" + schema_ + ".log")).string());
+  ASSERT_EQ(replay.Wait(Scaled(60s)), 0) << replay.Log();
+  EXPECT_TRUE(WaitFor([&] { return metric(skipped) >= 3; }, Scaled(30s))) << "gb skips the replay too";
+  EXPECT_EQ(metric(dup), 0);
+  EXPECT_EQ(Sql("SELECT count(*) FROM " + schema_ + ".gb_seen"), "1") << "gb applied the event once";
+  // ga consumed the replay: it fails again (transient), so its retry copies come again.
+  EXPECT_TRUE(WaitFor([&] { return ReadTopic(kafka_->bootstrap(), "lessons.dlt", 2, 2, 2s).size() == 2; },
+                      Scaled(60s)));
+  EXPECT_TRUE(WaitFor([&] { return metric(skipped) == 5; }, Scaled(10s))) << "2 retries, the replay, 2 retries";
+  EXPECT_EQ(metric(dup), 0);
+}
+
 TEST_P(ConsumerDaemonTest, ABadConfigurationExitsTwoNamingTheKeyAndTouchesNothing) {
   Subprocess& c = Start("sql = \"" + sql_ + "\"\ndedup = \"payload:user\"\n");
   EXPECT_EQ(c.Wait(Scaled(20s)), 2) << c.Log();

@@ -79,6 +79,36 @@ TEST(InboxPlanTest, KeysThatAreNotTextOrThrowAreRejectedBeforeTheStore) {
   }
 }
 
+// Two groups on one topic share its retry and dead-letter topics (issue 41):
+// a copy stamped with another group is taken and skipped — not applied, not a
+// duplicate, never pausing its partition however far its due time — while its
+// own group's copies and unstamped ones (older releases) are consumed.
+TEST(InboxPlanTest, CopiesAnotherGroupFailedAreSkippedNotAppliedOrWaitedFor) {
+  std::vector<InboundMessage> msgs = {Msg("t.retry.1", 0, 5, "theirs"), Msg("t.retry.1", 0, 6, "mine"),
+                                      Msg("t.retry.1", 0, 7, "old"), Msg("t", 1, 3, "replayed")};
+  msgs[0].headers[kGroup] = "ga";
+  msgs[0].headers[kDueAt] = "999999";  // far ahead: would pause the partition if it were ours
+  msgs[1].headers[kGroup] = "gb";
+  msgs[3].headers[kGroup] = "ga";  // outboxctl dlt replay keeps the header
+  Intake in = PlanIntake(msgs, 5000, DedupByEventId(), "gb");
+  EXPECT_EQ(in.apply, (std::vector<std::size_t>{1, 2}));
+  EXPECT_TRUE(in.pauses.empty()) << "another group's due time pauses nothing";
+  EXPECT_EQ(in.other_groups, 2u);
+  EXPECT_EQ(in.taken, (std::vector<bool>{true, true, true, true}));
+  EXPECT_EQ(PlanCommit(msgs, in.taken).at({"t.retry.1", 0}), 8);
+  Intake legacy = PlanIntake(msgs, 5000, DedupByEventId());  // no group: every copy is ours
+  EXPECT_EQ(legacy.other_groups, 0u);
+
+  ConsumerOptions o;
+  o.group = "gb";
+  o.retry_delays = {100ms};
+  std::vector<std::optional<MessageOutcome>> out = {std::nullopt, MessageOutcome{Outcome::kTransient, "x"},
+                                                    std::nullopt, std::nullopt};
+  Forwards f = PlanForwards(msgs, out, o, 1000, "2026-12-05T00:00:00Z");
+  ASSERT_EQ(f.messages.size(), 1u);
+  EXPECT_EQ(f.messages[0].headers.at(kGroup), "gb") << "copies are stamped with the group that failed them";
+}
+
 TEST(InboxPlanTest, ARetryNotYetDueHoldsItsPartitionOnly) {
   std::vector<InboundMessage> msgs = {Msg("t.retry.1", 0, 5, "a"), Msg("t.retry.1", 0, 6, "b"),
                                       Msg("t.retry.1", 1, 9, "c"), Msg("t", 0, 1, "d")};

@@ -23,8 +23,16 @@
 //   outbox-original-size (the original value's bytes) and
 //   outbox-truncated (what was cut, and why).
 // Such a record cannot be replayed as it stands (outboxctl dlt replay says so).
+//   outbox-group (ConsumerOptions::group, when set: the group that failed it).
 // A message from a retry topic that is not yet due pauses its partition until it
 // is (the consumer never sleeps holding a partition's progress).
+//
+// Several groups on one topic share its retry and dead-letter topics. A copy
+// whose outbox-group names another group (on a retry topic, or replayed to the
+// main topic by `outboxctl dlt replay`, which keeps the header) is skipped by
+// this consumer: its offset is committed, it is neither applied nor counted as
+// a duplicate, and it never pauses a partition. A copy without the header (made
+// before this rule) is consumed by every group, as it was.
 //
 // Offsets are committed only for messages whose outcome is durable: applied or
 // duplicate (inbox committed), or forwarded (broker acked); and only for
@@ -66,6 +74,7 @@ inline constexpr char kFirstFailure[] = "outbox-first-failure-at";
 inline constexpr char kDueAt[] = "outbox-retry-due-at";
 inline constexpr char kOrigSize[] = "outbox-original-size";
 inline constexpr char kTruncated[] = "outbox-truncated";
+inline constexpr char kGroup[] = "outbox-group";
 }  // namespace inbox_headers
 
 struct TopicPartition {
@@ -145,6 +154,10 @@ inline constexpr std::size_t kMaxForwardMaxBytes = 1'020'480;
 
 struct ConsumerOptions {
   std::vector<std::string> topics;  // the main topics (retry topics are derived)
+  // The consumer group (the source's group.id): stamped on forwarded copies as
+  // outbox-group, so that other groups skip them (top of this file). "" = no
+  // stamp, and every copy is this consumer's.
+  std::string group = "";
   std::vector<std::chrono::milliseconds> retry_delays = {std::chrono::seconds(1),
                                                          std::chrono::seconds(10),
                                                          std::chrono::seconds(60)};

@@ -68,6 +68,10 @@ class Metrics {
         {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}, with(""));
     parked_ = &r->AddCounter("outbox_inbox_parked_total",
                              "Messages parked in the inbox database (ordered mode)", with(""));
+    other_groups_ = &r->AddCounter("outbox_inbox_other_groups_skipped_total",
+                                   "Retry, dead-letter or replayed copies another consumer group "
+                                   "failed (outbox-group), skipped",
+                                   with(""));
     batches_failed_ = &r->AddCounter("outbox_inbox_batches_failed_total",
                                      "Batches that could not complete and are consumed again", with(""));
     // The registry may render after the consumer is gone: the read functions
@@ -111,6 +115,9 @@ class Metrics {
   void Parked(std::uint64_t n) {
     if (parked_) parked_->Inc(n);
   }
+  void OtherGroups(std::uint64_t n) {
+    if (other_groups_ && n > 0) other_groups_->Inc(n);
+  }
   void Batch(double seconds, bool ok) {
     if (batch_seconds_ && ok) batch_seconds_->Observe(seconds);
     if (batches_failed_ && !ok) batches_failed_->Inc();
@@ -140,6 +147,7 @@ class Metrics {
   Histogram* batch_seconds_ = nullptr;
   Counter* batches_failed_ = nullptr;
   Counter* parked_ = nullptr;
+  Counter* other_groups_ = nullptr;
   struct Live {
     Mutex mu;
     MetricsRegistry::GaugeSamples lag OUTBOX_GUARDED_BY(mu);
@@ -244,12 +252,9 @@ class Engine final : public Consumer {
   // The steps of a batch, each a plan the engine carries out: intake (what
   // now, what waits), effects and stamps, forwards, offsets.
   Status HandleBatch(const std::vector<InboundMessage>& msgs) {
-    Intake in = PlanIntake(msgs, NowMs(clock_), dedup_);
+    Intake in = PlanIntake(msgs, NowMs(clock_), dedup_, options_.group);
     const std::map<TopicPartition, std::int64_t> rewind = PauseNotDue(in);
-    if (in.apply.empty() && std::none_of(in.outcomes.begin(), in.outcomes.end(),
-                                         [](const auto& o) { return o.has_value(); })) {
-      return Status::Ok();
-    }
+    if (std::none_of(in.taken.begin(), in.taken.end(), [](bool t) { return t; })) return Status::Ok();
     if (Status st = ApplyEffects(msgs, in); !st.ok()) {
       NoteDatabase(st);
       source_.Rewind(rewind);
@@ -269,6 +274,7 @@ class Engine final : public Consumer {
       }
     }
     CountOutcomes(in, fw);
+    metrics_.OtherGroups(in.other_groups);
     if (OUTBOX_FAULT(fault::kInboxAfterCommitBeforeOffsetCommit)) {
       source_.Rewind(rewind);
       return Status::Internal("fault point Inbox::AfterCommitBeforeOffsetCommit", true);

@@ -41,7 +41,7 @@ Result<std::string> DedupKey(const DedupKeyFn& dedup, const InboundMessage& m) {
 }
 
 Intake PlanIntake(std::span<const InboundMessage> messages, std::int64_t now_ms,
-                  const DedupKeyFn& dedup) {
+                  const DedupKeyFn& dedup, const std::string& group) {
   Intake in;
   in.outcomes.resize(messages.size());
   in.taken.assign(messages.size(), false);
@@ -50,6 +50,11 @@ Intake PlanIntake(std::span<const InboundMessage> messages, std::int64_t now_ms,
     TopicPartition tp{m.topic, m.partition};
     if (in.pauses.count(tp)) continue;  // behind a held message of its partition
     in.first_offsets.emplace(tp, m.offset);
+    if (const std::string* owner = m.Header(kGroup); owner && !group.empty() && *owner != group) {
+      in.taken[i] = true;  // another group's copy: not ours to apply, wait for or count
+      ++in.other_groups;
+      continue;
+    }
     if (SplitRetry(m.topic).second > 0) {
       const std::string* due = m.Header(kDueAt);
       const std::int64_t due_ms = due ? std::atoll(due->c_str()) : 0;
@@ -180,6 +185,7 @@ Forwards PlanForwards(std::span<const InboundMessage> messages,
     auto [base, retry_n] = SplitRetry(m.topic);
     const int attempt = retry_n + 1;
     OutboundMessage out = FailureCopy(m, o, attempt, now_rfc3339);
+    if (!options.group.empty()) out.headers[kGroup] = options.group;
     ForwardKind kind;
     if (o.outcome == Outcome::kTransient &&
         static_cast<std::size_t>(attempt) <= options.retry_delays.size()) {
@@ -251,6 +257,7 @@ ParkedPlan PlanParked(std::span<const ParkedMessage> due, std::span<const Messag
         [[fallthrough]];
       case Outcome::kPermanent: {
         OutboundMessage out = FailureCopy(p.message, o, p.attempts + 1, now_rfc3339);
+        if (!options.group.empty()) out.headers[kGroup] = options.group;
         out.topic = SplitRetry(p.message.topic).first + options.dlt_suffix;
         (void)BoundForward(out, options.forward_max_bytes, out.topic);
         plan.dead_letters.push_back(std::move(out));

@@ -39,11 +39,14 @@ struct Intake {
   // The first offset of each partition in the batch (where to rewind to).
   std::map<TopicPartition, std::int64_t> first_offsets;
   std::vector<bool> taken;  // per message: processed in this batch (not held)
+  std::size_t other_groups = 0;  // taken, skipped: copies another group failed
 };
 
 // REQUIRES: messages in partition order (as the source returns them).
+// `group` (ConsumerOptions::group): a copy whose outbox-group names another
+// group is taken and skipped (consumer.h).
 Intake PlanIntake(std::span<const InboundMessage> messages, std::int64_t now_ms,
-                  const DedupKeyFn& dedup);
+                  const DedupKeyFn& dedup, const std::string& group = "");
 
 enum class ForwardKind { kRetry, kDeadLetter };
 

@@ -160,6 +160,7 @@ outbox::Result<bool> OpenWithRetry(const cd::Config& c, Pipeline& p, bool migrat
 outbox::ConsumerOptions EngineOptions(const cd::Config& c, const cd::HandlerConfig& h) {
   outbox::ConsumerOptions o;
   o.topics = {h.topic};
+  o.group = h.group;  // its retry and dead-letter copies are its own (outbox-group)
   o.retry_delays = h.retries;
   o.ordered = h.ordered;
   o.batch_size = c.batch_size;
