@@ -356,6 +356,62 @@ TEST(HttpTransport, AHeaderValueWithALineBreakIsRefusedForGoodNotInjected) {
   EXPECT_TRUE(server.seen().empty());
 }
 
+// One destination (URL path) refusing while another answers (issue 41: a 429
+// on one aggregate type's URL delayed every other type's events): its failure
+// is its own — not an outage of the batch, the transport stays healthy — and it
+// is backed off alone: no request until its backoff ends, then one probe, and
+// on a 2xx it flows again. With no destination answering, the batch is an
+// outage as before.
+TEST(HttpTransport, ADestinationThatFailsWhileAnotherAnswersIsBackedOffAlone) {
+  std::atomic<bool> a_up{false};
+  Server server([&](const httplib::Request& req, httplib::Response& res) {
+    res.status = req.path == "/in/a" && !a_up ? 503 : 200;
+  });
+  HttpTransportOptions o;
+  o.url_template = server.url("/in/{aggregate_type}");
+  o.timeout = Scaled(5000ms);
+  auto t = Open(o);
+  ASSERT_TRUE(t);
+  auto to = [](std::int64_t seq, const std::string& type, const std::string& agg) {
+    ClaimedEvent e = MakeEvent(seq, agg, "x");
+    e.event.aggregate_type = type;
+    return e;
+  };
+  auto requests_to_a = [&] {
+    int n = 0;
+    for (const Seen& s : server.seen()) n += s.path == "/in/a";
+    return n;
+  };
+  ASSERT_EQ(t->Publish(std::vector<ClaimedEvent>{to(1, "b", "1")})[0].outcome, PublishOutcome::kAcked);
+  auto r = t->Publish(std::vector<ClaimedEvent>{to(2, "a", "1")});
+  EXPECT_EQ(r[0].outcome, PublishOutcome::kRetryable);
+  EXPECT_TRUE(r[0].outage_for_event);
+  EXPECT_FALSE(r[0].broker_unavailable) << "b answers: not an outage of the batch";
+  EXPECT_GE(r[0].retry_after, 500ms) << "due when its backoff ends";
+  EXPECT_TRUE(t->Healthy()) << "/readyz is about the receiver, not one of its paths";
+  EXPECT_EQ(requests_to_a(), 1);
+  r = t->Publish(std::vector<ClaimedEvent>{to(3, "a", "1"), to(4, "b", "2")});
+  EXPECT_EQ(r[0].outcome, PublishOutcome::kRetryable);
+  EXPECT_NE(r[0].error.find("is backing off"), std::string::npos) << r[0].error;
+  EXPECT_EQ(requests_to_a(), 1) << "no request while it backs off";
+  EXPECT_EQ(r[1].outcome, PublishOutcome::kAcked) << "b flows";
+  a_up = true;
+  std::this_thread::sleep_for(600ms);  // the first backoff, 500 ms, is over: the next request probes
+  r = t->Publish(std::vector<ClaimedEvent>{to(5, "a", "1"), to(6, "a", "1")});
+  EXPECT_EQ(r[0].outcome, PublishOutcome::kAcked) << r[0].error;
+  EXPECT_EQ(r[1].outcome, PublishOutcome::kAcked) << "after the probe's 2xx, at full rate: " << r[1].error;
+  EXPECT_EQ(requests_to_a(), 3);
+
+  // Nothing answers: an outage of the batch, as before.
+  Server down([](const httplib::Request&, httplib::Response& res) { res.status = 503; });
+  o.url_template = down.url("/in/{aggregate_type}");
+  auto d = Open(o);
+  ASSERT_TRUE(d);
+  r = d->Publish(std::vector<ClaimedEvent>{to(7, "a", "1")});
+  EXPECT_TRUE(r[0].broker_unavailable);
+  EXPECT_FALSE(d->Healthy());
+}
+
 TEST(HttpTransport, BadOptionsAreRefusedNamingTheKey) {
   auto error = [](HttpTransportOptions o) {
     auto t = OpenHttpTransport(o);

@@ -308,10 +308,23 @@ TEST(InboxPlanTest, SplittingStopsWhenTheDatabaseNotAMessageIsAtFault) {
   EXPECT_FALSE(SplitsOn(outage.poison));
   EXPECT_FALSE(SplitsOn(Status::PermissionDenied("role refused")));
   EXPECT_FALSE(SplitsOn(Status::FailedPrecondition("relation inbox.inbox_stamps does not exist")));
-  EXPECT_TRUE(SplitsOn(Status::DeadlineExceeded("canceling statement due to statement timeout")));
+  EXPECT_FALSE(SplitsOn(Status::DeadlineExceeded("canceling statement due to statement timeout")));
+  EXPECT_FALSE(SplitsOn(Status::Internal("deadlock detected [SQLSTATE 40P01]", /*retryable=*/true)));
+  EXPECT_TRUE(SplitsOn(Status::Internal("index row requires 10024 bytes [SQLSTATE 54000]")));
   auto down = ApplyBySplitting(4, {}, Status::Internal("first"), std::ref(outage));
   ASSERT_FALSE(down.ok());
   EXPECT_EQ(down.status().code(), Code::kUnavailable) << "an outage in a part ends the split";
+
+  // A key's poisoned head, its followers held behind it: one message tried,
+  // and it failed alone; the batch is not "every message failed".
+  SplitProbe head;
+  head.poisoned = {0};
+  const std::vector<std::string> one_key = {"k", "k", "k"};
+  auto held = ApplyBySplitting(3, one_key, head.poison, std::ref(head));
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ((*held)[0].outcome, Outcome::kTransient);
+  EXPECT_EQ((*held)[1].outcome, Outcome::kHeld);
+  EXPECT_EQ((*held)[2].outcome, Outcome::kHeld);
 
   SplitProbe alone;
   alone.poisoned = {0};
@@ -467,6 +480,7 @@ TEST_F(InboxEngineTest, AnOutageIsNeverSplitIntoRetries) {
     return source_.rewinds >= 4;
   });
   std::lock_guard<std::mutex> l(source_.mu);
+  ASSERT_GE(source_.rewinds, 4) << "the batch failed again and again";
   EXPECT_TRUE(source_.forwarded.empty());
   EXPECT_EQ(source_.committed.count({"t", 0}), 0u);
 }

@@ -178,6 +178,37 @@ TEST_F(RelayHttpTest, AReceiversBodyOfAnySizeCostsTheRelayAFewKilobytes) {
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }
 
+// One aggregate type's URL answers 429 with Retry-After: 30 while the others
+// answer 200: the other type's events go through at once, not after the 30 s
+// (issue 41: the whole batch counted as an outage and held every worker).
+TEST_F(RelayHttpTest, ADestinationRateLimitedDoesNotHoldTheOthers) {
+  HttpReceiver receiver([&](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/events/slow") {
+      res.status = 429;
+      res.set_header("Retry-After", "30");
+      return;
+    }
+    res.status = 200;
+  });
+  Subprocess& relay = StartRelay(Http({"http_delivery.url=" + receiver.url("/events/{aggregate_type}")}));
+  ASSERT_TRUE(EnqueueOne("warm", "warm#0"));  // "order": a destination that answers
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, Scaled(20s))) << relay.Log();
+  for (int i = 0; i < 3; ++i) {
+    Exec(admin_.get(), "SELECT " + schema_ + ".enqueue('slow', 's" + std::to_string(i) +
+                           "', 'Slow', convert_to('x', 'UTF8'))");
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    return Exec(admin_.get(), "SELECT count(*) FROM " + schema_ +
+                                  ".outbox WHERE aggregate_type = 'slow' AND last_error LIKE '%429%'") == "3";
+  }, Scaled(20s))) << relay.Log();
+  EnqueueMany(1, 4, 5);  // 20 "order" events
+  EXPECT_TRUE(WaitFor([&] { return CountStatus("SENT") == 21; }, Scaled(10s)))
+      << "the other destination waited for the 429's Retry-After: " << relay.Log();
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
 // A 404 is a permanent refusal: the event is FAILED with the status and the
 // body in last_error, its aggregate's later event waits behind it, and other
 // aggregates go on.

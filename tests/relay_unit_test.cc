@@ -181,9 +181,10 @@ TEST(PlanTransitions, AnOutageBatchCountsNoAttemptAndFailsNothing) {
   EXPECT_TRUE(p.outage);
   EXPECT_TRUE(p.failed.empty());
   ASSERT_EQ(Seqs(p.reschedule), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(p.outage_delay, kOutage) << "the shared backoff spaces the probes";
   for (const auto& it : p.reschedule) {
     EXPECT_FALSE(it.attempt_counts);
-    EXPECT_EQ(it.delay, kOutage);
+    EXPECT_EQ(it.delay, o.backoff_base) << "due soon: every row goes once the probe gets through";
   }
   // One event acked, or one failing for a reason of its own: not an outage.
   r = {Down(), NotSent(), Acked()};

@@ -269,9 +269,6 @@ Status Set(const Schema<T>& s, T& out, const std::string& key, const std::string
                                  " for the keys)");
 }
 
-// file < env (and its aliases, and map sections' variables) < overrides, onto
-// `out` (which holds the defaults). Nothing is validated across keys here: the
-// tool does that after.
 // The TOML type a file value of `key` must have ("" any).
 template <class T>
 std::string ExpectedTomlType(const Schema<T>& s, const std::string& key) {
@@ -286,6 +283,9 @@ std::string ExpectedTomlType(const Schema<T>& s, const std::string& key) {
   return "";
 }
 
+// file < env (and its aliases, and map sections' variables) < overrides, onto
+// `out` (which holds the defaults). Nothing is validated across keys here: the
+// tool does that after.
 template <class T>
 Status Load(const Schema<T>& s, const Sources& src, T& out) {
   auto env = ResolveFileVariables(src.env);

@@ -281,6 +281,7 @@ class Engine final : public Consumer {
     }
     // Offsets: everything taken is durable now.
     Status cs = source_.Commit(PlanCommit(msgs, in.taken));
+    if (cs.ok()) NoteBroker(cs);  // the broker answers: an earlier forward's failure is past
     if (!cs.ok()) {
       // Not fatal: the messages will be redelivered and absorbed as duplicates.
       log_.Warn("offset commit failed", {{"error", cs.ToString()}});

@@ -299,6 +299,7 @@ class Splitter {
       if (!SplitsOn(err)) return err;
     }
     if (idx.size() == 1) {
+      ++failed_alone_;
       Set(idx[0], {Outcome::kTransient, "failed alone (its batch failed twice the same way): " +
                                             err.ToString()});
       return Status::Ok();
@@ -309,6 +310,7 @@ class Splitter {
   }
 
   bool applied_any() const { return applied_any_; }
+  int failed_alone() const { return failed_alone_; }
   std::vector<MessageOutcome> take() { return std::move(out_); }
 
  private:
@@ -323,12 +325,13 @@ class Splitter {
   std::vector<MessageOutcome> out_;
   std::set<std::string> blocked_;
   bool applied_any_ = false;
+  int failed_alone_ = 0;
 };
 
 }  // namespace
 
 bool SplitsOn(const Status& st) {
-  return st.code() != Code::kUnavailable && st.code() != Code::kPermissionDenied &&
+  return !st.retryable() && st.code() != Code::kPermissionDenied &&
          st.code() != Code::kFailedPrecondition;
 }
 
@@ -340,7 +343,8 @@ Result<std::vector<MessageOutcome>> ApplyBySplitting(std::size_t count,
   Splitter splitter(count, order_keys, apply);
   // The whole batch is not tried a third time: it is split at once.
   OUTBOX_RETURN_IF_ERROR(splitter.Part(std::move(all), &failed));
-  if (!splitter.applied_any() && count > 1) return failed;
+  // Messages held behind a key's failed one were not tried: they say nothing.
+  if (!splitter.applied_any() && splitter.failed_alone() > 1) return failed;
   return splitter.take();
 }
 

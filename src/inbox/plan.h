@@ -136,10 +136,11 @@ ParkedPlan PlanParked(std::span<const ParkedMessage> due, std::span<const Messag
 // returns their outcomes in the same order.
 //
 // An error is returned, and the batch is consumed again as before, when a part
-// fails with an outage of the database (SplitsOn is false: connection lost, the
-// role refused) or when every message failed alone: the fault is then the
-// database's (a missing table, a read-only or full database), not a message's,
-// and dead-lettering the whole batch would be wrong (`failed` is returned).
+// fails in a way that is not split (SplitsOn), or when more than one message
+// was tried alone and every one failed: the fault is then the database's, not
+// a message's, and dead-lettering the batch would be wrong (`failed` is
+// returned). Messages held behind their key's failed message were not tried
+// and do not count: a poisoned head of a key does not wedge its partition.
 // Parts applied before that are committed; redelivery absorbs them as
 // duplicates.
 using ApplyFn = std::function<Result<std::vector<MessageOutcome>>(std::span<const std::size_t>)>;
@@ -147,10 +148,14 @@ Result<std::vector<MessageOutcome>> ApplyBySplitting(std::size_t count,
                                                      std::span<const std::string> order_keys,
                                                      const Status& failed, const ApplyFn& apply);
 
-// Whether a failed Apply may be split: not when the database is unreachable,
-// read-only or full (kUnavailable), refuses the consumer's role
-// (kPermissionDenied) or lacks the inbox's tables (kFailedPrecondition): every
-// part would fail the same way, and no message is at fault.
+// Whether a failed Apply may be split: only when the error cannot pass on a
+// later try (not retryable: a key the database cannot index, a constraint, an
+// internal error). Not for what a later try may pass — the database
+// unreachable, read-only or full (kUnavailable), a timeout (kDeadlineExceeded:
+// a handler's own statement past it already fails its message alone), a
+// deadlock, a serialization failure or a lock not granted — nor when the role
+// is refused (kPermissionDenied) or the inbox's tables are missing
+// (kFailedPrecondition): no message is at fault.
 bool SplitsOn(const Status& st);
 
 // Next offsets to commit: per partition, one past the last taken message.

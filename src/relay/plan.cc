@@ -45,14 +45,20 @@ Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const Publi
     // shared outage backoff ends.
     plan.outage = true;
     plan.outage_delay = outage_delay;
-    for (const PublishResult& r : results) {
-      plan.outage_delay = std::max(plan.outage_delay, r.retry_after);
-    }
+    milliseconds retry_after{0};
+    for (const PublishResult& r : results) retry_after = std::max(retry_after, r.retry_after);
+    plan.outage_delay = std::max(plan.outage_delay, retry_after);
+    // The rows are due soon (backoff_base, or the server's Retry-After): the
+    // shared backoff, not their due time, keeps the workers away meanwhile, and
+    // once its probe gets through every row goes at once. Due at the backoff's
+    // end, rows rescheduled late in a long outage waited up to a whole
+    // backoff_max after it ended (issue 41: 63.5 s after a 30-s outage).
+    const milliseconds due = std::max(std::min(plan.outage_delay, options.backoff_base), retry_after);
     for (std::size_t i = 0; i < events.size(); ++i) {
       const std::string& why = results[i].outcome == PublishOutcome::kNotSent
                                    ? std::string("broker unavailable")
                                    : results[i].error;
-      plan.reschedule.push_back({events[i].ticket, plan.outage_delay, "broker unavailable: " + why,
+      plan.reschedule.push_back({events[i].ticket, due, "broker unavailable: " + why,
                                  /*attempt_counts=*/false});
     }
     return plan;

@@ -27,8 +27,8 @@ struct Plan {
   std::size_t held_back = 0;     // acked, but behind an unacked earlier event of its aggregate
   std::size_t not_sent = 0;      // kept from the broker behind an earlier failure (kNotSent)
   bool outage = false;           // the whole batch failed for want of a broker (IsOutage)
-  // An outage's rows are due after this (the shared backoff, or longer when
-  // the server asked for it with PublishResult::retry_after).
+  // The shared backoff this outage sets (longer when the server asked for it
+  // with PublishResult::retry_after). Its rows are due sooner (PlanTransitions).
   milliseconds outage_delay{0};
 };
 
@@ -58,8 +58,10 @@ std::chrono::steady_clock::time_point NextStatsAt(const RelayOptions& o,
 // the broker again after the earlier one; the inbox absorbs the extra copy) —
 // except past a FAILED one under FailedPolicy::kPass.
 // Attempts: events that were not produced (kNotSent) get their claim's attempt
-// back; so does every event of an outage batch, which is rescheduled after
-// `outage_delay` and never FAILED, however many attempts it has, and a
+// back; so does every event of an outage batch, which is never FAILED, however
+// many attempts it has, and is due after the shorter of `outage_delay` and
+// backoff_base (at least any retry_after): the shared backoff holds the
+// workers, so when its probe gets through every row goes at once; and a
 // kRetryable with outage_for_event in any batch (after the longer of
 // `outage_delay` and its retry_after).
 Plan PlanTransitions(std::span<const ClaimedEvent> events, std::span<const PublishResult> results,

@@ -565,8 +565,9 @@ void Relay::EndBrokerRound(bool outage, milliseconds at_least, bool broker_answe
       outage_delay_ = next;
       outage_until_ = until;
     }
-  } else if (broker_answered) {
-    outage_delay_ = milliseconds(0);
+  } else {
+    // Any batch that is not an outage got an answer (an ack, a refusal).
+    if (broker_answered) outage_delay_ = milliseconds(0);
     broker_down_ = false;
   }
   cv_.notify_all();

@@ -157,6 +157,35 @@ outbox::Result<bool> OpenWithRetry(const cd::Config& c, Pipeline& p, bool migrat
   }
 }
 
+// /readyz: 200 once every handler runs and none reports its database or broker
+// unusable; else why not. The lambdas run on the HTTP server's threads. Each
+// consumer is set before its thread counts itself running: once every one
+// runs, reading them is safe.
+void WireReadiness(outbox::MetricsServer::Options& http, const std::vector<Pipeline>& pipelines,
+                   const std::atomic<int>& running, const std::atomic<int>& waiting,
+                   const StartingReason& starting) {
+  const auto engines_say = [&pipelines, &running] {
+    std::string why;
+    if (running != static_cast<int>(pipelines.size())) return why;
+    for (const Pipeline& p : pipelines) {
+      const std::string r = p.consumer->NotReadyReason();
+      if (!r.empty()) why += (why.empty() ? "" : "; ") + p.handler->group + ": " + r;
+    }
+    return why;
+  };
+  http.ready = [engines_say, &pipelines, &running] {
+    return running == static_cast<int>(pipelines.size()) && engines_say().empty();
+  };
+  http.not_ready_reason = [engines_say, &starting, &waiting] {
+    const std::string engines = engines_say();
+    if (!engines.empty()) return "not ready: " + engines + "\n";
+    const std::string schema = starting.Get();
+    if (!schema.empty()) return "not ready: " + schema + "\n";
+    return std::string("not ready: ") +
+           (waiting > 0 ? "inbox database unavailable\n" : "handlers starting\n");
+  };
+}
+
 outbox::ConsumerOptions EngineOptions(const cd::Config& c, const cd::HandlerConfig& h) {
   outbox::ConsumerOptions o;
   o.topics = {h.topic};
@@ -250,28 +279,7 @@ int main(int argc, char** argv) {
   outbox::MetricsServer::Options http_options;
   http_options.host = cfg->http_listen.substr(0, colon);
   http_options.port = std::atoi(cfg->http_listen.substr(colon + 1).c_str());  // 0: a free port
-  // Each consumer is set before its thread counts itself running: once every
-  // one runs, reading them here is safe.
-  const auto engines_say = [&] {
-    std::string why;
-    if (running != static_cast<int>(pipelines.size())) return why;
-    for (const Pipeline& p : pipelines) {
-      const std::string r = p.consumer->NotReadyReason();
-      if (!r.empty()) why += (why.empty() ? "" : "; ") + p.handler->group + ": " + r;
-    }
-    return why;
-  };
-  http_options.ready = [&] {
-    return running == static_cast<int>(pipelines.size()) && engines_say().empty();
-  };
-  http_options.not_ready_reason = [&] {
-    const std::string engines = engines_say();
-    if (!engines.empty()) return "not ready: " + engines + "\n";
-    const std::string schema = starting.Get();
-    if (!schema.empty()) return "not ready: " + schema + "\n";
-    return std::string("not ready: ") +
-           (waiting > 0 ? "inbox database unavailable\n" : "handlers starting\n");
-  };
+  WireReadiness(http_options, pipelines, running, waiting, starting);
   auto http = outbox::MetricsServer::Start(http_options, registry);
   if (!http.ok()) {
     logger.Error("cannot listen for HTTP", {{"http.listen", cfg->http_listen}});

@@ -40,6 +40,17 @@ int Usage(const std::string& msg) {
 }
 
 
+// One line naming the keys set for the transport this relay does not use.
+void WarnIgnoredKeys(const outbox::daemon::Config& cfg, outbox::Logger& logger) {
+  const auto ignored = outbox::daemon::IgnoredTransportKeys(cfg);
+  if (ignored.empty()) return;
+  std::string keys;
+  for (const auto& k : ignored) keys += (keys.empty() ? "" : ",") + k;
+  logger.Warn("keys of the other transport are set and ignored",
+              {{"transport", cfg.transport == outbox::daemon::TransportKind::kHttp ? "http" : "kafka"},
+               {"keys", keys}});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,13 +83,7 @@ int main(int argc, char** argv) {
   }
 
   outbox::StreamLogger logger(cfg->log_json, cfg->log_level);
-  if (const auto ignored = outbox::daemon::IgnoredTransportKeys(*cfg); !ignored.empty()) {
-    std::string keys;
-    for (const auto& k : ignored) keys += (keys.empty() ? "" : ",") + k;
-    logger.Warn("keys of the other transport are set and ignored",
-                {{"transport", cfg->transport == outbox::daemon::TransportKind::kHttp ? "http" : "kafka"},
-                 {"keys", keys}});
-  }
+  WarnIgnoredKeys(*cfg, logger);
 
   outbox::Result<std::unique_ptr<outbox::Transport>> transport = outbox::Status::Internal("none");
   if (cfg->transport == outbox::daemon::TransportKind::kHttp) {

@@ -238,11 +238,11 @@ std::string InboxInsertStamp(const std::string& schema) {
 }
 
 std::string InboxDeleteStamps(const std::string& schema) {
-  // inbox_key() finds the stamp through the unique index (keys of any
-  // length, migration 0005); the whole key is then compared.
+  // key_hash = inbox_key() finds the stamp through the primary key (keys of
+  // any length, migration 0005); the whole key is then compared.
   return WithSchema(
       "DELETE FROM {S}.inbox_stamps s USING unnest($2::text[]) AS d(k) WHERE s.consumer = $1 "
-      "AND {S}.inbox_key(s.dedup_key) = {S}.inbox_key(d.k) AND s.dedup_key = d.k",
+      "AND s.key_hash = {S}.inbox_key(d.k) AND s.dedup_key = d.k",
       schema);
 }
 
@@ -250,8 +250,7 @@ std::string InboxCountDuplicates(const std::string& schema) {
   return WithSchema(
       "UPDATE {S}.inbox_stamps s SET duplicates = s.duplicates + d.n, last_duplicate_at = now() "
       "FROM (SELECT k, count(*)::int AS n FROM unnest($2::text[]) AS k GROUP BY k) d "
-      "WHERE s.consumer = $1 AND {S}.inbox_key(s.dedup_key) = {S}.inbox_key(d.k) "
-      "AND s.dedup_key = d.k",
+      "WHERE s.consumer = $1 AND s.key_hash = {S}.inbox_key(d.k) AND s.dedup_key = d.k",
       schema);
 }
 
@@ -276,10 +275,11 @@ std::string InboxDue(const std::string& schema) {
   return WithSchema(
       "SELECT id::text, order_key, dedup_key, topic, partition::text, \"offset\"::text, msg_key, "
       "payload, (payload IS NULL)::text, headers, ts_ms::text, attempts::text, "
-      "coalesce(last_error, '') FROM {S}.inbox_parked WHERE consumer = $1 AND order_key IN ("
-      "SELECT order_key FROM (SELECT DISTINCT ON (order_key) order_key, due_at FROM "
-      "{S}.inbox_parked WHERE consumer = $1 ORDER BY order_key, id) h WHERE h.due_at <= now()) "
-      "ORDER BY order_key, id LIMIT $2",
+      "coalesce(last_error, '') FROM {S}.inbox_parked WHERE consumer = $1 AND "
+      "{S}.inbox_key(order_key) IN (SELECT k FROM (SELECT DISTINCT ON ({S}.inbox_key(order_key)) "
+      "{S}.inbox_key(order_key) AS k, due_at FROM {S}.inbox_parked WHERE consumer = $1 "
+      "ORDER BY {S}.inbox_key(order_key), id) h WHERE h.due_at <= now()) "
+      "ORDER BY {S}.inbox_key(order_key), id LIMIT $2",
       schema);
 }
 

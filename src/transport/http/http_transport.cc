@@ -20,10 +20,9 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <set>
 #include <system_error>
@@ -44,6 +43,16 @@ constexpr std::size_t kErrorBodyBytes = 200;
 // connection (it is not reused).
 constexpr std::size_t kMaxBodyBytes = 4096;
 constexpr milliseconds kMaxRetryAfter{10 * 60 * 1000};
+// A destination (the path after the template is filled in; every destination
+// shares the template's origin) that fails while another answers is backed off
+// alone: from kDestinationBackoffBase doubling to kDestinationBackoffMax (or a
+// longer Retry-After), then one request probes it; its events meanwhile come
+// back unsent, due when the probe is. "Another answers": a 2xx from another
+// destination within kOthersAnswering. When none does, the receiver as a whole
+// is down: the batch is an outage, and the relay's shared backoff takes over.
+constexpr milliseconds kDestinationBackoffBase{500};
+constexpr milliseconds kDestinationBackoffMax{30'000};
+constexpr milliseconds kOthersAnswering{10'000};
 
 struct ParsedUrl {
   std::string origin;  // scheme://host[:port]
@@ -334,9 +343,98 @@ class HttpTransport final : public Transport {
   }
 
   PublishResult Send(Call& call, const ClaimedEvent& ce) {
-    const Event& e = ce.event;
-    const std::string path = Fill(url_.path, e);
+    const std::string path = Fill(url_.path, ce.event);
     const std::string where = "POST " + url_.origin + path.substr(0, path.find('?'));
+    if (auto wait = DestinationTurn(path, where)) return *wait;
+    PublishResult r = Deliver(call, ce, path, where);
+    EndDestinationTurn(path, r);
+    return r;
+  }
+
+  // One destination's outage, while others answer (kDestinationBackoffBase).
+  struct Destination {
+    int failures = 0;
+    Steady::time_point until;  // no request before this but the probe
+    bool probing = false;      // a request is testing it now
+    std::string last_error;
+  };
+
+  // Whether `path` is another destination than one that answered lately.
+  bool OthersAnsweringLocked(const std::string& path, Steady::time_point now)
+      OUTBOX_REQUIRES(dest_mu_) {
+    bool others = false;
+    for (auto it = answered_.begin(); it != answered_.end();) {
+      if (now - it->second > kOthersAnswering) {
+        it = answered_.erase(it);
+        continue;
+      }
+      others = others || it->first != path;
+      ++it;
+    }
+    return others;
+  }
+
+  // Before a request to `path`: a result when it must wait (its destination
+  // is backing off while others answer); else it may go (the probe, if it was
+  // backing off).
+  std::optional<PublishResult> DestinationTurn(const std::string& path, const std::string& where) {
+    MutexLock lock(dest_mu_);
+    auto it = destinations_.find(path);
+    const auto now = Steady::now();
+    if (it == destinations_.end() || !OthersAnsweringLocked(path, now)) return std::nullopt;
+    Destination& d = it->second;
+    if (now >= d.until && !d.probing) {
+      d.probing = true;
+      return std::nullopt;
+    }
+    const auto left = std::chrono::duration_cast<milliseconds>(d.until - now);
+    PublishResult r = Unavailable("not sent: " + where + " is backing off after " +
+                                      std::to_string(d.failures) + " failure(s) while other "
+                                      "destinations answer (" + d.last_error + ")",
+                                  std::max(left, kDestinationBackoffBase));
+    r.broker_unavailable = false;
+    return r;
+  }
+
+  // After a request to `path`: a 2xx clears its destination's outage, a
+  // failure of the receiver (no answer, 408, 429, 5xx) extends it. While
+  // another destination answers, the failure is this destination's alone: not
+  // an outage of the batch, nor of the transport (/readyz).
+  void EndDestinationTurn(const std::string& path, PublishResult& r) {
+    MutexLock lock(dest_mu_);
+    const auto now = Steady::now();
+    if (r.outcome == PublishOutcome::kAcked) {
+      answered_[path] = now;
+      destinations_.erase(path);
+      return;
+    }
+    const bool its_own = r.outcome == PublishOutcome::kRetryable && r.outage_for_event &&
+                         r.error.rfind("not sent", 0) != 0;
+    if (!its_own) {  // answered for good (4xx), or never sent (the call's deadline)
+      if (r.outcome == PublishOutcome::kFatal) {
+        destinations_.erase(path);
+      } else if (auto it = destinations_.find(path); it != destinations_.end()) {
+        it->second.probing = false;
+      }
+      return;
+    }
+    Destination& d = destinations_[path];
+    d.probing = false;
+    d.failures = std::min(d.failures + 1, 16);
+    const milliseconds backoff = std::min<milliseconds>(
+        kDestinationBackoffMax, kDestinationBackoffBase * (1 << std::min(d.failures - 1, 10)));
+    d.until = now + std::max(backoff, r.retry_after);
+    d.last_error = r.error.substr(0, 200);
+    if (OthersAnsweringLocked(path, now)) {
+      r.broker_unavailable = false;
+      r.retry_after = std::max(r.retry_after, std::chrono::duration_cast<milliseconds>(d.until - now));
+      unreachable_ = false;
+    }
+  }
+
+  PublishResult Deliver(Call& call, const ClaimedEvent& ce, const std::string& path,
+                        const std::string& where) {
+    const Event& e = ce.event;
     httplib::Headers headers;  // compares names ignoring case
     std::string content_type = "application/octet-stream";
     auto add = [&](const std::string& name, const std::string& value) {
@@ -467,6 +565,9 @@ class HttpTransport final : public Transport {
   const ParsedUrl url_;
   Mutex pool_mu_;
   std::vector<std::unique_ptr<httplib::Client>> idle_ OUTBOX_GUARDED_BY(pool_mu_);
+  Mutex dest_mu_;
+  std::map<std::string, Destination> destinations_ OUTBOX_GUARDED_BY(dest_mu_);  // by path
+  std::map<std::string, Steady::time_point> answered_ OUTBOX_GUARDED_BY(dest_mu_);  // last 2xx by path
   std::atomic<bool> unreachable_{false};
 };
 
@@ -526,11 +627,16 @@ Result<std::unique_ptr<Transport>> OpenHttpTransport(const HttpTransportOptions&
       return Status::InvalidArgument("http_delivery.tls_ca_file: \"" + path +
                                      "\" is a directory, not a PEM file of CA certificates");
     }
-    std::ifstream f(path);
-    if (!f) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
       return Status::InvalidArgument("http_delivery.tls_ca_file: cannot read \"" + path + "\"");
     }
-    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string text;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0 && text.size() < (1u << 24);) {
+      text.append(buf, n);
+    }
+    std::fclose(f);
     if (text.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
       return Status::InvalidArgument("http_delivery.tls_ca_file: \"" + path +
                                      "\" holds no PEM certificate (-----BEGIN CERTIFICATE-----)");

@@ -4,6 +4,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <algorithm>
+#include <memory>
 #include <set>
 
 #include "common.h"
@@ -94,7 +95,12 @@ class Forwarder {
 
   // Produces all and waits for every delivery report; returns the first error.
   Status Send(std::span<const OutboundMessage> items) {
-    std::vector<rd_kafka_resp_err_t> results(items.size(), RD_KAFKA_RESP_ERR__IN_PROGRESS);
+    // The delivery reports' slots live on the heap: if some report is still due
+    // when this call gives up, the slots are kept (orphans_) rather than freed
+    // under it.
+    auto slots = std::make_shared<std::vector<rd_kafka_resp_err_t>>(items.size(),
+                                                                   RD_KAFKA_RESP_ERR__IN_PROGRESS);
+    std::vector<rd_kafka_resp_err_t>& results = *slots;
     for (std::size_t i = 0; i < items.size(); ++i) {
       const OutboundMessage& it = items[i];
       rd_kafka_headers_t* hdrs = rd_kafka_headers_new(it.headers.size());
@@ -122,7 +128,7 @@ class Forwarder {
       // each ends _PURGE_QUEUE or _PURGE_INFLIGHT, and the originals are
       // consumed again.
       rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-      rd_kafka_flush(rk_, 5000);
+      if (rd_kafka_flush(rk_, 5000) != RD_KAFKA_RESP_ERR_NO_ERROR) orphans_.push_back(slots);
     }
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (results[i] != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -138,6 +144,10 @@ class Forwarder {
 
  private:
   rd_kafka_t* rk_ = nullptr;
+  // Slots of calls that gave up with reports still due (rare: a broker that
+  // answers nothing even to the purge's flush); small, kept for the
+  // producer's life.
+  std::vector<std::shared_ptr<std::vector<rd_kafka_resp_err_t>>> orphans_;
 };
 
 rd_kafka_topic_partition_list_t* ToList(const std::map<TopicPartition, std::int64_t>& offsets) {
@@ -367,11 +377,17 @@ class KafkaInboxSource final : public InboxSource {
   void NoteBroker(std::string why) {
     MutexLock l(health_mu_);
     broker_error_ = std::move(why);
+    broker_error_at_ = std::chrono::steady_clock::now();
   }
 
  public:
+  // An error ages out after kBrokerErrorHold without a new one: an idle
+  // consumer gets no message, assignment or commit to clear it, while a broker
+  // that stays away keeps reporting (request timeouts recur).
   std::string NotReadyReason() const override {
+    static constexpr auto kBrokerErrorHold = std::chrono::seconds(60);
     MutexLock l(health_mu_);
+    if (std::chrono::steady_clock::now() - broker_error_at_ > kBrokerErrorHold) return "";
     return broker_error_;
   }
 
@@ -382,6 +398,7 @@ class KafkaInboxSource final : public InboxSource {
   Forwarder forwarder_;
   mutable Mutex health_mu_;  // librdkafka's threads write, /readyz reads
   std::string broker_error_ OUTBOX_GUARDED_BY(health_mu_);
+  std::chrono::steady_clock::time_point broker_error_at_ OUTBOX_GUARDED_BY(health_mu_);
   std::set<TopicPartition> owned_;  // as of the last rebalance callback
   bool revoked_ = false;            // a revocation happened during this Poll
 };

@@ -3,11 +3,13 @@
 -- Version 5: a btree entry holds at most about 2,700 bytes, so a dedup key (an
 -- event id, a business key) or an order key (a message key) longer than that
 -- failed its batch with SQLSTATE 54000 ("index row requires ... bytes") or
--- "btree maximum 2704". Keys are still stored whole; the unique indexes are
--- now on {S}.inbox_key(key): the key's bytes when it has at most 512, else a
--- zero byte and the key's SHA-256. Text never holds a zero byte, so the two
--- forms cannot meet; two long keys meet only when SHA-256 collides. Lookups
--- compare the indexed form and then the whole key.
+-- "btree maximum 2704". Keys are still stored whole; the stamps' primary key
+-- is now (consumer, key_hash), key_hash being {S}.inbox_key(dedup_key): the
+-- key's bytes when it has at most 512, else a zero byte and the key's SHA-256.
+-- Text never holds a zero byte, so the two forms cannot meet; two long keys
+-- meet only when SHA-256 collides. Lookups compare key_hash and then the whole
+-- key. A primary key (not an expression index) keeps the table's replica
+-- identity, so a publication FOR ALL TABLES still takes its updates and deletes.
 CREATE FUNCTION {S}.inbox_key(k text) RETURNS bytea
   LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $fn$
@@ -15,8 +17,10 @@ AS $fn$
               ELSE '\x00'::bytea || sha256(convert_to(k, 'UTF8')) END
 $fn$;
 
+ALTER TABLE {S}.inbox_stamps
+  ADD COLUMN key_hash bytea GENERATED ALWAYS AS ({S}.inbox_key(dedup_key)) STORED;
 ALTER TABLE {S}.inbox_stamps DROP CONSTRAINT inbox_stamps_pkey;
-CREATE UNIQUE INDEX inbox_stamps_key_idx ON {S}.inbox_stamps (consumer, {S}.inbox_key(dedup_key));
+ALTER TABLE {S}.inbox_stamps ADD PRIMARY KEY (consumer, key_hash);
 
 ALTER TABLE {S}.inbox_parked DROP CONSTRAINT inbox_parked_consumer_dedup_key_key;
 CREATE UNIQUE INDEX inbox_parked_dedup_idx ON {S}.inbox_parked (consumer, {S}.inbox_key(dedup_key));
@@ -50,7 +54,7 @@ BEGIN
   END IF;
   UPDATE {S}.inbox_stamps s SET duplicates = s.duplicates + 1, last_duplicate_at = now()
   WHERE s.consumer = try_apply.consumer
-    AND {S}.inbox_key(s.dedup_key) = {S}.inbox_key(try_apply.dedup_key)
+    AND s.key_hash = {S}.inbox_key(try_apply.dedup_key)
     AND s.dedup_key = try_apply.dedup_key;
   RETURN false;
 END
