@@ -79,8 +79,8 @@ TEST_F(RelayCdcTest, StreamsEverythingInOrderWithTheSameIdsKeysAndHeadersAndClai
                                   Slot() + "' AND reader = 'relay-0'") == "1";
   }, 10s));
   int status = 0;
-  Get(port, "/readyz", &status);
-  EXPECT_EQ(status, 200);
+  const std::string ready = WaitReady(port, &status);
+  EXPECT_EQ(status, 200) << ready;
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }

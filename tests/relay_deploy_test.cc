@@ -52,8 +52,8 @@ TEST_F(RelayDeployTest, ThroughPgBouncerInTransactionPoolingEverythingIsDelivere
   auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer, Scaled(30s));
   EXPECT_EQ(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u);
   int status = 0;
-  Get(port, "/readyz", &status);
-  EXPECT_EQ(status, 200);
+  const std::string ready = WaitReady(port, &status);
+  EXPECT_EQ(status, 200) << ready;
   EXPECT_EQ(relay.Log().find("unsupported startup parameter"), std::string::npos) << relay.Log();
 
   const std::string db = " --db '" + bouncer_url_ + "' --schema " + schema_;

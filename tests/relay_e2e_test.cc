@@ -19,8 +19,8 @@ TEST_F(RelayE2ETest, DeliversEverythingInOrderWithKeysAndHeaders) {
   auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer, Scaled(30s));
   EXPECT_EQ(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u) << "no fault, so no duplicates";
   int status = 0;
-  Get(port, "/readyz", &status);
-  EXPECT_EQ(status, 200);
+  const std::string ready = WaitReady(port, &status);
+  EXPECT_EQ(status, 200) << ready;
   const std::string metrics = Get(port, "/metrics");
   EXPECT_EQ(Metric(metrics, "outbox_relay_events_published_total"), kProducers * kAggs * kPer);
   EXPECT_GT(Metric(metrics, "outbox_relay_commit_to_ack_seconds_count"), 0);
@@ -193,8 +193,8 @@ TEST_F(RelayE2ETest, ABlackHoledBrokerIsReportedOnReadyzUntilABatchIsAcked) {
   EnqueueMany(1, 2, 2);
   ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 4; }, Scaled(30s))) << relay.Log();
   int status = 0;
-  Get(port, "/readyz", &status);
-  ASSERT_EQ(status, 200);
+  const std::string ready = WaitReady(port, &status);
+  ASSERT_EQ(status, 200) << ready << relay.Log();
   ASSERT_EQ(kafka_->Control("rtt -1 600000"), "ok");  // every answer ten minutes late
   EnqueueMany(1, 2, 6, 2);  // the same aggregates, events 2..5
   std::string why;
@@ -229,8 +229,8 @@ TEST_F(RelayE2ETest, AHalfOpenDatabasePathIsReportedOnReadyzAndRecoveredFrom) {
   EnqueueMany(1, 2, 2);
   ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 4; }, Scaled(30s))) << relay.Log();
   int status = 0;
-  Get(port, "/readyz", &status);
-  ASSERT_EQ(status, 200);
+  const std::string ready = WaitReady(port, &status);
+  ASSERT_EQ(status, 200) << ready << relay.Log();
   proxy.Darken();
   const auto dark_at = std::chrono::steady_clock::now();
   std::string why;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -480,6 +481,39 @@ TEST(RelayEngine, AFailedGaugesQueryIsTriedAgainNextRound) {
   // paced like an answer, the second would wait 10 s.
   EXPECT_GE(r.calls, 2) << "relay time " << r.elapsed.count() << " ms";
   EXPECT_EQ(r.pending, 1'000'000) << "the gauges were set after the failure";
+}
+
+// Before the database's first answer /readyz says the relay is starting, not
+// that the database is unreachable (a relay that had just delivered its first
+// rows said "database unreachable" until its first gauges round ended); after
+// an error it says unreachable.
+TEST(RelayEngine, BeforeTheFirstDatabaseAnswerTheRelayIsStartingNotUnreachable) {
+  Engine e(0);
+  test_util::FakeClock clock;
+  std::promise<void> open_view;
+  std::shared_future<void> opened = open_view.get_future().share();
+  StoreParts parts;
+  parts.queue = [&]() -> Result<std::unique_ptr<ClaimQueue>> {
+    return std::unique_ptr<ClaimQueue>(std::make_unique<FakeQueue>(e.table));
+  };
+  parts.view = [opened]() -> Result<std::unique_ptr<OutboxView>> {
+    opened.wait();
+    return Status::Unavailable("connection refused");
+  };
+  RelayOptions o = Options();
+  o.clock = &clock;
+  o.workers = 1;
+  auto relay = Relay::Create(o, std::move(parts), e.transport, e.metrics, e.logger);
+  ASSERT_TRUE(relay.ok()) << relay.status().ToString();
+  std::thread runner([&] { (void)(*relay)->Run(); });
+  for (int i = 0; i < 5000 && e.table.claims.load() == 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_FALSE((*relay)->Ready());
+  EXPECT_EQ((*relay)->NotReadyReason(), "not ready: starting (waiting for the database's first answer)\n");
+  open_view.set_value();
+  for (int i = 0; i < 5000 && e.metrics.db_errors.Value() == 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ((*relay)->NotReadyReason(), "not ready: database unreachable\n");
+  (*relay)->RequestStop();
+  test_util::JoinAdvancing(runner, clock, 20ms);
 }
 
 }  // namespace

@@ -125,6 +125,16 @@ class RelayE2ETest : public ::testing::Test {
     return res ? res->body : "";
   }
 
+  // /readyz's answer once it is 200, or its last answer after 10 s (scaled).
+  // A relay that has just delivered may not have had its first gauges round
+  // yet: it answers "not ready: starting" for those moments.
+  static std::string WaitReady(int port, int* status) {
+    std::string body;
+    WaitFor([&] { body = Get(port, "/readyz", status); return *status == 200; },
+            Scaled(std::chrono::seconds(10)));
+    return body;
+  }
+
   // The value of a sample in Prometheus text (its name, and labels it must
   // have), or -1 (prometheus_text.h).
   static double Metric(const std::string& body, const std::string& name) {

@@ -351,6 +351,9 @@ class Relay {
   int running_ OUTBOX_GUARDED_BY(mu_) = 0;  // threads not yet finished
   std::atomic<int> db_ok_workers_{0};
   std::atomic<bool> db_ok_housekeeping_{false};
+  // Set by the first database error: until then a relay whose first answers
+  // have not come yet is "starting", not "database unreachable".
+  std::atomic<bool> db_failed_once_{false};
   // cdc: housekeeping saw the slot over max_retained_wal_bytes (set), or the
   // outbox drained after a cap stop (cleared); read by StreamLoop.
   std::atomic<bool> wal_capped_{false};

@@ -372,7 +372,9 @@ std::string Relay::NotReadyReason() const {
     MutexLock lock(mu_);
     const std::string& refused = db_ok_workers_ == 0 && !refused_by_workers_.empty() ? refused_by_workers_
                                                                                      : refused_by_housekeeping_;
-    why = refused.empty() ? "database unreachable" : refused;
+    why = !refused.empty() ? refused
+          : db_failed_once_ ? "database unreachable"
+                            : "starting (waiting for the database's first answer)";
   }
   if (!transport_.Healthy()) {
     why += (why.empty() ? "" : "; ") + transport_.UnhealthyReason();
@@ -386,6 +388,7 @@ std::string Relay::NotReadyReason() const {
 
 bool Relay::NoteDbError(const Status& st, std::string* refusal) {
   metrics_.db_errors.Inc();
+  db_failed_once_ = true;
   // The outbox's own schema or functions missing (42P01, 42883, 3F000): a
   // configuration error too, named on /readyz, but not a refused role.
   if (st.code() == Code::kFailedPrecondition && st.message().find("outboxctl migrate") != std::string::npos) {
