@@ -1,0 +1,363 @@
+// log_drain: issue 42's first step, a prototype of the outbox as a log,
+// measured beside today's store and the pipeline floor before anything is
+// built. One process, one database session per method, the methods
+// interleaved run by run over the same rows (so they see the same machine).
+//
+// The prototype (bench_log schema, SQL only, created here):
+//   log   each event written once: (pos from a sequence, txid =
+//         pg_current_xact_id(), slot = hash of the aggregate mod --slots, the
+//         event's columns); one index, (slot, txid, pos), which is all the
+//         read needs.
+//   slot  one row per slot: owner token and, as the position, two snapshots
+//         (lo: what is published; hi: the range being published) and the last
+//         pos published of the range. A range is what is visible in hi and
+//         not in lo: commit visibility, so a transaction open across many
+//         ranges is published in the range where it becomes visible, and
+//         nobody waits for it.
+//   read  a page is the range's next events by pos (the per-aggregate commit
+//         order: enqueue takes the aggregate's lock before its nextval); a
+//         range bigger than a page has its keys (slot, txid, pos) read once
+//         in pos order, then each page is fetched by its keys.
+//   write one UPDATE of the slot rows per page (done_pos; at a range's end
+//         lo := hi, hi := pg_current_snapshot()), fenced by the token.
+//
+// Methods (events/s, one session each):
+//   claim+mark       today's store: Claim (ordered) + MarkSent, no broker
+//   log read+pos     the prototype's page read + position update, no broker
+//   today+broker     Claim + Publish (the relay's Kafka producer) + MarkSent
+//   log+broker       the prototype's read + Publish + position update
+//   floor            the pipeline floor: the same rows read by keyset from a
+//                    table with only a primary key, published, no bookkeeping
+//   bare DELETE      DELETE ... RETURNING of the outbox's rows (the ceiling
+//                    of the earlier issues), no broker
+//
+//   log_drain --db URL --mock BIN [--rows 100000] [--batch 500] [--runs 3]
+//             [--slots 16] [--aggregates 1000] [--payload 200] [--per-tx 10]
+#include <algorithm>
+#include <map>
+#include <span>
+
+#include "drain_common.h"
+#include "mock_broker.h"
+#include "outbox/kafka.h"
+
+namespace {
+
+using namespace outbox;
+using namespace outbox::bench;
+
+const std::string kToday = "bench_log_today";
+const std::string kLog = "bench_log";
+
+// The result of a query with parameters; exits on error.
+struct Rows {
+  PGresult* r = nullptr;
+  ~Rows() { PQclear(r); }
+  int n() const { return PQntuples(r); }
+  const char* at(int i, int j) const { return PQgetvalue(r, i, j); }
+  std::string str(int i, int j) const { return std::string(at(i, j), static_cast<std::size_t>(PQgetlength(r, i, j))); }
+};
+
+std::unique_ptr<Rows> MustQuery(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
+                                bool binary_payload = false) {
+  std::vector<const char*> v;
+  for (const auto& p : params) v.push_back(p.c_str());
+  auto out = std::make_unique<Rows>();
+  out->r = PQexecParams(c, sql.c_str(), static_cast<int>(v.size()), nullptr, v.data(), nullptr, nullptr,
+                        binary_payload ? 1 : 0);
+  const ExecStatusType st = PQresultStatus(out->r);
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    std::fprintf(stderr, "SQL failed: %s\n%s", sql.c_str(), PQresultErrorMessage(out->r));
+    std::exit(1);
+  }
+  return out;
+}
+
+std::string PgArray(const std::vector<std::string>& v) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ',';
+    s += v[i];
+  }
+  s += '}';
+  return s;
+}
+
+// The prototype's tables, filled with `rows` events, `per_tx` a transaction.
+void MakeLog(PGconn* c, int rows, int slots, int aggregates, int payload, int per_tx) {
+  const std::string s = kLog;
+  MustExec(c, "DROP SCHEMA IF EXISTS " + s + " CASCADE");
+  MustExec(c, "CREATE SCHEMA " + s);
+  MustExec(c, "CREATE SEQUENCE " + s + ".pos_seq");
+  MustExec(c, "CREATE TABLE " + s + ".log (pos bigint NOT NULL DEFAULT nextval('" + s +
+                  ".pos_seq'), txid xid8 NOT NULL DEFAULT pg_current_xact_id(), slot smallint NOT NULL, "
+                  "event_id uuid NOT NULL, aggregate_type text NOT NULL, aggregate_id text NOT NULL, "
+                  "event_type text NOT NULL, payload bytea NOT NULL, headers jsonb NOT NULL, "
+                  "created_at timestamptz NOT NULL DEFAULT now())");
+  MustExec(c, "CREATE INDEX log_read ON " + s + ".log (slot, txid, pos)");
+  MustExec(c, "CREATE TABLE " + s + ".slot (slot int PRIMARY KEY, token bigint NOT NULL, lo pg_snapshot NOT NULL, "
+                  "hi pg_snapshot, done_pos bigint NOT NULL DEFAULT 0) WITH (fillfactor = 20)");
+  MustExec(c, "INSERT INTO " + s + ".slot (slot, token, lo) SELECT g, 1, '1:1:' FROM generate_series(0, " +
+                  std::to_string(slots - 1) + ") g");
+  // `per_tx` events a transaction, as producers write them (each its own xid).
+  MustExec(c, "CREATE PROCEDURE " + s + ".fill(n int, per_tx int, aggs int, payload int, slots int) "
+                  "LANGUAGE plpgsql AS $$ BEGIN FOR t IN 0 .. (n / per_tx) - 1 LOOP "
+                  "INSERT INTO " + s + ".log (slot, event_id, aggregate_type, aggregate_id, event_type, payload, headers) "
+                  "SELECT (hashtext('bench/agg-' || (i % aggs)) & 2147483647) % slots, gen_random_uuid(), 'bench', "
+                  "'agg-' || (i % aggs), 'BenchEvent', convert_to(repeat('x', payload), 'UTF8'), "
+                  "'{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}' "
+                  "FROM generate_series(t * per_tx, t * per_tx + per_tx - 1) i; COMMIT; END LOOP; END $$");
+  MustExec(c, "CALL " + s + ".fill(" + std::to_string(rows) + ", " + std::to_string(per_tx) + ", " +
+                  std::to_string(aggregates) + ", " + std::to_string(payload) + ", " + std::to_string(slots) + ")");
+  // The floor's table: the same rows, a primary key only.
+  MustExec(c, "CREATE TABLE " + s + ".floor AS SELECT * FROM " + s + ".log");
+  MustExec(c, "ALTER TABLE " + s + ".floor ADD PRIMARY KEY (pos)");
+  MustExec(c, "VACUUM ANALYZE " + s + ".log, " + s + ".floor, " + s + ".slot");
+  MustExec(c, "CHECKPOINT");
+}
+
+using Publisher = std::function<void(std::span<const ClaimedEvent>)>;
+
+ClaimedEvent FromRow(const Rows& r, int i, int first_col) {
+  ClaimedEvent e;
+  e.event_id = r.str(i, first_col);
+  e.event.aggregate_type = r.str(i, first_col + 1);
+  e.event.aggregate_id = r.str(i, first_col + 2);
+  e.event.event_type = r.str(i, first_col + 3);
+  e.event.payload = r.str(i, first_col + 4);
+  // The header of every bench row (today's store parses the jsonb the same way).
+  e.event.headers.push_back({"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"});
+  return e;
+}
+
+// The columns a page carries (payload as bytes: text mode's bytea is hex, so
+// it is decoded by the server with convert_from for the bench's ASCII payloads).
+const char* kCols = "l.event_id::text, l.aggregate_type, l.aggregate_id, l.event_type, "
+                    "convert_from(l.payload, 'UTF8'), l.headers::text";
+
+struct LogStats {
+  long events = 0;
+  long position_writes = 0;  // slot rows updated
+  long pages = 0;
+};
+
+// Drains the prototype's log from one session: every slot owned (token 1).
+// Returns events/s; `publish` null: no broker.
+double DrainLog(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats) {
+  PGconn* c = MustConnect(url);
+  const std::string s = kLog;
+  // The range of every owned slot: visible in hi, not in lo, after done_pos;
+  // as PgQ does, the index is searched from lo's xmax, plus the transactions
+  // lo saw running (an open transaction does not widen every read).
+  const std::string in_range =
+      "l.slot = s.slot AND pg_visible_in_snapshot(l.txid, s.hi) AND NOT pg_visible_in_snapshot(l.txid, s.lo) "
+      "AND ((l.txid >= pg_snapshot_xmax(s.lo) AND l.txid < pg_snapshot_xmax(s.hi)) "
+      "OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo)))) AND l.pos > s.done_pos";
+  const std::string first_page = "SELECT " + std::string(kCols) + ", l.slot, l.pos FROM " + s + ".slot s JOIN " + s +
+                                 ".log l ON " + in_range + " WHERE s.token = 1 ORDER BY l.pos LIMIT " +
+                                 std::to_string(batch + 1);
+  const std::string keys = "SELECT l.slot, l.txid, l.pos FROM " + s + ".slot s JOIN " + s + ".log l ON " + in_range +
+                           " WHERE s.token = 1 ORDER BY l.pos";
+  const std::string by_keys = "SELECT " + std::string(kCols) + ", l.slot, l.pos FROM unnest($1::int[], $2::xid8[], "
+                              "$3::bigint[]) k(slot, txid, pos) JOIN " + s + ".log l ON l.slot = k.slot AND "
+                              "l.txid = k.txid AND l.pos = k.pos ORDER BY l.pos";
+  // Fenced by the token: a relay that lost the slot moves nothing.
+  const std::string advance_pos = "UPDATE " + s + ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
+                                  "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1";
+  const std::string next_range = "UPDATE " + s + ".slot SET lo = coalesce(hi, lo), hi = pg_current_snapshot(), "
+                                 "done_pos = 0 WHERE token = 1";
+  auto t0 = std::chrono::steady_clock::now();
+  MustExec(c, next_range);
+  long sent = 0;
+  std::vector<std::string> ks, kt, kp;  // a big range's keys, in pos order
+  std::size_t next_key = 0;
+  for (;;) {
+    std::unique_ptr<Rows> page;
+    if (next_key < ks.size()) {
+      const std::size_t end = std::min(ks.size(), next_key + static_cast<std::size_t>(batch));
+      auto part = [&](const std::vector<std::string>& v) {
+        return PgArray(std::vector<std::string>(v.begin() + static_cast<long>(next_key), v.begin() + static_cast<long>(end)));
+      };
+      page = MustQuery(c, by_keys, {part(ks), part(kt), part(kp)});
+      next_key = end;
+    } else {
+      ks.clear(), kt.clear(), kp.clear();
+      next_key = 0;
+      page = MustQuery(c, first_page, {});
+      if (page->n() > batch) {
+        // A range bigger than a page: its keys once, in pos order.
+        auto k = MustQuery(c, keys, {});
+        for (int i = batch; i < k->n(); ++i) {
+          ks.push_back(k->str(i, 0)), kt.push_back(k->str(i, 1)), kp.push_back(k->str(i, 2));
+        }
+      }
+    }
+    const int n = std::min(page->n(), batch);
+    if (n == 0) {
+      if (sent >= rows) break;
+      stats->position_writes += MustExec(c, next_range);  // the range is done
+      continue;
+    }
+    std::vector<ClaimedEvent> events;
+    events.reserve(static_cast<std::size_t>(n));
+    std::map<std::string, std::string> last;  // slot -> last pos of the page
+    for (int i = 0; i < n; ++i) {
+      events.push_back(FromRow(*page, i, 0));
+      last[page->str(i, 6)] = page->str(i, 7);
+    }
+    if (publish) publish(events);
+    std::vector<std::string> sl, ps;
+    for (const auto& [slot, pos] : last) sl.push_back(slot), ps.push_back(pos);
+    auto u = MustQuery(c, advance_pos, {PgArray(sl), PgArray(ps)});
+    stats->position_writes += std::atol(PQcmdTuples(u->r));
+    ++stats->pages;
+    sent += n;
+  }
+  const double secs = SecondsSince(t0);
+  PQfinish(c);
+  stats->events += sent;
+  if (sent != rows) {
+    std::fprintf(stderr, "log drain: %ld of %ld events\n", sent, rows);
+    std::exit(1);
+  }
+  return static_cast<double>(sent) / secs;
+}
+
+// The pipeline floor: keyset pages of the floor table, published, nothing written.
+double DrainFloor(const std::string& url, int batch, long rows, const Publisher& publish) {
+  PGconn* c = MustConnect(url);
+  const std::string q = "SELECT " + std::string(kCols) + ", l.pos FROM " + kLog + ".floor l WHERE l.pos > $1 "
+                        "ORDER BY l.pos LIMIT " + std::to_string(batch);
+  auto t0 = std::chrono::steady_clock::now();
+  long sent = 0;
+  std::string after = "0";
+  for (;;) {
+    auto page = MustQuery(c, q, {after});
+    if (page->n() == 0) break;
+    std::vector<ClaimedEvent> events;
+    for (int i = 0; i < page->n(); ++i) events.push_back(FromRow(*page, i, 0));
+    publish(events);
+    after = page->str(page->n() - 1, 6);
+    sent += page->n();
+  }
+  const double secs = SecondsSince(t0);
+  PQfinish(c);
+  if (sent != rows) std::exit(1);
+  return static_cast<double>(sent) / secs;
+}
+
+// Today's pipeline from one session: Claim + Publish + MarkSent.
+double DrainTodayWithBroker(const std::string& url, int batch, long rows, const Publisher& publish) {
+  PostgresStoreOptions o;
+  o.conninfo = url;
+  o.schema = kToday;
+  auto store = OpenPostgresStore(o);
+  if (!store.ok()) std::exit(1);
+  ClaimOptions co;
+  co.batch_size = batch;
+  co.owner = "bench";
+  co.ordered = true;
+  auto t0 = std::chrono::steady_clock::now();
+  long sent = 0;
+  for (;;) {
+    auto claim = (*store)->Claim(co);
+    if (!claim.ok()) std::exit(1);
+    if (claim->events.empty()) break;
+    publish(claim->events);
+    std::vector<Ticket> t;
+    for (const auto& e : claim->events) t.push_back(e.ticket);
+    auto m = (*store)->MarkSent(t);
+    if (!m.ok() || !m->refused.empty()) std::exit(1);
+    sent += static_cast<long>(claim->events.size());
+  }
+  const double secs = SecondsSince(t0);
+  if (sent != rows) std::exit(1);
+  return static_cast<double>(sent) / secs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f(argc, argv,
+          {{"db", DefaultDb()}, {"mock", ""}, {"rows", "100000"}, {"batch", "500"}, {"runs", "3"},
+           {"slots", "16"}, {"aggregates", "1000"}, {"payload", "200"}, {"per-tx", "10"}});
+  const std::string url = f.Str("db");
+  if (url.empty() || f.Str("mock").empty()) {
+    std::fprintf(stderr, "log_drain: --db URL (or OUTBOX_PG_URL) and --mock BIN required\n");
+    return 2;
+  }
+  const int rows = f.Int("rows"), batch = f.Int("batch"), runs = f.Int("runs");
+  const int aggregates = f.Int("aggregates"), payload = f.Int("payload");
+  PGconn* admin = MustConnect(url);
+  MigrateFresh(admin, url, kToday);
+  MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "log_drain_mock");
+  KafkaTransportOptions ko;
+  ko.properties["bootstrap.servers"] = mock.bootstrap;
+  auto transport = OpenKafkaTransport(ko);
+  if (!transport.ok()) {
+    std::fprintf(stderr, "%s\n", transport.status().ToString().c_str());
+    return 1;
+  }
+  const Publisher publish = [&](std::span<const ClaimedEvent> events) {
+    for (const auto& r : (*transport)->Publish(events)) {
+      if (r.outcome != PublishOutcome::kAcked) {
+        std::fprintf(stderr, "publish: %s\n", r.error.c_str());
+        std::exit(1);
+      }
+    }
+  };
+  struct Method {
+    std::string name;
+    std::function<double()> run;
+    std::vector<double> rates;
+  };
+  LogStats bare_stats, broker_stats;
+  auto fill_today = [&] { FillOutbox(admin, kToday, rows, aggregates, payload); };
+  auto fill_log = [&] { MakeLog(admin, rows, f.Int("slots"), aggregates, payload, f.Int("per-tx")); };
+  std::vector<Method> methods = {
+      {"claim+mark: today's store, Claim (ordered) + MarkSent, no broker",
+       [&] { fill_today(); return DrainStore(url, kToday, SentMode::kUpdate, true, batch, rows); }, {}},
+      {"log read+pos: the prototype's page read + position update, no broker",
+       [&] { fill_log(); return DrainLog(url, batch, rows, nullptr, &bare_stats); }, {}},
+      {"today+broker: Claim + Publish (mock Kafka) + MarkSent",
+       [&] { fill_today(); return DrainTodayWithBroker(url, batch, rows, publish); }, {}},
+      {"log+broker: the prototype's read + Publish (mock Kafka) + position update",
+       [&] { fill_log(); return DrainLog(url, batch, rows, publish, &broker_stats); }, {}},
+      {"pipeline floor: keyset read of a primary-key-only copy + Publish, no bookkeeping",
+       [&] { fill_log(); return DrainFloor(url, batch, rows, publish); }, {}},
+      {"bare DELETE ... RETURNING of the outbox's rows, no broker",
+       [&] { fill_today(); return DrainCeiling(admin, kToday, batch, rows); }, {}},
+  };
+  for (int run = 0; run < runs; ++run) {
+    // Alternate the order so no method always runs first (or last).
+    std::vector<Method*> order;
+    for (auto& m : methods) order.push_back(&m);
+    if (run % 2 == 1) std::reverse(order.begin(), order.end());
+    for (Method* m : order) {
+      m->rates.push_back(m->run());
+      std::fprintf(stderr, "run %d: %s %.0f\n", run + 1, m->name.c_str(), m->rates.back());
+    }
+  }
+  auto join = [](const std::vector<double>& v) {
+    std::string s;
+    for (double x : v) {
+      if (!s.empty()) s += ' ';
+      s += std::to_string(static_cast<long>(x));
+    }
+    return s;
+  };
+  const double claim_mark = Median(methods[0].rates), floor = Median(methods[4].rates);
+  std::printf("| method (one session) | median events/s | runs | / claim+mark | / floor |\n|---|---|---|---|---|\n");
+  for (const auto& m : methods) {
+    std::printf("| %s | %.0f | %s | %.2f | %.2f |\n", m.name.c_str(), Median(m.rates), join(m.rates).c_str(),
+                Median(m.rates) / claim_mark, Median(m.rates) / floor);
+  }
+  std::printf("\nPosition writes (slot rows updated) per event: %.4f without the broker, %.4f with it "
+              "(pages of %d; today's store: 2 row writes per event, the claim and the mark).\n",
+              static_cast<double>(bare_stats.position_writes) / static_cast<double>(bare_stats.events),
+              static_cast<double>(broker_stats.position_writes) / static_cast<double>(broker_stats.events), batch);
+  MustExec(admin, "DROP SCHEMA " + kLog + " CASCADE");
+  MustExec(admin, "DROP SCHEMA " + kToday + " CASCADE");
+  PQfinish(admin);
+  return 0;
+}
