@@ -387,8 +387,8 @@ std::string Relay::NotReadyReason() const {
 }
 
 bool Relay::NoteDbError(const Status& st, std::string* refusal) {
+  db_failed_once_ = true;  // before the count: a reader of the count sees the flag
   metrics_.db_errors.Inc();
-  db_failed_once_ = true;
   // The outbox's own schema or functions missing (42P01, 42883, 3F000): a
   // configuration error too, named on /readyz, but not a refused role.
   if (st.code() == Code::kFailedPrecondition && st.message().find("outboxctl migrate") != std::string::npos) {
@@ -904,8 +904,8 @@ std::optional<StoreStats> Relay::RefreshGauges(OutboxView& view,
                    ? relay_internal::NextStatsAt(options_, started, clock_.Now() - started)
                    : started + options_.stats_interval;
   if (!st.ok()) {
-    db_ok_housekeeping_ = false;
     (void)NoteDbError(st.status(), &refused_by_housekeeping_);
+    db_ok_housekeeping_ = false;
     return std::nullopt;
   }
   if (!db_ok_housekeeping_) ClearRefusal(&refused_by_housekeeping_);
