@@ -50,6 +50,16 @@ inline double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// Each run's figure, whole, joined by `sep` (the runs column of a table).
+inline std::string JoinRates(const std::vector<double>& v, const char* sep = ", ") {
+  std::string s;
+  for (double x : v) {
+    if (!s.empty()) s += sep;
+    s += std::to_string(static_cast<long>(x));
+  }
+  return s;
+}
+
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -270,15 +270,6 @@ Drain DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
   return d;
 }
 
-std::string Join(const std::vector<double>& v) {
-  std::string s;
-  for (double x : v) {
-    if (!s.empty()) s += ", ";
-    s += std::to_string(static_cast<long>(x));
-  }
-  return s;
-}
-
 // The relay's commit → broker ack histogram (outbox_relay_commit_to_ack_seconds):
 // the share of events acked within 5 ms (exact: a bucket bound) and p50 / p99
 // interpolated inside their buckets as Prometheus' histogram_quantile does.
@@ -425,18 +416,18 @@ int main(int argc, char** argv) {
   std::printf("| method | median events/s | runs | / ceiling | relay WAL per event | relay peak RSS |\n");
   std::printf("|---|---|---|---|---|---|\n");
   std::printf("| ceiling: bare libpq replication stream of the same slot (pgoutput, binary; no tuple decoding, no broker, no writes) | %.0f | %s | 1.00 | — | — |\n",
-              ceiling, Join(bare).c_str());
+              ceiling, JoinRates(bare).c_str());
   std::printf("| the stream's one write per event alone: MarkSent (token 0) of the committed rows in batches of 2,000, one session (no reading, no broker) | %.0f | %s | %.2f | — | — |\n",
-              Median(marks), Join(marks).c_str(), Median(marks) / ceiling);
+              Median(marks), JoinRates(marks).c_str(), Median(marks) / ceiling);
   std::printf("| outbox-relay, relay.source = cdc → mock Kafka | %.0f | %s | %.2f | %.0f bytes | %.1f MiB |\n",
-              Median(cdc), Join(cdc).c_str(), Median(cdc) / ceiling, Median(cdc_wal), Median(cdc_rss));
+              Median(cdc), JoinRates(cdc).c_str(), Median(cdc) / ceiling, Median(cdc_wal), Median(cdc_rss));
   std::printf("| outbox-relay, relay.source = cdc, cdc.batches_in_flight = 4 (opt-in) | %.0f | %s | %.2f | — | — |\n",
-              Median(cdc_serial), Join(cdc_serial).c_str(), Median(cdc_serial) / ceiling);
+              Median(cdc_serial), JoinRates(cdc_serial).c_str(), Median(cdc_serial) / ceiling);
   std::printf("| outbox-relay, relay.source = poll → mock Kafka | %.0f | %s | %.2f | %.0f bytes | %.1f MiB |\n",
-              Median(poll), Join(poll).c_str(), Median(poll) / ceiling, Median(poll_wal), Median(poll_rss));
+              Median(poll), JoinRates(poll).c_str(), Median(poll) / ceiling, Median(poll_wal), Median(poll_rss));
   std::printf("\ncdc / poll: %.2f×; cdc / the marks alone: %.2f×; cdc with 4 batches in flight / with %s: %.2f×. Rows the cdc relay's sweeper claimed during its drains: %s (the stream sent the rest).\n",
               Median(cdc) / Median(poll), Median(cdc) / Median(marks), "the default 1",
-              Median(cdc_serial) / Median(cdc), Join(swept).c_str());
+              Median(cdc_serial) / Median(cdc), JoinRates(swept).c_str());
   std::printf("\nWhere the two cores went during the drains — CPU time (user + system) per 1,000 events, medians:\n\n");
   std::printf("| relay | outbox-relay | PostgreSQL (all its processes: walsender, the relay's sessions, background) | mock broker | sum |\n");
   std::printf("|---|---|---|---|---|\n");

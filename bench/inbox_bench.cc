@@ -204,14 +204,6 @@ int main(int argc, char** argv) {
     }
     return static_cast<double>(static_cast<std::uint64_t>(events) - first) / secs;
   };
-  auto list = [](const std::vector<double>& v) {
-    std::string all;
-    for (double x : v) {
-      if (!all.empty()) all += ", ";
-      all += std::to_string(static_cast<long>(x));
-    }
-    return all;
-  };
   if (!f.Str("daemon").empty()) {  // the sink handler against outbox-consumer, taking turns
     std::vector<double> sink, daemon;
     for (int r = 0; r < 2 * runs; ++r) {
@@ -227,9 +219,9 @@ int main(int argc, char** argv) {
     }
     std::printf("| consumer | events | batch | median effects/s | runs |\n|---|---|---|---|---|\n");
     std::printf("| C++ `SinkHandler` in-process: `INSERT ... VALUES ($1, 1)` with the key | %d | %d | %.0f | %s |\n",
-                events, f.Int("batch"), Median(sink), list(sink).c_str());
+                events, f.Int("batch"), Median(sink), JoinRates(sink).c_str());
     std::printf("| `outbox-consumer`, `sql = \"INSERT ... VALUES ($4, 1)\"` | %d | %d | %.0f | %s |\n", events,
-                f.Int("batch"), Median(daemon), list(daemon).c_str());
+                f.Int("batch"), Median(daemon), JoinRates(daemon).c_str());
     std::printf("\noutbox-consumer / SinkHandler: %.2f.\n", Median(daemon) / Median(sink));
     MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
     PQfinish(admin);
@@ -261,16 +253,16 @@ int main(int argc, char** argv) {
   }
   std::printf("| consumer | events | batch | median effects/s | runs |\n|---|---|---|---|---|\n");
   std::printf("| 1 consumer, per-message handler: one `INSERT` per event | %d | %d | %.0f | %s |\n",
-              events, f.Int("batch"), Median(rates), list(rates).c_str());
+              events, f.Int("batch"), Median(rates), JoinRates(rates).c_str());
   std::printf("| 1 consumer, per-message sink handler: the same `INSERT` queued on a `StatementSink` (one pipeline per batch) | %d | %d | %.0f | %s |\n",
-              events, f.Int("batch"), Median(sink_rates), list(sink_rates).c_str());
+              events, f.Int("batch"), Median(sink_rates), JoinRates(sink_rates).c_str());
   std::printf("| 1 consumer, batch handler: one multi-row `INSERT` per batch | %d | %d | %.0f | %s |\n",
-              events, f.Int("batch"), Median(batch_rates), list(batch_rates).c_str());
+              events, f.Int("batch"), Median(batch_rates), JoinRates(batch_rates).c_str());
   std::printf("\n| replay of the applied topic (every message a duplicate) | events | batch | median copies absorbed/s | runs |\n|---|---|---|---|---|\n");
   std::printf("| duplicates counted on the stamps (default) | %d | %d | %.0f | %s |\n", events,
-              f.Int("batch"), Median(replay_counted), list(replay_counted).c_str());
+              f.Int("batch"), Median(replay_counted), JoinRates(replay_counted).c_str());
   std::printf("| not counted (`PostgresInboxOptions::count_duplicates = false`) | %d | %d | %.0f | %s |\n", events,
-              f.Int("batch"), Median(replay_uncounted), list(replay_uncounted).c_str());
+              f.Int("batch"), Median(replay_uncounted), JoinRates(replay_uncounted).c_str());
   std::printf("\nCounted / not counted: %.2f.\n", Median(replay_counted) / Median(replay_uncounted));
   MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
   PQfinish(admin);

@@ -311,6 +311,12 @@ int main(int argc, char** argv) {
   }
   const int rows = f.Int("rows"), batch = f.Int("batch"), runs = f.Int("runs");
   const int aggregates = f.Int("aggregates"), payload = f.Int("payload");
+  // The fill writes whole transactions of --per-tx events: a remainder would
+  // never be written, and the drains would wait for it.
+  if (f.Int("per-tx") <= 0 || rows <= 0 || rows % f.Int("per-tx") != 0 || batch <= 0 || f.Int("slots") <= 0) {
+    std::fprintf(stderr, "log_drain: --rows must be a positive multiple of --per-tx; --batch and --slots positive\n");
+    return 2;
+  }
   PGconn* admin = MustConnect(url);
   MigrateFresh(admin, url, kToday);
   MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "log_drain_mock");
@@ -363,18 +369,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "run %d: %s %.0f\n", run + 1, m->name.c_str(), m->rates.back());
     }
   }
-  auto join = [](const std::vector<double>& v) {
-    std::string s;
-    for (double x : v) {
-      if (!s.empty()) s += ' ';
-      s += std::to_string(static_cast<long>(x));
-    }
-    return s;
-  };
   const double claim_mark = Median(methods[0].rates), floor = Median(methods[5].rates);
   std::printf("| method (one session) | median events/s | runs | / claim+mark | / floor |\n|---|---|---|---|---|\n");
   for (const auto& m : methods) {
-    std::printf("| %s | %.0f | %s | %.2f | %.2f |\n", m.name.c_str(), Median(m.rates), join(m.rates).c_str(),
+    std::printf("| %s | %.0f | %s | %.2f | %.2f |\n", m.name.c_str(), Median(m.rates), JoinRates(m.rates, " ").c_str(),
                 Median(m.rates) / claim_mark, Median(m.rates) / floor);
   }
   std::printf("\nPosition writes (slot rows updated) per event: %.4f without the broker, %.4f with it "
