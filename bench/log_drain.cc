@@ -28,6 +28,9 @@
 //   log+broker       the prototype's read + Publish + position update
 //   log+broker, read-ahead  the same, a big range's next page read on a
 //                    second session while this one is published
+//   log+broker, 2 and 4 workers  the relay's overlap: that many sessions,
+//                    each reading and advancing its share of the slots, one
+//                    shared producer (the relay runs 4 workers by default)
 //   floor            the pipeline floor: the same rows read by keyset from a
 //                    table with only a primary key, published, no bookkeeping
 //   bare DELETE      DELETE ... RETURNING of the outbox's rows (the ceiling
@@ -36,9 +39,11 @@
 //   log_drain --db URL --mock BIN [--rows 100000] [--batch 500] [--runs 3]
 //             [--slots 16] [--aggregates 1000] [--payload 200] [--per-tx 10]
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <map>
 #include <span>
+#include <thread>
 
 #include "drain_common.h"
 #include "mock_broker.h"
@@ -146,9 +151,22 @@ struct LogStats {
 
 // Drains the prototype's log from one session: every slot owned (token 1).
 // Returns events/s; `publish` null: no broker.
+// `share`: this session's part when several workers drain at once, as the
+// relay's do (each owns the slots whose number mod `workers` is `worker`;
+// `sent_all` counts every worker's events, to know when the log is drained).
+struct Share {
+  int worker = 0;
+  int workers = 1;
+  std::atomic<long>* sent_all = nullptr;
+};
+
 double DrainLog(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
-                bool read_ahead = false) {
+                bool read_ahead = false, Share share = {}) {
   PGconn* c = MustConnect(url);
+  std::atomic<long> mine{0};
+  std::atomic<long>* sent_all = share.sent_all != nullptr ? share.sent_all : &mine;
+  const std::string owned = "s.token = 1 AND s.slot % " + std::to_string(share.workers) + " = " +
+                            std::to_string(share.worker);
   const std::string s = kLog;
   // The range of every owned slot: visible in hi, not in lo, after done_pos;
   // as PgQ does, the index is searched from lo's xmax, plus the transactions
@@ -158,10 +176,10 @@ double DrainLog(const std::string& url, int batch, long rows, const Publisher& p
       "AND ((l.txid >= pg_snapshot_xmax(s.lo) AND l.txid < pg_snapshot_xmax(s.hi)) "
       "OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo)))) AND l.pos > s.done_pos";
   const std::string first_page = "SELECT " + std::string(kCols) + ", l.slot, l.pos FROM " + s + ".slot s JOIN " + s +
-                                 ".log l ON " + in_range + " WHERE s.token = 1 ORDER BY l.pos LIMIT " +
+                                 ".log l ON " + in_range + " WHERE " + owned + " ORDER BY l.pos LIMIT " +
                                  std::to_string(batch + 1);
   const std::string keys = "SELECT l.slot, l.txid, l.pos FROM " + s + ".slot s JOIN " + s + ".log l ON " + in_range +
-                           " WHERE s.token = 1 ORDER BY l.pos";
+                           " WHERE " + owned + " ORDER BY l.pos";
   // One index probe per key, whatever the table's statistics say (the LIMIT
   // keeps the planner from turning the lookups into a hash join over a scan of
   // the whole log, which it chose at 20,000 rows).
@@ -172,8 +190,8 @@ double DrainLog(const std::string& url, int batch, long rows, const Publisher& p
   // Fenced by the token: a relay that lost the slot moves nothing.
   const std::string advance_pos = "UPDATE " + s + ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
                                   "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1";
-  const std::string next_range = "UPDATE " + s + ".slot SET lo = coalesce(hi, lo), hi = pg_current_snapshot(), "
-                                 "done_pos = 0 WHERE token = 1";
+  const std::string next_range = "UPDATE " + s + ".slot s SET lo = coalesce(hi, lo), hi = pg_current_snapshot(), "
+                                 "done_pos = 0 WHERE " + owned;
   auto t0 = std::chrono::steady_clock::now();
   MustExec(c, next_range);
   long sent = 0;
@@ -216,7 +234,7 @@ double DrainLog(const std::string& url, int batch, long rows, const Publisher& p
     }
     const int n = std::min(page->n(), batch);
     if (n == 0) {
-      if (sent >= rows) break;
+      if (sent_all->load() >= rows) break;
       stats->position_writes += MustExec(c, next_range);  // the range is done
       continue;
     }
@@ -234,16 +252,107 @@ double DrainLog(const std::string& url, int batch, long rows, const Publisher& p
     stats->position_writes += std::atol(PQcmdTuples(u->r));
     ++stats->pages;
     sent += n;
+    sent_all->fetch_add(n);
   }
   const double secs = SecondsSince(t0);
   PQfinish(c);
   if (reader != nullptr) PQfinish(reader);
   stats->events += sent;
-  if (sent != rows) {
+  if (share.sent_all == nullptr && sent != rows) {
     std::fprintf(stderr, "log drain: %ld of %ld events\n", sent, rows);
     std::exit(1);
   }
   return static_cast<double>(sent) / secs;
+}
+
+// The log drained through a cursor: each range is read once, in pos order, by
+// a read-only REPEATABLE READ transaction on a second session (begun after the
+// range's hi was committed, so it sees every event of the range), one FETCH a
+// page; the next page is fetched while this one is published, and the
+// position is written per page on the first session. The reader holds its
+// snapshot for one range only; the log has no dead rows for it to keep.
+double DrainLogCursor(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats) {
+  PGconn* c = MustConnect(url);
+  PGconn* reader = MustConnect(url);
+  const std::string s = kLog;
+  const std::string in_range =
+      "l.slot = s.slot AND pg_visible_in_snapshot(l.txid, s.hi) AND NOT pg_visible_in_snapshot(l.txid, s.lo) "
+      "AND ((l.txid >= pg_snapshot_xmax(s.lo) AND l.txid < pg_snapshot_xmax(s.hi)) "
+      "OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo)))) AND l.pos > s.done_pos";
+  const std::string declare = "DECLARE range_cursor NO SCROLL CURSOR FOR SELECT " + std::string(kCols) +
+                              ", l.slot, l.pos FROM " + s + ".slot s JOIN " + s + ".log l ON " + in_range +
+                              " WHERE s.token = 1 ORDER BY l.pos";
+  const std::string fetch = "FETCH " + std::to_string(batch) + " FROM range_cursor";
+  const std::string advance_pos = "UPDATE " + s + ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
+                                  "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1";
+  const std::string next_range = "UPDATE " + s + ".slot SET lo = coalesce(hi, lo), hi = pg_current_snapshot(), "
+                                 "done_pos = 0 WHERE token = 1";
+  auto t0 = std::chrono::steady_clock::now();
+  long sent = 0;
+  for (;;) {
+    stats->position_writes += MustExec(c, next_range);
+    MustExec(reader, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    MustExec(reader, declare);
+    auto next = std::async(std::launch::async, [&] { return MustQuery(reader, fetch, {}); });
+    long in_range_sent = 0;
+    for (;;) {
+      std::unique_ptr<Rows> page = next.get();
+      const int n = page->n();
+      if (n == 0) break;
+      next = std::async(std::launch::async, [&] { return MustQuery(reader, fetch, {}); });
+      std::vector<ClaimedEvent> events;
+      events.reserve(static_cast<std::size_t>(n));
+      std::map<std::string, std::string> last;
+      for (int i = 0; i < n; ++i) {
+        events.push_back(FromRow(*page, i, 0));
+        last[page->str(i, 6)] = page->str(i, 7);
+      }
+      publish(events);
+      std::vector<std::string> sl, ps;
+      for (const auto& [slot, pos] : last) sl.push_back(slot), ps.push_back(pos);
+      auto u = MustQuery(c, advance_pos, {PgArray(sl), PgArray(ps)});
+      stats->position_writes += std::atol(PQcmdTuples(u->r));
+      ++stats->pages;
+      in_range_sent += n;
+    }
+    MustExec(reader, "COMMIT");
+    sent += in_range_sent;
+    if (sent >= rows) break;
+  }
+  const double secs = SecondsSince(t0);
+  PQfinish(c);
+  PQfinish(reader);
+  stats->events += sent;
+  if (sent != rows) {
+    std::fprintf(stderr, "log drain (cursor): %ld of %ld events\n", sent, rows);
+    std::exit(1);
+  }
+  return static_cast<double>(sent) / secs;
+}
+
+// The log drained by `workers` sessions at once, each with its own slots and
+// the one shared producer, as the relay's workers run. Events/s of the whole.
+double DrainLogWorkers(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
+                       int workers) {
+  std::atomic<long> sent_all{0};
+  std::vector<LogStats> each(static_cast<std::size_t>(workers));
+  std::vector<std::thread> threads;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      DrainLog(url, batch, rows, publish, &each[static_cast<std::size_t>(w)], false, {w, workers, &sent_all});
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double secs = SecondsSince(t0);
+  for (const auto& e : each) {
+    stats->events += e.events, stats->position_writes += e.position_writes, stats->pages += e.pages;
+  }
+  if (sent_all.load() != rows) {
+    std::fprintf(stderr, "log drain (%d workers): %ld of %ld events\n", workers, sent_all.load(), rows);
+    std::exit(1);
+  }
+  return static_cast<double>(rows) / secs;
 }
 
 // The pipeline floor: keyset pages of the floor table, published, nothing written.
@@ -340,7 +449,7 @@ int main(int argc, char** argv) {
     std::function<double()> run;
     std::vector<double> rates;
   };
-  LogStats bare_stats, broker_stats, ahead_stats;
+  LogStats bare_stats, broker_stats, ahead_stats, two_stats, four_stats, cursor_stats;
   auto fill_today = [&] { FillOutbox(admin, kToday, rows, aggregates, payload); };
   auto fill_log = [&] { MakeLog(admin, rows, f.Int("slots"), aggregates, payload, f.Int("per-tx")); };
   std::vector<Method> methods = {
@@ -354,6 +463,12 @@ int main(int argc, char** argv) {
        [&] { fill_log(); return DrainLog(url, batch, rows, publish, &broker_stats); }, {}},
       {"log+broker, read-ahead: the same, the next page read on a second session during the publish",
        [&] { fill_log(); return DrainLog(url, batch, rows, publish, &ahead_stats, true); }, {}},
+      {"log+broker, 2 workers: the same, two sessions each reading its half of the slots, one producer",
+       [&] { fill_log(); return DrainLogWorkers(url, batch, rows, publish, &two_stats, 2); }, {}},
+      {"log+broker, 4 workers (the relay's default): the same, four sessions",
+       [&] { fill_log(); return DrainLogWorkers(url, batch, rows, publish, &four_stats, 4); }, {}},
+      {"log+broker, cursor: each range read once in pos order by a cursor, the next page fetched during the publish",
+       [&] { fill_log(); return DrainLogCursor(url, batch, rows, publish, &cursor_stats); }, {}},
       {"pipeline floor: keyset read of a primary-key-only copy + Publish, no bookkeeping",
        [&] { fill_log(); return DrainFloor(url, batch, rows, publish); }, {}},
       {"bare DELETE ... RETURNING of the outbox's rows, no broker",
@@ -369,8 +484,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "run %d: %s %.0f\n", run + 1, m->name.c_str(), m->rates.back());
     }
   }
-  const double claim_mark = Median(methods[0].rates), floor = Median(methods[5].rates);
-  std::printf("| method (one session) | median events/s | runs | / claim+mark | / floor |\n|---|---|---|---|---|\n");
+  const double claim_mark = Median(methods[0].rates), floor = Median(methods[8].rates);
+  std::printf("| method (one session unless named) | median events/s | runs | / claim+mark | / floor |\n|---|---|---|---|---|\n");
   for (const auto& m : methods) {
     std::printf("| %s | %.0f | %s | %.2f | %.2f |\n", m.name.c_str(), Median(m.rates), JoinRates(m.rates, " ").c_str(),
                 Median(m.rates) / claim_mark, Median(m.rates) / floor);
@@ -379,6 +494,9 @@ int main(int argc, char** argv) {
               "(pages of %d; today's store: 2 row writes per event, the claim and the mark).\n",
               static_cast<double>(bare_stats.position_writes) / static_cast<double>(bare_stats.events),
               static_cast<double>(broker_stats.position_writes) / static_cast<double>(broker_stats.events), batch);
+  std::printf("With 2 workers: %.4f; with 4: %.4f (each worker's pages are smaller when the slots are shared out).\n",
+              static_cast<double>(two_stats.position_writes) / static_cast<double>(two_stats.events),
+              static_cast<double>(four_stats.position_writes) / static_cast<double>(four_stats.events));
   MustExec(admin, "DROP SCHEMA " + kLog + " CASCADE");
   MustExec(admin, "DROP SCHEMA " + kToday + " CASCADE");
   PQfinish(admin);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 42, step 1: the outbox as a log, prototyped in SQL (bench/log_drain.cc
+# Issue 42, steps 1 and 2: the outbox as a log, prototyped in SQL (bench/log_drain.cc
 # says what it is) and measured beside today's claim + mark and the pipeline
 # floor, before anything is built. Writes the "log_prototype" section of
 # docs/benchmarks.md. Uses $OUTBOX_PG_URL if set, else starts its own servers.
@@ -40,6 +40,9 @@ $table
 The prototype (bench/log_drain.cc): each event is one row of \`log\` with one index,
 \`(slot, txid, pos)\`; a slot's position is one row holding two snapshots and a pos, and
 a range is what is visible in the upper snapshot and not in the lower one, read in pos
-order. Nothing is written per event after its INSERT.
+order. Nothing is written per event after its INSERT. The workers' rows are the relay's
+overlap (each worker its share of the slots, its own session, one shared producer); the
+cursor's row reads each range once, in pos order, through a server-side cursor on a
+read-only session, fetching the next page while the current one is published.
 MD
 echo "$table"
