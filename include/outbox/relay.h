@@ -27,17 +27,12 @@
 #ifndef OUTBOX_RELAY_H_
 #define OUTBOX_RELAY_H_
 
-#include <atomic>
 #include <chrono>
-#include <climits>
 #include <cstdint>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "outbox/change_stream.h"
@@ -46,7 +41,6 @@
 #include "outbox/metrics.h"
 #include "outbox/status.h"
 #include "outbox/store.h"
-#include "outbox/thread_annotations.h"
 #include "outbox/transport.h"
 
 namespace outbox {
@@ -220,6 +214,10 @@ struct RelayMetrics {
   Gauge& build_info;  // outbox_build_info{version="..."} 1
 };
 
+// The engine (src/relay). Create validates the options and the parts, starts
+// nothing; Run starts the threads (one per worker, housekeeping, the listener
+// with relay.listen, the stream with source = kCdc) and returns after
+// RequestStop. Destroying a Relay stops and joins every thread Run() started.
 class Relay {
  public:
   static Result<std::unique_ptr<Relay>> Create(RelayOptions options, StoreParts store,
@@ -230,21 +228,22 @@ class Relay {
                                                ChangeSource source,
                                                Transport& transport, RelayMetrics& metrics,
                                                Logger& logger);
-  ~Relay();  // stops and joins every thread Run() started
+  virtual ~Relay() = default;
 
   // Runs until RequestStop(); then stops claiming, finishes in-flight batches
   // (up to shutdown_timeout) and returns. OK, or DeadlineExceeded when batches
   // were still in flight at the deadline: their threads still run, and the
   // destructor waits for them (at most one publish, MaxPublishTime()), so
   // either destroy the Relay or end the process (what outbox-relay does).
-  Status Run();
+  virtual Status Run() = 0;
 
-  void RequestStop();
-  bool Ready() const;
-  // Why Ready() is false, for /readyz: the database's refusal when the role
-  // lacks a privilege, else "database or broker unreachable". Safe from any
+  virtual void RequestStop() = 0;
+  virtual bool Ready() const = 0;
+  // Why Ready() is false, for /readyz: "starting" until the database's first
+  // answer, the database's refusal when the role lacks a privilege, the
+  // database or the broker unreachable (naming the error). Safe from any
   // thread.
-  std::string NotReadyReason() const;
+  virtual std::string NotReadyReason() const = 0;
   // For a watchdog: true when every thread Run() started (workers, housekeeping,
   // listener, stream) has gone round its loop within `max_silence` — a hung
   // thread makes it false; a database or broker outage does not (the loops
@@ -252,135 +251,10 @@ class Relay {
   // longest a loop legitimately waits: stats_interval, db_retry_max, a
   // statement (the store's statement timeout), a publish (MaxPublishTime).
   // True before Run() and after a thread has finished. Safe from any thread.
-  bool Alive(milliseconds max_silence) const;
+  virtual bool Alive(milliseconds max_silence) const = 0;
 
- private:
-  Relay(RelayOptions o, StoreParts s, ChangeSource c, Transport& t, RelayMetrics& m,
-        Logger& l);
-  struct Worker;  // one worker's loop state (relay.cc)
-  void WorkerLoop(int index);
-  ClaimOptions WorkerClaimOptions();
-  void WorkerDbFailed(Worker& w, const Status& st);
-  void WorkerDbSucceeded(Worker& w);
-  // Publishes a claimed batch and records its outcomes: marks, metrics, logs.
-  void PublishAndSettle(Worker& w, ClaimQueue& store, std::vector<ClaimedEvent>& events,
-                        bool probing, std::chrono::steady_clock::time_point claimed_at);
-  // A database call failed with `st`: counted (db_errors, and
-  // db_permission_denied for a PermissionDenied). Returns true for a
-  // PermissionDenied; `*refusal`, when given, then keeps its message for
-  // NotReadyReason().
-  bool NoteDbError(const Status& st, std::string* refusal = nullptr);
-  void ClearRefusal(std::string* refusal);
-  class StreamPump;   // the stream thread's state and steps (stream.cc)
-  void StreamLoop();  // stream.cc
-  // cdc: the slot's gauges, and the WAL cap (sets / clears wal_capped_).
-  void WatchSlot(StreamLedger& ledger, const StoreStats* stats);
-  // A fenced transition, retried on database errors until `deadline`; false if
-  // it could not be recorded (the rows are left to lease expiry / the sweeper).
-  bool ApplyTransition(const std::string& who, const char* what,
-                       const std::function<Result<TransitionResult>()>& call, std::size_t n,
-                       std::string_view fault_point, std::chrono::steady_clock::time_point deadline);
-  void HousekeepingLoop();
-  // The row-count gauges, when `next_stats` has come (then moved on, paced by
-  // the query's cost: relay_internal::NextStatsAt); the stats read, or nullopt
-  // when not due or failed. Housekeeping's thread only.
-  std::optional<StoreStats> RefreshGauges(OutboxView& view,
-                                          std::chrono::steady_clock::time_point& next_stats);
-  void ListenLoop();
-  // The threads' heartbeats for Alive(): one slot per thread (workers first,
-  // then housekeeping, listener, stream), steady-clock nanoseconds of the last
-  // loop round, kIdleBeat when not running.
-  void Beat(int slot);
-  int HousekeepingSlot() const { return options_.workers; }
-  int ListenSlot() const { return options_.workers + 1; }
-  int StreamSlot() const { return options_.workers + 2; }
-  // Sleeps up to `d` or until stop is requested; returns false if stopping.
-  bool SleepFor(milliseconds d);
-  // Waits on cv_ until stopping, a wake after `seen`, or `until`.
-  void WaitForWake(MutexLock& lock, std::uint64_t seen, std::chrono::steady_clock::time_point until)
-      OUTBOX_REQUIRES(mu_);
-  // Broker outage backoff, shared by all workers. BrokerTurn: true if this
-  // worker may claim now (*probing: it is the one worker that tests the broker
-  // after a backoff); false after waiting a while (call again).
-  bool BrokerTurn(bool* probing);
-  void EndBrokerProbe();
-  // After a batch: `outage` (no broker at all) extends the shared backoff (to
-  // at least `at_least`: a server's Retry-After),
-  // `broker_answered` (anything acked) ends it. `error` (the batch's first)
-  // is what /readyz says while the outage lasts.
-  void EndBrokerRound(bool outage, milliseconds at_least, bool broker_answered, bool probing,
-                      std::string_view error);
-  milliseconds NextOutageDelay() const;
-  milliseconds NextOutageDelayLocked() const OUTBOX_REQUIRES(mu_);
-  // Idle polling: one idle worker polls, the others wait until an idle worker
-  // finds work (EndIdle: the role is then free, whoever found it), the poller
-  // leaves (LeavePolling) or a notification arrives, so idle workers do not
-  // each walk the rows held behind an in-flight hot aggregate. The interval is the relay's,
-  // not a worker's (a worker taking over the polling must not resume the
-  // interval it reached itself): poll_min while an idle worker found work in
-  // the last poll_hot, then doubling to poll_max; never shorter than the last
-  // empty claim took. An idle worker finding work resets it, and so does a
-  // busy worker running out of work (`ran_out`: its claim after a batch came
-  // back empty): while the busy workers' own claims caught every event the
-  // poller found none and backed off, and the next event waited up to
-  // poll_max. A busy worker's next batch does not reset it, so with a hot
-  // aggregate in flight (the others' claims walk its held rows) the poller
-  // backs off.
-  void IdleWait(int index, milliseconds claim_cost, bool ran_out);
-  void EndIdle(bool full);
-  // A poller that is about to back off (database error, broker outage) hands
-  // its role to a waiting worker, so the idle ones are not left unpolled.
-  void LeavePolling(int index);
-  // True when a claim stopped at batch_size or batch_bytes (more may be due).
-  bool FullBatch(const std::vector<ClaimedEvent>& events) const;
-
-  RelayOptions options_;
-  StoreParts store_;
-  Clock& clock_;  // options_.clock or SystemClock()
-  ChangeSource source_;  // empty unless source = kCdc
-  Transport& transport_;
-  RelayMetrics& metrics_;
-  Logger& logger_;
-  std::atomic<bool> stopping_{false};
-  static constexpr std::int64_t kIdleBeat = INT64_MAX;
-  // The shortest safety-net wait of an idle worker that is not the poller.
-  static constexpr milliseconds kIdleSafetyNetMin{1'000};
-  const int beat_slots_;                                       // workers + 3
-  const std::unique_ptr<std::atomic<std::int64_t>[]> beats_;  // made by the constructor
-  std::vector<std::thread> threads_;  // started and joined by Run(); ~Relay joins leftovers
-  int running_ OUTBOX_GUARDED_BY(mu_) = 0;  // threads not yet finished
-  std::atomic<int> db_ok_workers_{0};
-  std::atomic<bool> db_ok_housekeeping_{false};
-  // Set by the first database error: until then a relay whose first answers
-  // have not come yet is "starting", not "database unreachable".
-  std::atomic<bool> db_failed_once_{false};
-  // cdc: housekeeping saw the slot over max_retained_wal_bytes (set), or the
-  // outbox drained after a cap stop (cleared); read by StreamLoop.
-  std::atomic<bool> wal_capped_{false};
-  // cdc: set once this relay's stream has announced itself (OpenStreamProgress); until then
-  // (at most cdc.stream_stale_after) the sweepers wait, so that a starting
-  // relay does not claim what its stream is about to publish.
-  std::atomic<bool> stream_reported_{false};
-  mutable Mutex mu_;
-  std::condition_variable cv_;
-  std::uint64_t wake_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped to end idle sleeps (all claim)
-  std::uint64_t handover_seq_ OUTBOX_GUARDED_BY(mu_) = 0;  // bumped when the poller's role is free
-  // 0 while the broker answers; else the current outage backoff.
-  milliseconds outage_delay_ OUTBOX_GUARDED_BY(mu_){0};
-  std::chrono::steady_clock::time_point outage_until_ OUTBOX_GUARDED_BY(mu_);
-  bool probe_in_flight_ OUTBOX_GUARDED_BY(mu_) = false;
-  // Set from the batch the relay classified as an outage until a batch is
-  // acked: /readyz answers 503 meanwhile, naming the broker and the error
-  // (librdkafka may still see its connections up when the path black-holes).
-  std::atomic<bool> broker_down_{false};
-  std::string broker_down_error_ OUTBOX_GUARDED_BY(mu_);
-  int idle_poller_ OUTBOX_GUARDED_BY(mu_) = -1;  // the worker polling for the idle ones
-  milliseconds idle_interval_ OUTBOX_GUARDED_BY(mu_);  // its next sleep (poll_min after work)
-  std::chrono::steady_clock::time_point idle_found_at_ OUTBOX_GUARDED_BY(mu_);  // last EndIdle
-  // The last PermissionDenied of the workers' claims and of housekeeping's
-  // stats, each until that side succeeds again.
-  std::string refused_by_workers_ OUTBOX_GUARDED_BY(mu_);
-  std::string refused_by_housekeeping_ OUTBOX_GUARDED_BY(mu_);
+ protected:
+  Relay() = default;
 };
 
 }  // namespace outbox

@@ -32,7 +32,7 @@
 #include <memory>
 #include <random>
 
-#include "outbox/relay.h"
+#include "relay_impl.h"
 #include "core/fault.h"
 #include "plan.h"
 #include "stream_book.h"
@@ -67,9 +67,9 @@ relay_internal::StreamBook::Limits BookLimits(const CdcOptions& cdc) {
 // stream thread's alone, except the marking helper (StartMarking), which sees
 // only the relay's thread-safe parts and `mark_queue_`'s session, released
 // only after the helper's future is collected. Lifetime: within StreamLoop().
-class Relay::StreamPump {
+class RelayImpl::StreamPump {
  public:
-  explicit StreamPump(Relay& r)
+  explicit StreamPump(RelayImpl& r)
       : r_(r), cdc_(r.options_.cdc), who_(r.options_.relay_id + "/stream"),
         holds_(r.options_.on_failed == FailedPolicy::kHold), book_(BookLimits(cdc_)),
         rng_(std::random_device{}()) {
@@ -110,7 +110,7 @@ class Relay::StreamPump {
   void Pause();
   void Finish();
 
-  Relay& r_;
+  RelayImpl& r_;
   const CdcOptions& cdc_;
   const std::string who_;
   const bool holds_;
@@ -141,9 +141,9 @@ class Relay::StreamPump {
   void NoteHealthy();
 };
 
-void Relay::StreamLoop() { StreamPump(*this).Run(); }
+void RelayImpl::StreamLoop() { StreamPump(*this).Run(); }
 
-void Relay::StreamPump::Run() {
+void RelayImpl::StreamPump::Run() {
   while (!r_.stopping_) {
     r_.Beat(r_.StreamSlot());
     if (!EnsureLedger()) continue;
@@ -159,7 +159,7 @@ void Relay::StreamPump::Run() {
 }
 
 // The ledger's session; false (after a pause) while the database is away.
-bool Relay::StreamPump::EnsureLedger() {
+bool RelayImpl::StreamPump::EnsureLedger() {
   if (ledger_) return true;
   auto s = r_.store_.ledger();
   if (!s.ok()) {
@@ -178,7 +178,7 @@ bool Relay::StreamPump::EnsureLedger() {
 // The slot retains more WAL than the cap: stop streaming and retire the slot
 // (the sweepers drain by polling; a new slot starts once housekeeping clears
 // the cap).
-void Relay::StreamPump::HandleWalCap() {
+void RelayImpl::StreamPump::HandleWalCap() {
   if (!cap_handled_) {
     // Our own walsender may take a moment to exit after the disconnect: while
     // it does, the slot is still "in use". Another relay's is its business
@@ -212,7 +212,7 @@ void Relay::StreamPump::HandleWalCap() {
 
 // An open stream, announced to the sweepers; false (after a wait) while the
 // slot is another relay's or the stream cannot be opened.
-bool Relay::StreamPump::EnsureStream() {
+bool RelayImpl::StreamPump::EnsureStream() {
   if (stream_) return true;
   auto s = r_.source_.open();
   if (!s.ok()) {
@@ -282,7 +282,7 @@ bool Relay::StreamPump::EnsureStream() {
 // Settles the batches whose acks are in, oldest first; waits for the oldest
 // when the book says so (pipeline full, a batch's worth parked). False when
 // the stream was closed (after a pause if it is to be reopened).
-bool Relay::StreamPump::SettleReady() {
+bool RelayImpl::StreamPump::SettleReady() {
   Step step = Step::kGoOn;
   while (step == Step::kGoOn && book_.ShouldSettle(!in_flight_.empty() && in_flight_.front().Ready())) {
     step = SettleFront();
@@ -302,7 +302,7 @@ bool Relay::StreamPump::SettleReady() {
 // Settles the oldest batch in flight: waits for its acks, plans the
 // transitions and hands them to the marking helper (after the previous
 // batch's marks are recorded). kReopen / kOutage: the stream was closed.
-Relay::StreamPump::Step Relay::StreamPump::SettleFront() {
+RelayImpl::StreamPump::Step RelayImpl::StreamPump::SettleFront() {
   Publish p = std::move(in_flight_.front());
   in_flight_.pop_front();
   if (!p.events) {
@@ -364,12 +364,12 @@ Relay::StreamPump::Step Relay::StreamPump::SettleFront() {
 // Hands the plan's transitions to the helper; the front batch's position
 // counts once they are recorded. False when a marking that already ended
 // failed.
-bool Relay::StreamPump::StartMarking(relay_internal::Plan plan) {
+bool RelayImpl::StreamPump::StartMarking(relay_internal::Plan plan) {
   // Only the rows going to SENT stop holding their aggregates: an acked row
   // held back behind an earlier failure goes again, and so does its aggregate.
   book_.MarkingStarted(plan.sent);
   ClaimQueue* q = mark_queue_.get();
-  Relay* r = &r_;
+  RelayImpl* r = &r_;
   marking_ = std::async(std::launch::async, [r, q, who = who_, plan = std::move(plan)] {
     // Streamed rows hold no lease: a mark that does not go through soon is
     // given up and the batch read again from the slot. Until then the slot
@@ -390,7 +390,7 @@ bool Relay::StreamPump::StartMarking(relay_internal::Plan plan) {
 
 // Ends the marking under way when it has finished (or waits for it, `wait`);
 // true unless it ended unrecorded (then the helper's session is dropped).
-bool Relay::StreamPump::CollectMarking(bool wait) {
+bool RelayImpl::StreamPump::CollectMarking(bool wait) {
   if (!marking_.valid()) return true;
   if (!wait && marking_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return true;
   const bool ok = marking_.get();
@@ -403,7 +403,7 @@ bool Relay::StreamPump::CollectMarking(bool wait) {
 // against the table, the publishable ones go to the broker, and the batch
 // joins the pipeline. False when the stream was closed or the broker's
 // backoff holds this round.
-bool Relay::StreamPump::ReadCheckPublish() {
+bool RelayImpl::StreamPump::ReadCheckPublish() {
   bool probing = false;
   if (!r_.BrokerTurn(&probing)) return false;
   limits_.wait = book_.parked_count() == 0 && in_flight_.empty() ? milliseconds(100) : milliseconds(5);
@@ -432,7 +432,7 @@ bool Relay::StreamPump::ReadCheckPublish() {
 
 // Checks the rows to check (parked and new) and starts the publish of what
 // may go now; parks the rest. False when the check failed (stream closed).
-bool Relay::StreamPump::CheckAndPublish(ChangeBatch& batch, Publish& p, bool probing) {
+bool RelayImpl::StreamPump::CheckAndPublish(ChangeBatch& batch, Publish& p, bool probing) {
   p.fresh = batch.events.size();
   p.probing = probing;
   std::vector<ClaimedEvent> rows;
@@ -485,7 +485,7 @@ bool Relay::StreamPump::CheckAndPublish(ChangeBatch& batch, Publish& p, bool pro
   return true;
 }
 
-void Relay::StreamPump::MaybeReport() {
+void RelayImpl::StreamPump::MaybeReport() {
   const auto now = r_.clock_.Now();
   if (now - last_status_ < cdc_.status_interval) return;
   const bool heartbeat = now - last_activity_ >= cdc_.heartbeat_interval;
@@ -495,7 +495,7 @@ void Relay::StreamPump::MaybeReport() {
 
 // A session that has lived cdc.stream_stale_after ends a run of short ones:
 // the stream is announced to the sweepers again.
-void Relay::StreamPump::NoteHealthy() {
+void RelayImpl::StreamPump::NoteHealthy() {
   if (r_.clock_.Now() - opened_at_ < cdc_.stream_stale_after) return;
   if (StandingAside()) {
     r_.logger_.Info("change stream has streamed for cdc.stream_stale_after; announcing it again",
@@ -507,7 +507,7 @@ void Relay::StreamPump::NoteHealthy() {
 
 // Confirms what the book says may be confirmed and records the stream's
 // progress for the sweepers; false when the stream must be reopened.
-bool Relay::StreamPump::Report(bool want_reply) {
+bool RelayImpl::StreamPump::Report(bool want_reply) {
   const std::uint64_t lsn = book_.Confirmable();
   const std::int64_t covered = book_.Covered();
   Status st = stream_->Confirm(lsn, want_reply);
@@ -540,7 +540,7 @@ bool Relay::StreamPump::Report(bool want_reply) {
 // Waits for every publish in flight and forgets the batches: nothing of
 // theirs is recorded or confirmed, so they are read again from the slot (or
 // swept); acked copies are absorbed by the inbox.
-void Relay::StreamPump::DropInFlight() {
+void RelayImpl::StreamPump::DropInFlight() {
   for (Publish& p : in_flight_) {
     if (!p.results.valid()) continue;
     for (const PublishResult& res : p.results.get()) {
@@ -554,7 +554,7 @@ void Relay::StreamPump::DropInFlight() {
 // Ends streaming: what is in flight is dropped (read again from the slot
 // later), the marking under way is waited for, the book starts over (parked
 // rows are PENDING in the table). True when a stream was open.
-bool Relay::StreamPump::StopStreaming() {
+bool RelayImpl::StreamPump::StopStreaming() {
   DropInFlight();
   (void)CollectMarking(true);
   book_.Restart();
@@ -564,7 +564,7 @@ bool Relay::StreamPump::StopStreaming() {
   return true;
 }
 
-void Relay::StreamPump::CloseStream(const char* why, const Status& st) {
+void RelayImpl::StreamPump::CloseStream(const char* why, const Status& st) {
   if (!StopStreaming()) return;
   r_.metrics_.cdc_restarts.Inc();
   short_sessions_ = r_.clock_.Now() - opened_at_ < cdc_.stream_stale_after ? short_sessions_ + 1 : 0;
@@ -572,13 +572,13 @@ void Relay::StreamPump::CloseStream(const char* why, const Status& st) {
                   {{"worker", who_}, {"why", why}, {"error", st.ToString()}});
 }
 
-void Relay::StreamPump::Pause() {
+void RelayImpl::StreamPump::Pause() {
   r_.SleepFor(backoff_);
   backoff_ = std::min(backoff_ * 2, r_.options_.db_retry_max);
 }
 
 // Stopping: settle what is in flight (its acks are marked), then confirm.
-void Relay::StreamPump::Finish() {
+void RelayImpl::StreamPump::Finish() {
   while (!in_flight_.empty() && SettleFront() == Step::kGoOn) {
   }
   DropInFlight();
