@@ -216,15 +216,10 @@ Result<std::string> PublicOrigin(const std::string& url, std::vector<std::string
   return scheme + "://" + *name + (default_port ? "" : ":" + port);
 }
 
-int Serve(const ServeOptions& o) {
-  Db db(o);
-  httplib::Server srv;
-  const bool loopback = IsLoopbackListener(o.host);
-  if (!loopback && !o.allowed_hosts.empty()) {
-    std::fprintf(stderr, "outboxctl serve: note: --allowed-host (and --public-url's host) has no effect "
-                         "on a listener that is not loopback (%s): every Host is answered there\n", o.host.c_str());
-  }
+namespace {
 
+// Every answer's security headers, and (bound to loopback) the Host check.
+void GuardRequests(httplib::Server& srv, const ServeOptions& o, bool loopback) {
   // Every answer: no framing, no sniffing, scripts and styles only from here
   // (the page has no inline script: a payload that smuggles one in is inert).
   srv.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
@@ -249,7 +244,11 @@ int Serve(const ServeOptions& o) {
                     "and to the names given with --allowed-host (or --public-url)");
     return httplib::Server::HandlerResponse::Handled;
   });
+}
 
+// The page's files and the read-only API: status, activity, events, trace,
+// the consumers' inboxes and backlogs.
+void AddReadRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
   auto asset = [&srv](const char* path, const char* body, const char* type) {
     srv.Get(path, [body, type](const httplib::Request&, httplib::Response& res) {
       res.set_content(body, type);
@@ -335,7 +334,10 @@ int Serve(const ServeOptions& o) {
     out["backlog"] = std::move(backlog);
     Reply(res, 200, std::move(out));
   });
+}
 
+// The actions (replay, skip, dead-letter replay), each behind authorize.
+void AddActionRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
   // The actions: the token, as a header a cross-site form or image cannot
   // send (CSRF), a JSON body, and no foreign Origin. Recorded where
   // `outboxctl` records them (skip: skipped_by and skip_reason on the row).
@@ -440,7 +442,10 @@ int Serve(const ServeOptions& o) {
                          {"scanned", r->scanned}, {"replayed", r->replayed},
                          {"not_replayable", r->not_replayable}, {"dry_run", dry_run}});
   });
+}
 
+// Binds, serves until SIGINT or SIGTERM; the exit code.
+int Listen(httplib::Server& srv, const ServeOptions& o) {
   int port = o.port;
   if (port == 0) {
     port = srv.bind_to_any_port(o.host);
@@ -475,6 +480,22 @@ int Serve(const ServeOptions& o) {
     signals.join();
   }
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int Serve(const ServeOptions& o) {
+  Db db(o);
+  httplib::Server srv;
+  const bool loopback = IsLoopbackListener(o.host);
+  if (!loopback && !o.allowed_hosts.empty()) {
+    std::fprintf(stderr, "outboxctl serve: note: --allowed-host (and --public-url's host) has no effect "
+                         "on a listener that is not loopback (%s): every Host is answered there\n", o.host.c_str());
+  }
+  GuardRequests(srv, o, loopback);
+  AddReadRoutes(srv, db, o);
+  AddActionRoutes(srv, db, o);
+  return Listen(srv, o);
 }
 
 }  // namespace outbox::ctl
