@@ -131,6 +131,32 @@ void PgSetUp(const std::string& url, const std::string& before_file) {
   MustExec(admin, "CREATE INDEX outbox_hand_pending ON " + kSchema +
                       ".outbox_hand (created_at) WHERE status = 'PENDING'");
   if (!before_file.empty()) PgInstallBefore(admin, before_file);
+  // Issue 42's log (bench/log_drain.cc's prototype): each event written once,
+  // one index, (slot, txid, pos); enqueue_log() is enqueue() writing there:
+  // the same checks and the aggregate's lock, the slot from the lock's hash,
+  // no dedup key (its own small table, written only for events with one).
+  MustExec(admin, "CREATE SEQUENCE " + kSchema + ".log_pos");
+  MustExec(admin, "CREATE TABLE " + kSchema + ".log (pos bigint NOT NULL DEFAULT nextval('" + kSchema +
+                      ".log_pos'), txid xid8 NOT NULL DEFAULT pg_current_xact_id(), slot smallint NOT NULL, "
+                      "event_id uuid NOT NULL, aggregate_type text NOT NULL, aggregate_id text NOT NULL, "
+                      "event_type text NOT NULL, payload bytea NOT NULL, headers jsonb NOT NULL, "
+                      "created_at timestamptz NOT NULL DEFAULT now())");
+  MustExec(admin, "CREATE INDEX log_read ON " + kSchema + ".log (slot, txid, pos)");
+  MustExec(admin, "CREATE FUNCTION " + kSchema + ".enqueue_log(aggregate_type text, aggregate_id text, "
+                      "event_type text, payload bytea, headers jsonb DEFAULT '{}'::jsonb, dedup_key text DEFAULT NULL) "
+                      "RETURNS TABLE (event_id uuid, enqueued boolean) LANGUAGE plpgsql VOLATILE AS $fn$ "
+                      "#variable_conflict use_column\n"
+                      "DECLARE v_id uuid := " + kSchema + ".uuid_v7(); h int; BEGIN "
+                      "IF NOT coalesce(" + kSchema + ".enqueue_ok(enqueue_log.aggregate_type, enqueue_log.aggregate_id, "
+                      "enqueue_log.event_type, enqueue_log.payload, enqueue_log.headers, enqueue_log.dedup_key), false) THEN "
+                      "PERFORM " + kSchema + ".enqueue_refuse(enqueue_log.aggregate_type, enqueue_log.aggregate_id, "
+                      "enqueue_log.event_type, enqueue_log.payload, enqueue_log.headers, enqueue_log.dedup_key); END IF; "
+                      "h := hashtext(enqueue_log.aggregate_type || E'\\x1f' || enqueue_log.aggregate_id); "
+                      "PERFORM pg_advisory_xact_lock(hashtext('" + kSchema + "'), h); "
+                      "INSERT INTO " + kSchema + ".log (slot, event_id, aggregate_type, aggregate_id, event_type, "
+                      "payload, headers) VALUES ((h & 2147483647) % 16, v_id, enqueue_log.aggregate_type, "
+                      "enqueue_log.aggregate_id, enqueue_log.event_type, enqueue_log.payload, enqueue_log.headers); "
+                      "event_id := v_id; enqueued := true; RETURN NEXT; END $fn$");
   PQfinish(admin);
 }
 
@@ -161,6 +187,12 @@ PGconn* PgClient(const std::string& url, bool durable, const std::string& sessio
   PgPrepare(c, "enqueue",
             "SELECT * FROM " + kSchema +
                 ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+  PgPrepare(c, "log_floor",
+            "INSERT INTO " + kSchema + ".log (slot, event_id, aggregate_type, aggregate_id, event_type, payload, "
+                "headers) VALUES ((hashtext('order' || E'\\x1f' || $1) & 2147483647) % 16, " + kSchema +
+                ".uuid_v7(), 'order', $1, 'OrderCreated', $2, $3::jsonb)");
+  PgPrepare(c, "enqueue_log",
+            "SELECT * FROM " + kSchema + ".enqueue_log('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   if (!Scalar(c, "SELECT to_regproc('" + kSchema + ".enqueue_before')").empty()) {
     PgPrepare(c, "enqueue_before",
               "SELECT * FROM " + kSchema +
@@ -189,7 +221,7 @@ double PgRate(const std::string& url, bool durable, int clients, int seconds, in
               const std::string& session, const PgBody& body) {
   PGconn* admin = MustConnect(url);
   MustExec(admin, "TRUNCATE " + kSchema + ".business, " + kSchema + ".outbox, " + kSchema +
-                      ".outbox_hand");
+                      ".outbox_hand, " + kSchema + ".log");
   MustExec(admin, "CHECKPOINT");
   PQfinish(admin);
   return RunClients(clients, seconds, [&](int t, const std::atomic<bool>& stop) {
@@ -403,14 +435,16 @@ void Breakdown(const std::string& url, int rounds, bool have_before) {
 
 int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"clients", "4"}, {"seconds", "10"}, {"rounds", "3"},
-                       {"aggregates", "10000"}, {"before", ""}});
+                       {"aggregates", "10000"}, {"before", ""}, {"log", "0"}});
   const std::string pg = f.Str("db");
   if (pg.empty()) {
     std::fprintf(stderr, "enqueue_cost: OUTBOX_PG_URL (or --db) required\n");
     return 2;
   }
   const int clients = f.Int("clients"), seconds = f.Int("seconds"), aggs = f.Int("aggregates");
-  const char* my_env = std::getenv("OUTBOX_MYSQL_URL");
+  // --log 1: issue 42's log prototype beside today's enqueue(), PostgreSQL only.
+  const bool log_only = f.Int("log") != 0;
+  const char* my_env = log_only ? nullptr : std::getenv("OUTBOX_MYSQL_URL");
   const std::string my_base = my_env ? my_env : "";
   const std::string my = my_env ? my_base.substr(0, my_base.rfind('/') + 1) + kSchema : "";
 
@@ -465,7 +499,20 @@ int main(int argc, char** argv) {
                 if (!EnqueueBatch(c, batch, eo).ok()) std::exit(1);
               }),
   };
-  if (!f.Str("before").empty()) {
+  if (log_only) {
+    // Issue 42: the log prototype's enqueue beside today's and the hand-rolled
+    // INSERT only (no MariaDB, no breakdown).
+    cases.erase(cases.begin() + 4, cases.end());  // business alone, hand-rolled, our bare INSERT, enqueue()
+    cases.push_back(pg_case("+ a bare INSERT into the log (1 index; no check, no lock)", 1,
+                            "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
+                              PgRun(c, "log_floor", {a, kPayload, kHeaders}, 1);
+                            }));
+    cases.push_back(pg_case("+ `enqueue_log(...)`: enqueue() writing to the log", 1,
+                            "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
+                              PgRun(c, "enqueue_log", {a, kPayload, kHeaders}, 1);
+                            }));
+  }
+  if (!f.Str("before").empty() && !log_only) {
     cases.insert(cases.begin() + 2,
                  pg_case("+ `enqueue(...)` in SQL, before migration 10", 1,
                          "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
@@ -498,7 +545,7 @@ int main(int argc, char** argv) {
   for (const std::string db : {"PostgreSQL", "MariaDB"}) {
     for (bool durable : {false, true}) Report(cases, db, durable, clients);
   }
-  Breakdown(pg, std::max(3, f.Int("rounds")), !f.Str("before").empty());
+  if (!log_only) Breakdown(pg, std::max(3, f.Int("rounds")), !f.Str("before").empty());
   if (my_env) {
     MYSQL* c = MyConnect(my);
     MyExec(c, "SET GLOBAL innodb_flush_log_at_trx_commit = 1");
