@@ -349,4 +349,8 @@ Status RelayImpl::Run() {
   return Status::Ok();
 }
 
+void RelayImpl::StreamLoop() {
+  relay_internal::RunStream({options_, clock_, logger_, metrics_, transport_, source_, store_}, *this);
+}
+
 }  // namespace outbox

@@ -3,7 +3,7 @@
 //   relay.cc         creation, Run, readiness and liveness, the shared waits
 //   worker.cc        a worker's round: broker turn, claim, publish, settle
 //   housekeeping.cc  the gauges, the purge, the WAL cap's watch, the listener
-//   stream.cc        the change stream (relay.source = cdc)
+//   stream.cc        the change stream's pump (relay.source = cdc; stream.h)
 //   metrics.cc       RelayMetrics and a batch's metrics and logs
 // Its decisions are pure functions and classes beside them: plan.h (a
 // batch's transitions), outage_gate.h (the shared broker backoff),
@@ -28,12 +28,13 @@
 
 #include "idle_poller.h"
 #include "outage_gate.h"
+#include "stream.h"
 #include "outbox/relay.h"
 #include "outbox/thread_annotations.h"
 
 namespace outbox {
 
-class RelayImpl final : public Relay {
+class RelayImpl final : public Relay, private relay_internal::StreamHost {
  public:
   RelayImpl(RelayOptions o, StoreParts s, ChangeSource c, Transport& t, RelayMetrics& m, Logger& l);
   ~RelayImpl() override;  // stops and joins every thread Run() started
@@ -59,15 +60,20 @@ class RelayImpl final : public Relay {
   // NotReadyReason().
   bool NoteDbError(const Status& st, std::string* refusal = nullptr);
   void ClearRefusal(std::string* refusal);
-  class StreamPump;   // the stream thread's state and steps (stream.cc)
-  void StreamLoop();  // stream.cc
+  // The stream's thread (relay.source = cdc): the pump (stream.h) sees the
+  // relay only through StreamContext and this relay's StreamHost calls.
+  void StreamLoop();
+  bool Stopping() const override { return stopping_; }
+  void BeatStream() override { Beat(StreamSlot()); }
+  bool WalCapped() const override { return wal_capped_; }
+  void StreamAnnounced() override { stream_reported_ = true; }
   // cdc: the slot's gauges, and the WAL cap (sets / clears wal_capped_).
   void WatchSlot(StreamLedger& ledger, const StoreStats* stats);
   // A fenced transition, retried on database errors until `deadline`; false if
   // it could not be recorded (the rows are left to lease expiry / the sweeper).
   bool ApplyTransition(const std::string& who, const char* what,
                        const std::function<Result<TransitionResult>()>& call, std::size_t n,
-                       std::string_view fault_point, std::chrono::steady_clock::time_point deadline);
+                       std::string_view fault_point, std::chrono::steady_clock::time_point deadline) override;
   void HousekeepingLoop();
   // The row-count gauges, when `next_stats` has come (then moved on, paced by
   // the query's cost: relay_internal::NextStatsAt); the stats read, or nullopt
@@ -86,7 +92,7 @@ class RelayImpl final : public Relay {
   int ListenSlot() const { return options_.workers + 1; }
   int StreamSlot() const { return options_.workers + 2; }
   // Sleeps up to `d` or until stop is requested; returns false if stopping.
-  bool SleepFor(milliseconds d);
+  bool SleepFor(milliseconds d) override;
   // Waits on cv_ until stopping, a wake after `seen`, or `until`.
   void WaitForWake(MutexLock& lock, std::uint64_t seen, std::chrono::steady_clock::time_point until)
       OUTBOX_REQUIRES(mu_);
@@ -94,12 +100,12 @@ class RelayImpl final : public Relay {
   // stream. BrokerTurn: true if this worker may claim now (*probing: it is
   // the one that tests the broker after a backoff); false after waiting a
   // while (call again).
-  bool BrokerTurn(bool* probing);
-  void EndBrokerProbe();
+  bool BrokerTurn(bool* probing) override;
+  void EndBrokerProbe() override;
   // After a published batch (OutageGate::EndRound); wakes the waiting workers.
   void EndBrokerRound(bool outage, milliseconds at_least, bool broker_answered, bool probing,
-                      std::string_view error);
-  milliseconds NextOutageDelay() const;
+                      std::string_view error) override;
+  milliseconds NextOutageDelay() const override;
   // Idle polling (idle_poller.h): an idle worker's wait after an empty claim;
   // EndIdle when an idle worker found work (`full`: its batch was full, so
   // every idle worker claims now); LeavePolling when a worker backs off.

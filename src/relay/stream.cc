@@ -32,12 +32,13 @@
 #include <memory>
 #include <random>
 
-#include "relay_impl.h"
+#include "stream.h"
+
 #include "core/fault.h"
 #include "plan.h"
 #include "stream_book.h"
 
-namespace outbox {
+namespace outbox::relay_internal {
 namespace {
 
 using Steady = std::chrono::steady_clock;
@@ -65,16 +66,16 @@ relay_internal::StreamBook::Limits BookLimits(const CdcOptions& cdc) {
 
 // The stream thread's state and steps; Run() is the loop. Thread-safety: the
 // stream thread's alone, except the marking helper (StartMarking), which sees
-// only the relay's thread-safe parts and `mark_queue_`'s session, released
-// only after the helper's future is collected. Lifetime: within StreamLoop().
-class RelayImpl::StreamPump {
+// only the host's thread-safe calls and `mark_queue_`'s session, released
+// only after the helper's future is collected. Lifetime: within RunStream().
+class StreamPump {
  public:
-  explicit StreamPump(RelayImpl& r)
-      : r_(r), cdc_(r.options_.cdc), who_(r.options_.relay_id + "/stream"),
-        holds_(r.options_.on_failed == FailedPolicy::kHold), book_(BookLimits(cdc_)),
+  StreamPump(const StreamContext& context, StreamHost& host)
+      : ctx_(context), host_(host), cdc_(context.options.cdc), who_(context.options.relay_id + "/stream"),
+        holds_(context.options.on_failed == FailedPolicy::kHold), book_(BookLimits(cdc_)),
         rng_(std::random_device{}()) {
     limits_.max_events = static_cast<std::size_t>(cdc_.batch_size);
-    limits_.max_bytes = r.options_.batch_bytes;
+    limits_.max_bytes = context.options.batch_bytes;
   }
   void Run();
 
@@ -110,7 +111,8 @@ class RelayImpl::StreamPump {
   void Pause();
   void Finish();
 
-  RelayImpl& r_;
+  const StreamContext& ctx_;
+  StreamHost& host_;
   const CdcOptions& cdc_;
   const std::string who_;
   const bool holds_;
@@ -141,13 +143,13 @@ class RelayImpl::StreamPump {
   void NoteHealthy();
 };
 
-void RelayImpl::StreamLoop() { StreamPump(*this).Run(); }
+void RunStream(const StreamContext& context, StreamHost& host) { StreamPump(context, host).Run(); }
 
-void RelayImpl::StreamPump::Run() {
-  while (!r_.stopping_) {
-    r_.Beat(r_.StreamSlot());
+void StreamPump::Run() {
+  while (!host_.Stopping()) {
+    host_.BeatStream();
     if (!EnsureLedger()) continue;
-    if (r_.wal_capped_) {
+    if (host_.WalCapped()) {
       HandleWalCap();
       continue;
     }
@@ -159,15 +161,15 @@ void RelayImpl::StreamPump::Run() {
 }
 
 // The ledger's session; false (after a pause) while the database is away.
-bool RelayImpl::StreamPump::EnsureLedger() {
+bool StreamPump::EnsureLedger() {
   if (ledger_) return true;
-  auto s = r_.store_.ledger();
+  auto s = ctx_.store.ledger();
   if (!s.ok()) {
     // Without the table the stream cannot go on — and must not sit idle on
     // the slot: a shutting-down server waits for its reader to confirm or
     // leave (up to wal_sender_timeout) before it stops.
     CloseStream("database session", s.status());
-    r_.metrics_.db_errors.Inc();
+    ctx_.metrics.db_errors.Inc();
     Pause();
     return false;
   }
@@ -178,22 +180,22 @@ bool RelayImpl::StreamPump::EnsureLedger() {
 // The slot retains more WAL than the cap: stop streaming and retire the slot
 // (the sweepers drain by polling; a new slot starts once housekeeping clears
 // the cap).
-void RelayImpl::StreamPump::HandleWalCap() {
+void StreamPump::HandleWalCap() {
   if (!cap_handled_) {
     // Our own walsender may take a moment to exit after the disconnect: while
     // it does, the slot is still "in use". Another relay's is its business
     // (it sees the cap too); an idle slot is anyone's to drop.
     const bool had = StopStreaming();
     Status dropped = Status::Ok();
-    for (int i = 0; i < (had ? 50 : 1) && r_.source_.retire_slot && !r_.stopping_; ++i) {
-      dropped = r_.source_.retire_slot();
+    for (int i = 0; i < (had ? 50 : 1) && ctx_.source.retire_slot && !host_.Stopping(); ++i) {
+      dropped = ctx_.source.retire_slot();
       if (dropped.code() != Code::kFenced) break;
-      r_.SleepFor(milliseconds(100));
+      host_.SleepFor(milliseconds(100));
     }
     if (dropped.ok()) {
       Status forgot = ledger_->DropStreamProgress(cdc_.slot);
-      r_.metrics_.cdc_wal_cap_stops.Inc();
-      r_.logger_.Error("replication slot retains more WAL than cdc.max_retained_wal_bytes: "
+      ctx_.metrics.cdc_wal_cap_stops.Inc();
+      ctx_.logger.Error("replication slot retains more WAL than cdc.max_retained_wal_bytes: "
                        "streaming stopped and the slot dropped; the sweepers drain the outbox "
                        "by polling, then a new slot starts",
                        {{"slot", cdc_.slot},
@@ -203,30 +205,30 @@ void RelayImpl::StreamPump::HandleWalCap() {
     } else if (dropped.code() == Code::kFenced && !had) {
       cap_handled_ = true;  // the relay reading it drops it
     } else {
-      r_.logger_.Warn("could not drop the replication slot over the WAL cap; retrying",
+      ctx_.logger.Warn("could not drop the replication slot over the WAL cap; retrying",
                       {{"slot", cdc_.slot}, {"error", dropped.ToString()}});
     }
   }
-  r_.SleepFor(cdc_.standby_retry);
+  host_.SleepFor(cdc_.standby_retry);
 }
 
 // An open stream, announced to the sweepers; false (after a wait) while the
 // slot is another relay's or the stream cannot be opened.
-bool RelayImpl::StreamPump::EnsureStream() {
+bool StreamPump::EnsureStream() {
   if (stream_) return true;
-  auto s = r_.source_.open();
+  auto s = ctx_.source.open();
   if (!s.ok()) {
     if (s.status().code() == Code::kFenced) {
       if (!logged_standby_) {
-        r_.logger_.Info("standing by: another relay reads the replication slot",
+        ctx_.logger.Info("standing by: another relay reads the replication slot",
                         {{"worker", who_}, {"slot", cdc_.slot}});
         logged_standby_ = true;
       }
-      r_.SleepFor(cdc_.standby_retry);
+      host_.SleepFor(cdc_.standby_retry);
       return false;
     }
     if (!logged_down_) {
-      r_.logger_.Warn("change stream unavailable; retrying with backoff (the sweepers poll "
+      ctx_.logger.Warn("change stream unavailable; retrying with backoff (the sweepers poll "
                       "once its progress is stale)",
                       {{"worker", who_}, {"error", s.status().ToString()}});
       logged_down_ = true;
@@ -235,14 +237,14 @@ bool RelayImpl::StreamPump::EnsureStream() {
     return false;
   }
   stream_ = std::move(s).value();
-  opened_at_ = r_.clock_.Now();
+  opened_at_ = ctx_.clock.Now();
   logged_standby_ = logged_down_ = false;
   // The backoff starts over once the stream has lived (NoteHealthy), not at
   // opening: a stream that fails right after opening backs off.
   book_.Restart();
   if (stream_->created_slot()) {
-    r_.metrics_.cdc_slot_created.Inc();
-    r_.logger_.Warn(stream_->recreated_lost_slot()
+    ctx_.metrics.cdc_slot_created.Inc();
+    ctx_.logger.Warn(stream_->recreated_lost_slot()
                         ? "replication slot was invalidated (max_slot_wal_keep_size); created it "
                           "again: what was committed meanwhile is swept by polling"
                         : "created the replication slot; rows committed before it are swept by "
@@ -255,34 +257,34 @@ bool RelayImpl::StreamPump::EnsureStream() {
   if (StandingAside()) {
     // Once per episode: at every later reopening the count has only grown.
     if (short_sessions_ == kShortSessionsToStandAside) {
-      r_.logger_.Warn("change stream failed soon after opening several times in a row; not "
+      ctx_.logger.Warn("change stream failed soon after opening several times in a row; not "
                       "announcing it, so the sweepers deliver its rows, until it streams for "
                       "cdc.stream_stale_after",
                       {{"worker", who_}, {"slot", stream_->slot()},
                        {"short_sessions", std::to_string(short_sessions_)}});
     }
-  } else if (Status opened = ledger_->OpenStreamProgress(cdc_.slot, r_.options_.relay_id);
+  } else if (Status opened = ledger_->OpenStreamProgress(cdc_.slot, ctx_.options.relay_id);
              !opened.ok()) {
-    r_.metrics_.db_errors.Inc();
+    ctx_.metrics.db_errors.Inc();
     ledger_.reset();
     CloseStream("announce the stream", opened);
     Pause();
     return false;
   }
-  r_.stream_reported_ = true;
-  r_.logger_.Info("streaming", {{"worker", who_}, {"slot", stream_->slot()}});
-  r_.metrics_.cdc_streaming.Set(1);
+  host_.StreamAnnounced();
+  ctx_.logger.Info("streaming", {{"worker", who_}, {"slot", stream_->slot()}});
+  ctx_.metrics.cdc_streaming.Set(1);
   // Report at once, asking for the server's position (a keepalive), so that
   // progress is known without waiting for the first commit.
-  last_activity_ = r_.clock_.Now() - cdc_.heartbeat_interval;
-  last_status_ = r_.clock_.Now() - cdc_.status_interval;
+  last_activity_ = ctx_.clock.Now() - cdc_.heartbeat_interval;
+  last_status_ = ctx_.clock.Now() - cdc_.status_interval;
   return true;
 }
 
 // Settles the batches whose acks are in, oldest first; waits for the oldest
 // when the book says so (pipeline full, a batch's worth parked). False when
 // the stream was closed (after a pause if it is to be reopened).
-bool RelayImpl::StreamPump::SettleReady() {
+bool StreamPump::SettleReady() {
   Step step = Step::kGoOn;
   while (step == Step::kGoOn && book_.ShouldSettle(!in_flight_.empty() && in_flight_.front().Ready())) {
     step = SettleFront();
@@ -302,7 +304,7 @@ bool RelayImpl::StreamPump::SettleReady() {
 // Settles the oldest batch in flight: waits for its acks, plans the
 // transitions and hands them to the marking helper (after the previous
 // batch's marks are recorded). kReopen / kOutage: the stream was closed.
-RelayImpl::StreamPump::Step RelayImpl::StreamPump::SettleFront() {
+StreamPump::Step StreamPump::SettleFront() {
   Publish p = std::move(in_flight_.front());
   in_flight_.pop_front();
   if (!p.events) {
@@ -310,28 +312,28 @@ RelayImpl::StreamPump::Step RelayImpl::StreamPump::SettleFront() {
     return Step::kGoOn;
   }
   const std::vector<PublishResult> results = p.results.get();
-  const auto acked_at = r_.clock_.Now();
+  const auto acked_at = ctx_.clock.Now();
   (void)OUTBOX_FAULT(fault::kStreamAfterPublish);
   const std::vector<ClaimedEvent>& events = *p.events;
   relay_internal::Plan plan =
-      relay_internal::PlanTransitions(events, results, r_.options_, r_.NextOutageDelay(), rng_);
-  r_.EndBrokerRound(plan.outage, plan.outage_delay, !plan.sent.empty() || plan.held_back > 0,
+      relay_internal::PlanTransitions(events, results, ctx_.options, host_.NextOutageDelay(), rng_);
+  host_.EndBrokerRound(plan.outage, plan.outage_delay, !plan.sent.empty() || plan.held_back > 0,
                     p.probing, results.empty() ? std::string_view() : std::string_view(results.front().error));
-  relay_internal::RecordPublish(r_.metrics_, r_.logger_, who_, r_.transport_.PeerName(), events,
+  relay_internal::RecordPublish(ctx_.metrics, ctx_.logger, who_, ctx_.transport.PeerName(), events,
                                 results, plan, acked_at - p.received_at, &logged_outage_);
   if (plan.outage) {
     // Nothing was written for this batch: its rows are still PENDING. Read
     // them again after the shared outage backoff (the sweepers take over
     // once the stream's progress is stale).
     StopStreaming();
-    r_.metrics_.cdc_restarts.Inc();
+    ctx_.metrics.cdc_restarts.Inc();
     return Step::kOutage;
   }
-  const auto mark_wait_from = r_.clock_.Now();
+  const auto mark_wait_from = ctx_.clock.Now();
   bool recorded = CollectMarking(true);
-  const auto mark_waited = r_.clock_.Now() - mark_wait_from;
-  if (recorded && !mark_queue_ && !(mark_queue_ = OpenOrNull(r_.store_.queue))) {
-    r_.metrics_.db_errors.Inc();
+  const auto mark_waited = ctx_.clock.Now() - mark_wait_from;
+  if (recorded && !mark_queue_ && !(mark_queue_ = OpenOrNull(ctx_.store.queue))) {
+    ctx_.metrics.db_errors.Inc();
     recorded = false;
   }
   if (!recorded) {
@@ -341,10 +343,10 @@ RelayImpl::StreamPump::Step RelayImpl::StreamPump::SettleFront() {
     CloseStream("record outcomes", Status::Unavailable("transition not recorded"));
     return Step::kReopen;
   }
-  r_.metrics_.rescheduled.Inc(plan.reschedule.size());
-  r_.metrics_.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
-  r_.metrics_.failed_max_attempts.Inc(plan.max_attempts);
-  r_.logger_.Log(LogLevel::kDebug, "stream batch",
+  ctx_.metrics.rescheduled.Inc(plan.reschedule.size());
+  ctx_.metrics.failed_fatal.Inc(plan.failed.size() - plan.max_attempts);
+  ctx_.metrics.failed_max_attempts.Inc(plan.max_attempts);
+  ctx_.logger.Log(LogLevel::kDebug, "stream batch",
                  {{"worker", who_}, {"decoded", std::to_string(p.fresh)},
                   {"checked", std::to_string(p.checked)},
                   {"published", std::to_string(events.size())},
@@ -364,33 +366,34 @@ RelayImpl::StreamPump::Step RelayImpl::StreamPump::SettleFront() {
 // Hands the plan's transitions to the helper; the front batch's position
 // counts once they are recorded. False when a marking that already ended
 // failed.
-bool RelayImpl::StreamPump::StartMarking(relay_internal::Plan plan) {
+bool StreamPump::StartMarking(relay_internal::Plan plan) {
   // Only the rows going to SENT stop holding their aggregates: an acked row
   // held back behind an earlier failure goes again, and so does its aggregate.
   book_.MarkingStarted(plan.sent);
   ClaimQueue* q = mark_queue_.get();
-  RelayImpl* r = &r_;
-  marking_ = std::async(std::launch::async, [r, q, who = who_, plan = std::move(plan)] {
+  StreamHost* host = &host_;
+  Clock* clock = &ctx_.clock;
+  const milliseconds status_interval = cdc_.status_interval;
+  marking_ = std::async(std::launch::async, [host, clock, q, status_interval, who = who_, plan = std::move(plan)] {
     // Streamed rows hold no lease: a mark that does not go through soon is
     // given up and the batch read again from the slot. Until then the slot
     // cannot be confirmed — and a PostgreSQL shutdown waits for that
     // confirmation (up to wal_sender_timeout).
     const auto deadline =
-        r->clock_.Now() + std::clamp<milliseconds>(r->options_.cdc.status_interval * 5,
-                                                   milliseconds(500), milliseconds(5000));
-    return r->ApplyTransition(who, "mark sent", [&] { return q->MarkSent(plan.sent); },
-                              plan.sent.size(), fault::kStreamMarkSent, deadline) &&
-           r->ApplyTransition(who, "reschedule", [&] { return q->Reschedule(plan.reschedule); },
-                              plan.reschedule.size(), std::string_view{}, deadline) &&
-           r->ApplyTransition(who, "mark failed", [&] { return q->MarkFailed(plan.failed); },
-                              plan.failed.size(), std::string_view{}, deadline);
+        clock->Now() + std::clamp<milliseconds>(status_interval * 5, milliseconds(500), milliseconds(5000));
+    return host->ApplyTransition(who, "mark sent", [&] { return q->MarkSent(plan.sent); },
+                                 plan.sent.size(), fault::kStreamMarkSent, deadline) &&
+           host->ApplyTransition(who, "reschedule", [&] { return q->Reschedule(plan.reschedule); },
+                                 plan.reschedule.size(), std::string_view{}, deadline) &&
+           host->ApplyTransition(who, "mark failed", [&] { return q->MarkFailed(plan.failed); },
+                                 plan.failed.size(), std::string_view{}, deadline);
   });
   return CollectMarking(false);
 }
 
 // Ends the marking under way when it has finished (or waits for it, `wait`);
 // true unless it ended unrecorded (then the helper's session is dropped).
-bool RelayImpl::StreamPump::CollectMarking(bool wait) {
+bool StreamPump::CollectMarking(bool wait) {
   if (!marking_.valid()) return true;
   if (!wait && marking_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return true;
   const bool ok = marking_.get();
@@ -403,15 +406,15 @@ bool RelayImpl::StreamPump::CollectMarking(bool wait) {
 // against the table, the publishable ones go to the broker, and the batch
 // joins the pipeline. False when the stream was closed or the broker's
 // backoff holds this round.
-bool RelayImpl::StreamPump::ReadCheckPublish() {
+bool StreamPump::ReadCheckPublish() {
   bool probing = false;
-  if (!r_.BrokerTurn(&probing)) return false;
+  if (!host_.BrokerTurn(&probing)) return false;
   limits_.wait = book_.parked_count() == 0 && in_flight_.empty() ? milliseconds(100) : milliseconds(5);
   auto batch = stream_->Next(limits_);
   Publish p;
-  p.received_at = r_.clock_.Now();
+  p.received_at = ctx_.clock.Now();
   if (!batch.ok()) {
-    if (probing) r_.EndBrokerProbe();
+    if (probing) host_.EndBrokerProbe();
     CloseStream("read", batch.status());
     Pause();
     return false;
@@ -432,17 +435,17 @@ bool RelayImpl::StreamPump::ReadCheckPublish() {
 
 // Checks the rows to check (parked and new) and starts the publish of what
 // may go now; parks the rest. False when the check failed (stream closed).
-bool RelayImpl::StreamPump::CheckAndPublish(ChangeBatch& batch, Publish& p, bool probing) {
+bool StreamPump::CheckAndPublish(ChangeBatch& batch, Publish& p, bool probing) {
   p.fresh = batch.events.size();
   p.probing = probing;
   std::vector<ClaimedEvent> rows;
   if (book_.NeedsCheck(p.fresh > 0)) {
     std::size_t expired = 0;
     rows = book_.ToCheck(std::move(batch.events), p.received_at, &expired);
-    r_.metrics_.cdc_left_to_sweeper.Inc(expired);
+    ctx_.metrics.cdc_left_to_sweeper.Inc(expired);
   }
   if (rows.empty()) {
-    if (probing) r_.EndBrokerProbe();
+    if (probing) host_.EndBrokerProbe();
     p.probing = false;
     return true;
   }
@@ -454,39 +457,39 @@ bool RelayImpl::StreamPump::CheckAndPublish(ChangeBatch& batch, Publish& p, bool
     seqs.push_back(e.ticket.seq);
     p.oldest = std::max(p.oldest, e.age_at_claim);
   }
-  r_.metrics_.cdc_streamed.Inc(p.fresh);
-  p.check_at = r_.clock_.Now();
+  ctx_.metrics.cdc_streamed.Inc(p.fresh);
+  p.check_at = ctx_.clock.Now();
   // Rows in flight are PENDING in the table: they hold their aggregates here,
   // so a later row of theirs waits (parked) until their outcome is recorded.
   // Rows acked and being marked do not hold.
   auto states = ledger_->StreamStates(seqs, holds_, book_.acked_unmarked());
-  p.checked_at = r_.clock_.Now();
+  p.checked_at = ctx_.clock.Now();
   if (!states.ok()) {
-    if (probing) r_.EndBrokerProbe();
-    r_.metrics_.db_errors.Inc();
+    if (probing) host_.EndBrokerProbe();
+    ctx_.metrics.db_errors.Inc();
     ledger_.reset();
     CloseStream("read row states", states.status());
     Pause();
     return false;
   }
   relay_internal::StreamPick pick =
-      relay_internal::PickStreamed(std::move(rows), *states, r_.options_.ordered, holds_);
-  r_.metrics_.cdc_left_to_sweeper.Inc(pick.left_to_sweeper);
-  r_.metrics_.cdc_left_to_sweeper.Inc(book_.Park(std::move(pick.park), r_.clock_.Now(), p.received_at));
+      relay_internal::PickStreamed(std::move(rows), *states, ctx_.options.ordered, holds_);
+  ctx_.metrics.cdc_left_to_sweeper.Inc(pick.left_to_sweeper);
+  ctx_.metrics.cdc_left_to_sweeper.Inc(book_.Park(std::move(pick.park), ctx_.clock.Now(), p.received_at));
   if (pick.publish.empty()) {
-    if (probing) r_.EndBrokerProbe();
+    if (probing) host_.EndBrokerProbe();
     p.probing = false;
     return true;
   }
   p.events = std::make_shared<std::vector<ClaimedEvent>>(std::move(pick.publish));
   p.results = std::async(std::launch::async, [this, events = p.events] {
-    return r_.transport_.Publish(*events);
+    return ctx_.transport.Publish(*events);
   });
   return true;
 }
 
-void RelayImpl::StreamPump::MaybeReport() {
-  const auto now = r_.clock_.Now();
+void StreamPump::MaybeReport() {
+  const auto now = ctx_.clock.Now();
   if (now - last_status_ < cdc_.status_interval) return;
   const bool heartbeat = now - last_activity_ >= cdc_.heartbeat_interval;
   if (heartbeat) last_activity_ = now;
@@ -495,10 +498,10 @@ void RelayImpl::StreamPump::MaybeReport() {
 
 // A session that has lived cdc.stream_stale_after ends a run of short ones:
 // the stream is announced to the sweepers again.
-void RelayImpl::StreamPump::NoteHealthy() {
-  if (r_.clock_.Now() - opened_at_ < cdc_.stream_stale_after) return;
+void StreamPump::NoteHealthy() {
+  if (ctx_.clock.Now() - opened_at_ < cdc_.stream_stale_after) return;
   if (StandingAside()) {
-    r_.logger_.Info("change stream has streamed for cdc.stream_stale_after; announcing it again",
+    ctx_.logger.Info("change stream has streamed for cdc.stream_stale_after; announcing it again",
                     {{"worker", who_}, {"slot", stream_->slot()}});
   }
   short_sessions_ = 0;
@@ -507,7 +510,7 @@ void RelayImpl::StreamPump::NoteHealthy() {
 
 // Confirms what the book says may be confirmed and records the stream's
 // progress for the sweepers; false when the stream must be reopened.
-bool RelayImpl::StreamPump::Report(bool want_reply) {
+bool StreamPump::Report(bool want_reply) {
   const std::uint64_t lsn = book_.Confirmable();
   const std::int64_t covered = book_.Covered();
   Status st = stream_->Confirm(lsn, want_reply);
@@ -517,36 +520,36 @@ bool RelayImpl::StreamPump::Report(bool want_reply) {
   }
   NoteHealthy();
   if (StandingAside()) {  // the sweepers deliver meanwhile: no progress written
-    r_.metrics_.cdc_confirmed_lsn.Set(static_cast<double>(lsn));
-    last_status_ = r_.clock_.Now();
+    ctx_.metrics.cdc_confirmed_lsn.Set(static_cast<double>(lsn));
+    last_status_ = ctx_.clock.Now();
     return true;
   }
   // Nothing settled yet (a first keepalive or batch still on its way): the
   // announcement is renewed, so that the stream does not look stale.
   Status saved = lsn > 0 && covered > 0
-                     ? ledger_->SaveStreamProgress({cdc_.slot, r_.options_.relay_id, lsn, covered})
-                     : ledger_->OpenStreamProgress(cdc_.slot, r_.options_.relay_id);
+                     ? ledger_->SaveStreamProgress({cdc_.slot, ctx_.options.relay_id, lsn, covered})
+                     : ledger_->OpenStreamProgress(cdc_.slot, ctx_.options.relay_id);
   if (!saved.ok()) {
-    r_.metrics_.db_errors.Inc();
+    ctx_.metrics.db_errors.Inc();
     ledger_.reset();  // reconnect; the sweepers treat the stream as stale meanwhile
   } else {
-    r_.stream_reported_ = true;
+    host_.StreamAnnounced();
   }
-  r_.metrics_.cdc_confirmed_lsn.Set(static_cast<double>(lsn));
-  last_status_ = r_.clock_.Now();
+  ctx_.metrics.cdc_confirmed_lsn.Set(static_cast<double>(lsn));
+  last_status_ = ctx_.clock.Now();
   return true;
 }
 
 // Waits for every publish in flight and forgets the batches: nothing of
 // theirs is recorded or confirmed, so they are read again from the slot (or
 // swept); acked copies are absorbed by the inbox.
-void RelayImpl::StreamPump::DropInFlight() {
+void StreamPump::DropInFlight() {
   for (Publish& p : in_flight_) {
     if (!p.results.valid()) continue;
     for (const PublishResult& res : p.results.get()) {
-      if (res.outcome == PublishOutcome::kAcked) r_.metrics_.published.Inc();
+      if (res.outcome == PublishOutcome::kAcked) ctx_.metrics.published.Inc();
     }
-    if (p.probing) r_.EndBrokerProbe();
+    if (p.probing) host_.EndBrokerProbe();
   }
   in_flight_.clear();
 }
@@ -554,37 +557,37 @@ void RelayImpl::StreamPump::DropInFlight() {
 // Ends streaming: what is in flight is dropped (read again from the slot
 // later), the marking under way is waited for, the book starts over (parked
 // rows are PENDING in the table). True when a stream was open.
-bool RelayImpl::StreamPump::StopStreaming() {
+bool StreamPump::StopStreaming() {
   DropInFlight();
   (void)CollectMarking(true);
   book_.Restart();
   if (!stream_) return false;
   stream_.reset();
-  r_.metrics_.cdc_streaming.Set(0);
+  ctx_.metrics.cdc_streaming.Set(0);
   return true;
 }
 
-void RelayImpl::StreamPump::CloseStream(const char* why, const Status& st) {
+void StreamPump::CloseStream(const char* why, const Status& st) {
   if (!StopStreaming()) return;
-  r_.metrics_.cdc_restarts.Inc();
-  short_sessions_ = r_.clock_.Now() - opened_at_ < cdc_.stream_stale_after ? short_sessions_ + 1 : 0;
-  r_.logger_.Warn("change stream closed; it reopens at the slot's confirmed position",
+  ctx_.metrics.cdc_restarts.Inc();
+  short_sessions_ = ctx_.clock.Now() - opened_at_ < cdc_.stream_stale_after ? short_sessions_ + 1 : 0;
+  ctx_.logger.Warn("change stream closed; it reopens at the slot's confirmed position",
                   {{"worker", who_}, {"why", why}, {"error", st.ToString()}});
 }
 
-void RelayImpl::StreamPump::Pause() {
-  r_.SleepFor(backoff_);
-  backoff_ = std::min(backoff_ * 2, r_.options_.db_retry_max);
+void StreamPump::Pause() {
+  host_.SleepFor(backoff_);
+  backoff_ = std::min(backoff_ * 2, ctx_.options.db_retry_max);
 }
 
 // Stopping: settle what is in flight (its acks are marked), then confirm.
-void RelayImpl::StreamPump::Finish() {
+void StreamPump::Finish() {
   while (!in_flight_.empty() && SettleFront() == Step::kGoOn) {
   }
   DropInFlight();
   const bool marked = CollectMarking(true);
   if (stream_ && ledger_ && marked) (void)Report(false);  // spare the next reader what is settled
-  r_.metrics_.cdc_streaming.Set(0);
+  ctx_.metrics.cdc_streaming.Set(0);
 }
 
-}  // namespace outbox
+}  // namespace outbox::relay_internal
