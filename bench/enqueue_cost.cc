@@ -193,6 +193,18 @@ PGconn* PgClient(const std::string& url, bool durable, const std::string& sessio
                 ".uuid_v7(), 'order', $1, 'OrderCreated', $2, $3::jsonb)");
   PgPrepare(c, "enqueue_log",
             "SELECT * FROM " + kSchema + ".enqueue_log('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+  // The same work as one statement, no PL/pgSQL: the quick check (enqueue_ok,
+  // a SQL function the planner inlines; enqueue_refuse raises on a refusal),
+  // the aggregate's lock, then the INSERT (its pos taken after the lock).
+  PgPrepare(c, "log_statement",
+            "WITH k AS (SELECT hashtext('order' || E'\\x1f' || $1) AS h), "
+            "ok AS (SELECT h, CASE WHEN " + kSchema + ".enqueue_ok('order', $1, 'OrderCreated', $2, $3::jsonb, NULL) "
+            "THEN true ELSE " + kSchema + ".enqueue_refuse('order', $1, 'OrderCreated', $2, $3::jsonb, NULL) IS NULL "
+            "END AS fine FROM k), "
+            "l AS (SELECT h, pg_advisory_xact_lock(hashtext('" + kSchema + "'), h) FROM ok WHERE fine) "
+            "INSERT INTO " + kSchema + ".log (slot, event_id, aggregate_type, aggregate_id, event_type, payload, "
+            "headers) SELECT (h & 2147483647) % 16, " + kSchema + ".uuid_v7(), 'order', $1, 'OrderCreated', $2, "
+            "$3::jsonb FROM l RETURNING event_id");
   if (!Scalar(c, "SELECT to_regproc('" + kSchema + ".enqueue_before')").empty()) {
     PgPrepare(c, "enqueue_before",
               "SELECT * FROM " + kSchema +
@@ -510,6 +522,10 @@ int main(int argc, char** argv) {
     cases.push_back(pg_case("+ `enqueue_log(...)`: enqueue() writing to the log", 1,
                             "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
                               PgRun(c, "enqueue_log", {a, kPayload, kHeaders}, 1);
+                            }));
+    cases.push_back(pg_case("+ one statement: enqueue_log()'s check, lock and INSERT, no PL/pgSQL", 1,
+                            "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
+                              PgRun(c, "log_statement", {a, kPayload, kHeaders}, 1);
                             }));
   }
   if (!f.Str("before").empty() && !log_only) {
