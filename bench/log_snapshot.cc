@@ -2,7 +2,7 @@
 // today's store beside the log prototype (bench/log_drain.cc), in one run.
 //
 // Held snapshot: producers enqueue --rate events/s (each its own transaction,
-// 2 sessions, paced) for --seconds while one drainer session hands them over
+// 4 sessions, paced) for --seconds while one drainer session hands them over
 // (the moment a relay would give them to its producer); the payload carries
 // the producer's clock, so the latency is enqueue -> hand-over. Each store
 // runs twice: without, then with a REPEATABLE READ transaction holding its

@@ -26,7 +26,7 @@ update_section log_snapshot <<MD
 ### The outbox as a log under a held snapshot, and its purge by rotation (issue 42)
 
 Command: \`bench/run_log_snapshot.sh --rate $RATE --seconds $SECS --purge-rows $PURGE\` (runs
-\`build/release/bench/log_snapshot\`). $RATE events/s from 2 producer sessions (each event its
+\`build/release/bench/log_snapshot\`). $RATE events/s from 4 producer sessions (each event its
 own transaction, 1,000 aggregates) for $SECS s; one drainer session hands them over — the
 moment a relay gives them to its producer — idling as the relay's poller does (2 ms doubling
 to 20 ms). The latency is the producer's clock at the enqueue to the drainer's at the

@@ -119,7 +119,7 @@ struct RelayOptions {
   // producers opt in with the setting outbox.notify = on. Polling stays the fallback.
   bool listen = true;
   // Idle polling: every poll_min while an idle worker found work in the last
-  // poll_hot, then doubling up to poll_max (see Relay::IdleWait).
+  // poll_hot, then doubling up to poll_max (src/relay/idle_poller.h).
   milliseconds poll_min{2};
   // 20 ms: a steady stream of events up to 20 ms apart (50/s and more) is
   // found within poll_min; a slower one lets the poll back off.

@@ -3,8 +3,8 @@
 // or clock). While the broker answers, every worker claims. After a batch the
 // relay classified as an outage (plan.h, IsOutage), nobody claims until the
 // backoff ends; then one worker probes the broker with a batch, and the others
-// wait for its round. Any batch that is not an outage ends the wait; one the
-// broker answered (an ack, a refusal) also resets the backoff.
+// wait for its round. A batch the broker answered (acked) ends the outage and
+// resets the backoff; any batch that is not an outage ends Down().
 //
 // Thread-safety: not thread-safe; the relay calls it under its mutex.
 #ifndef OUTBOX_SRC_RELAY_OUTAGE_GATE_H_

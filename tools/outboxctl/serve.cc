@@ -341,7 +341,8 @@ void AddActionRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
   // The actions: the token, as a header a cross-site form or image cannot
   // send (CSRF), a JSON body, and no foreign Origin. Recorded where
   // `outboxctl` records them (skip: skipped_by and skip_reason on the row).
-  auto authorize = [&](const httplib::Request& req, httplib::Response& res, json* body) -> bool {
+  // Held by value in the handlers: they outlive this function.
+  auto authorize = [&o](const httplib::Request& req, httplib::Response& res, json* body) -> bool {
     if (o.token.empty()) {
       Error(res, 403, "actions are off: start `outboxctl serve` with OUTBOX_DASHBOARD_TOKEN or "
                       "--token-file to enable replay and skip");
@@ -381,7 +382,7 @@ void AddActionRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
     return it->get<std::string>();
   };
 
-  srv.Post("/api/replay", [&](const httplib::Request& req, httplib::Response& res) {
+  srv.Post("/api/replay", [&db, &o, authorize, event_id_of](const httplib::Request& req, httplib::Response& res) {
     json body;
     if (!authorize(req, res, &body)) return;
     ReplaySelection sel;
@@ -390,7 +391,7 @@ void AddActionRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
     Answer(res, db.With([&](Store& s) { return ReplayReport(s, sel); }));
   });
 
-  srv.Post("/api/skip", [&](const httplib::Request& req, httplib::Response& res) {
+  srv.Post("/api/skip", [&db, &o, authorize, event_id_of](const httplib::Request& req, httplib::Response& res) {
     json body;
     if (!authorize(req, res, &body)) return;
     SkipRequest sr;
@@ -416,7 +417,7 @@ void AddActionRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
 
   // Dead letters back to their topics (outboxctl dlt replay): the copies go
   // where they came from; consumers' inboxes absorb what they applied before.
-  srv.Post("/api/dlt/replay", [&](const httplib::Request& req, httplib::Response& res) {
+  srv.Post("/api/dlt/replay", [&db, &o, authorize, event_id_of](const httplib::Request& req, httplib::Response& res) {
     json body;
     if (!authorize(req, res, &body)) return;
     if (const auto b = o.kafka.find("bootstrap.servers"); b == o.kafka.end() || b->second.empty()) {
