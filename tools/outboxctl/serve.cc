@@ -382,7 +382,7 @@ void AddActionRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
     return it->get<std::string>();
   };
 
-  srv.Post("/api/replay", [&db, &o, authorize, event_id_of](const httplib::Request& req, httplib::Response& res) {
+  srv.Post("/api/replay", [&db, authorize, event_id_of](const httplib::Request& req, httplib::Response& res) {
     json body;
     if (!authorize(req, res, &body)) return;
     ReplaySelection sel;
@@ -391,7 +391,7 @@ void AddActionRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
     Answer(res, db.With([&](Store& s) { return ReplayReport(s, sel); }));
   });
 
-  srv.Post("/api/skip", [&db, &o, authorize, event_id_of](const httplib::Request& req, httplib::Response& res) {
+  srv.Post("/api/skip", [&db, authorize, event_id_of](const httplib::Request& req, httplib::Response& res) {
     json body;
     if (!authorize(req, res, &body)) return;
     SkipRequest sr;
@@ -417,7 +417,7 @@ void AddActionRoutes(httplib::Server& srv, Db& db, const ServeOptions& o) {
 
   // Dead letters back to their topics (outboxctl dlt replay): the copies go
   // where they came from; consumers' inboxes absorb what they applied before.
-  srv.Post("/api/dlt/replay", [&db, &o, authorize, event_id_of](const httplib::Request& req, httplib::Response& res) {
+  srv.Post("/api/dlt/replay", [&o, authorize](const httplib::Request& req, httplib::Response& res) {
     json body;
     if (!authorize(req, res, &body)) return;
     if (const auto b = o.kafka.find("bootstrap.servers"); b == o.kafka.end() || b->second.empty()) {
