@@ -11,6 +11,7 @@
 #include "outbox/postgres.h"
 // The store's statements and parameter types, to plan them
 // (TheStoresQueriesWalkAnIndexNotTheTable).
+#include "../src/store/postgres/log_store.h"
 #include "../src/store/postgres/session.h"
 #include "../src/store/postgres/sql.h"
 #include "store_contract.h"
@@ -21,7 +22,7 @@ namespace {
 
 class PostgresHarness : public StoreHarness {
  public:
-  explicit PostgresHarness(SentMode mode) : mode_(mode) {}
+  explicit PostgresHarness(SentMode mode, bool log = false) : mode_(mode), log_(log) {}
   ~PostgresHarness() override {
     if (admin_) Exec(admin_.get(), "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE");
   }
@@ -54,7 +55,7 @@ class PostgresHarness : public StoreHarness {
     o.conninfo = url_;
     o.schema = schema_;
     o.sent_mode = mode_;
-    auto s = OpenPostgresStore(o);
+    auto s = log_ ? pg::OpenPostgresLogStore(o) : OpenPostgresStore(o);
     if (!s.ok()) {
       ADD_FAILURE() << s.status().ToString();
       return nullptr;
@@ -96,12 +97,15 @@ class PostgresHarness : public StoreHarness {
     return v;
   }
 
+  bool PerRowState() const override { return !log_; }
+
   std::int64_t CountRows() override {
     return std::stoll(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".outbox"));
   }
 
  private:
   SentMode mode_;
+  bool log_;  // the log layout (issue 42) instead of the row store
   std::string url_, schema_;
   PgConn admin_;
 };
@@ -119,6 +123,12 @@ std::string ModeName(const ::testing::TestParamInfo<HarnessFactory>& p) {
 
 INSTANTIATE_TEST_SUITE_P(Postgres, StoreContractTest,
                          ::testing::Values(&MakeUpdateMode, &MakeDeleteMode), ModeName);
+
+std::unique_ptr<StoreHarness> MakeLogLayout() {
+  return std::make_unique<PostgresHarness>(SentMode::kUpdate, /*log=*/true);
+}
+INSTANTIATE_TEST_SUITE_P(PostgresLog, StoreContractTest, ::testing::Values(&MakeLogLayout),
+                         [](const auto&) { return std::string("Log"); });
 
 // ---- PostgreSQL-only behaviour -------------------------------------------
 

@@ -40,6 +40,13 @@ class StoreHarness {
   virtual Result<std::vector<EnqueueResult>> Enqueue(std::span<const Event> events,
                                                      bool one_txn = true) = 0;
   virtual std::optional<RowView> Row(std::int64_t seq) = 0;
+  // Whether the store writes each event's claim on its row (the row stores:
+  // a claimed row is PROCESSING, leased alone, purged alone, its send time
+  // kept), or, as the PostgreSQL log does, nothing per event on the happy
+  // path: a relay leases whole slots, a claimed event still reads PENDING,
+  // purge empties whole partitions, and only failures keep times. The tests
+  // that differ say how.
+  virtual bool PerRowState() const { return true; }
   virtual std::int64_t CountRows() = 0;
 };
 

@@ -18,6 +18,7 @@ namespace outbox::pg {
 // The embedded files (generated from migrations/<set>/ by cmake/EmbedFiles.cmake).
 std::span<const store::EmbeddedFile> OutboxMigrationFiles();
 std::span<const store::EmbeddedFile> InboxMigrationFiles();
+std::span<const store::EmbeddedFile> LogMigrationFiles();  // the log layout (issue 42)
 
 // One schema's set: applied under an advisory lock named `lock_name`, each
 // version recorded in <schema>.<table>. Files use "{S}" for the schema.
@@ -28,6 +29,8 @@ struct MigrationSet {
 };
 inline constexpr MigrationSet kOutboxSet{"outbox.migrate", "schema_migrations", OutboxMigrationFiles};
 inline constexpr MigrationSet kInboxSet{"outbox.inbox.migrate", "inbox_migrations", InboxMigrationFiles};
+// The log layout's set shares the outbox set's lock: the two never run at once.
+inline constexpr MigrationSet kLogSet{"outbox.migrate", "log_migrations", LogMigrationFiles};
 
 // In one transaction, under the set's advisory lock: creates the schema and the
 // set's versions table if missing, then applies and records every migration

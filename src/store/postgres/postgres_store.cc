@@ -1,7 +1,6 @@
 // PostgreSQL implementation of outbox::Store: lease-based claim (the seed's
 // design; see docs/design.md for why over lock-holding transactions).
 #include <libpq-fe.h>
-#include <poll.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -9,6 +8,7 @@
 
 #include "outbox/postgres.h"
 #include "headers_json.h"
+#include "records.h"
 #include "session.h"
 #include "migrate.h"
 #include "sql.h"
@@ -173,27 +173,7 @@ class PostgresStore final : public Store, public StreamLedger {
   }
 
   Result<bool> WaitForWork(std::chrono::milliseconds timeout) override {
-    OUTBOX_RETURN_IF_ERROR(session_->EnsureConnected());
-    PGconn* c = session_->raw();
-    if (c != listening_on_) {  // first call, or a new connection after a loss
-      OUTBOX_RETURN_IF_ERROR(session_->ExecScript("listen", "LISTEN outbox_" + options_.schema));
-      listening_on_ = c;
-    }
-    auto drain = [&] {
-      bool any = false;
-      while (PGnotify* n = PQnotifies(c)) {
-        any = true;
-        PQfreemem(n);
-      }
-      return any;
-    };
-    if (!PQconsumeInput(c)) return pg::StatusFromResult(c, nullptr, "listen");
-    if (drain()) return true;
-    pollfd p{PQsocket(c), POLLIN, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
-    if (r <= 0) return false;
-    if (!PQconsumeInput(c)) return pg::StatusFromResult(c, nullptr, "listen");
-    return drain();
+    return pg::WaitForNotify(*session_, "outbox_" + options_.schema, &listening_on_, timeout);
   }
 
   Result<std::vector<StreamRowState>> StreamStates(std::span<const std::int64_t> seqs,
@@ -355,7 +335,7 @@ class PostgresStore final : public Store, public StreamLedger {
       return Status::InvalidArgument("list: --state, --aggregate and --type must be text");
     }
     if (f.limit < 1) return Status::InvalidArgument("list: limit must be >= 1");
-    return Records(session_->Exec(
+    return pg::EventRecords(session_->Exec(
         "list", pg::sql::List(options_.schema),
         {Param::Text(f.state), Param::Text(f.aggregate_id), Param::Text(f.event_type),
          Param::Text(std::to_string(f.older_than.count())), Param::Text(std::to_string(f.limit))}));
@@ -363,7 +343,7 @@ class PostgresStore final : public Store, public StreamLedger {
 
   Result<std::vector<EventRecord>> Find(const std::string& key) override {
     if (!IsValidText(key)) return Status::InvalidArgument("trace: the key must be text");
-    return Records(session_->Exec("trace", pg::sql::Find(options_.schema), {Param::Text(key)}));
+    return pg::EventRecords(session_->Exec("trace", pg::sql::Find(options_.schema), {Param::Text(key)}));
   }
 
   Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
@@ -375,55 +355,6 @@ class PostgresStore final : public Store, public StreamLedger {
   }
 
  private:
-  // bytea's text form ("\\x6869") as its bytes.
-  static std::string FromHexBytea(const std::string& t) {
-    std::string out;
-    if (t.size() < 2 || t[0] != '\\' || t[1] != 'x') return out;
-    auto nibble = [](char c) {
-      return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-    };
-    out.reserve((t.size() - 2) / 2);
-    for (std::size_t i = 2; i + 1 < t.size(); i += 2) {
-      out.push_back(static_cast<char>(nibble(t[i]) * 16 + nibble(t[i + 1])));
-    }
-    return out;
-  }
-
-  // Rows of sql::List / sql::Find.
-  static Result<std::vector<EventRecord>> Records(Result<pg::ResultPtr> res) {
-    if (!res.ok()) return res.status();
-    const PGresult* r = res->get();
-    std::vector<EventRecord> out;
-    for (int i = 0; i < PQntuples(r); ++i) {
-      EventRecord e;
-      e.seq = pg::GetInt64(r, i, 0);
-      e.event_id = pg::GetText(r, i, 1);
-      e.aggregate_type = pg::GetText(r, i, 2);
-      e.aggregate_id = pg::GetText(r, i, 3);
-      e.event_type = pg::GetText(r, i, 4);
-      e.status = pg::GetText(r, i, 5);
-      e.attempts = static_cast<int>(pg::GetInt64(r, i, 6));
-      e.age_seconds = std::strtod(PQgetvalue(r, i, 7), nullptr);
-      e.dedup_key = pg::GetText(r, i, 8);
-      e.last_error = pg::GetText(r, i, 9);
-      e.lease_owner = pg::GetText(r, i, 10);
-      e.created_at = pg::GetText(r, i, 11);
-      e.claimed_at = pg::GetText(r, i, 12);
-      e.sent_at = pg::GetText(r, i, 13);
-      e.failed_at = pg::GetText(r, i, 14);
-      e.skipped_at = pg::GetText(r, i, 15);
-      e.skipped_by = pg::GetText(r, i, 16);
-      e.skip_reason = pg::GetText(r, i, 17);
-      if (PQnfields(r) > 20) {  // Find: headers, payload size, its first bytes (bytea as hex text)
-        e.headers = pg::GetText(r, i, 18);
-        e.payload_bytes = pg::GetInt64(r, i, 19);
-        e.payload_preview = FromHexBytea(pg::GetText(r, i, 20));
-      }
-      out.push_back(std::move(e));
-    }
-    return out;
-  }
-
   // Error texts come from brokers and exceptions; keep them storable as text.
   static std::string SafeText(const std::string& s) { return pg::sql::StorableText(s, 4000); }
 

@@ -1,10 +1,10 @@
 #include "session.h"
 
+#include <poll.h>
+
 #include <cstdio>
 
 #include "outbox/postgres.h"
-
-#include <poll.h>
 
 #include <algorithm>
 #include <atomic>
@@ -514,6 +514,31 @@ std::string ByteaArrayLiteral(std::span<const std::string_view> values) {
   }
   s += '}';
   return s;
+}
+
+Result<bool> WaitForNotify(Session& session, const std::string& channel, PGconn** listening_on,
+                           std::chrono::milliseconds timeout) {
+  OUTBOX_RETURN_IF_ERROR(session.EnsureConnected());
+  PGconn* c = session.raw();
+  if (c != *listening_on) {  // first call, or a new connection after a loss
+    OUTBOX_RETURN_IF_ERROR(session.ExecScript("listen", "LISTEN " + channel));
+    *listening_on = c;
+  }
+  auto drain = [c] {
+    bool any = false;
+    while (PGnotify* n = PQnotifies(c)) {
+      any = true;
+      PQfreemem(n);
+    }
+    return any;
+  };
+  if (!PQconsumeInput(c)) return StatusFromResult(c, nullptr, "listen");
+  if (drain()) return true;
+  pollfd p{PQsocket(c), POLLIN, 0};
+  const int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  if (r <= 0) return false;
+  if (!PQconsumeInput(c)) return StatusFromResult(c, nullptr, "listen");
+  return drain();
 }
 
 }  // namespace outbox::pg

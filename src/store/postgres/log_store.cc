@@ -1,0 +1,973 @@
+// The log store: the Store interface over migrations/log/ (see log_store.h
+// and log_page.h for the shape; docs/design.md for the why).
+#include "log_store.h"
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <optional>
+#include <span>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unistd.h>
+
+#include "headers_json.h"
+#include "log_page.h"
+#include "migrate.h"
+#include "records.h"
+#include "session.h"
+#include "sql.h"
+
+namespace outbox::pg {
+
+namespace {
+
+// ---- The statements ({S} is the schema) ----
+
+// $1 reader, $2 lease ms, $3 tokens held, $4 renew: renews the held slots and
+// the reader's presence (when $4), then takes free or expired slots up to the
+// fair share. A slot taken from a holder that never released it counts a
+// restart. Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
+// restarts) taken; ('s', share).
+constexpr const char* kLease = R"SQL(
+WITH me AS (
+  INSERT INTO {S}.readers AS r (reader, expires_at)
+  SELECT $1, now() + $2::bigint * interval '1 millisecond' WHERE $4
+  ON CONFLICT (reader) DO UPDATE SET expires_at = excluded.expires_at
+  RETURNING 1),
+share AS (
+  SELECT ceil((SELECT count(*) FROM {S}.slots)::numeric /
+              ((SELECT count(*) FROM {S}.readers WHERE reader <> $1 AND expires_at > now()) + 1))::int AS n),
+renewed AS (
+  UPDATE {S}.slots s SET expires_at = now() + $2::bigint * interval '1 millisecond'
+  WHERE $4 AND s.owner = $1 AND s.expires_at > now() AND s.token = ANY($3::bigint[])
+  RETURNING s.slot, s.token),
+free AS (
+  SELECT f.slot FROM {S}.slots f
+  WHERE f.owner IS NULL OR f.expires_at <= now()
+  ORDER BY f.slot
+  LIMIT greatest(0, (SELECT n FROM share) -
+                   (SELECT count(*) FROM {S}.slots m
+                    WHERE m.owner = $1 AND m.expires_at > now() AND m.token = ANY($3::bigint[])))
+  FOR UPDATE SKIP LOCKED),
+taken AS (
+  UPDATE {S}.slots s SET owner = $1, token = nextval('{S}.lease_token_seq'),
+    expires_at = now() + $2::bigint * interval '1 millisecond',
+    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND EXISTS (
+      SELECT 1 FROM {S}.log l
+      WHERE l.slot = s.slot
+        AND (l.txid >= pg_snapshot_xmax(s.lo) OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo))))
+        AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)) THEN 1 ELSE 0 END
+  FROM free WHERE s.slot = free.slot
+  RETURNING s.slot, s.token, s.hi::text AS hi, s.done_pos, s.restarts)
+SELECT 'r', slot::text, token::text, NULL, '0', '0' FROM renewed
+UNION ALL SELECT 't', slot::text, token::text, hi, done_pos::text, restarts::text FROM taken
+UNION ALL SELECT 's', n::text, '0', NULL, '0', '0' FROM share
+)SQL";
+
+// $1 slots, $2 tokens: gives the slots back (a clean stop: no restart counted).
+constexpr const char* kRelease = R"SQL(
+UPDATE {S}.slots s SET owner = NULL, expires_at = now()
+FROM unnest($1::smallint[], $2::bigint[]) m(slot, token)
+WHERE s.slot = m.slot AND s.token = m.token
+)SQL";
+
+// $1 slot, $2 token: the slot's crash loop is over (its range had nothing left).
+constexpr const char* kNoRestarts = R"SQL(
+UPDATE {S}.slots SET restarts = 0 WHERE slot = $1::smallint AND token = $2::bigint
+)SQL";
+
+// $1 slots, $2 tokens: the slots whose lease the tokens still hold.
+constexpr const char* kFence = R"SQL(
+SELECT s.slot::text FROM {S}.slots s
+JOIN unnest($1::smallint[], $2::bigint[]) m(slot, token) ON s.slot = m.slot AND s.token = m.token
+)SQL";
+
+// The columns of a handed-out event (both reads): pos, event_id, type, id,
+// event type, payload, headers, dedup key, slot, txid, created (µs), age (µs).
+#define OUTBOX_LOG_EVENT_COLUMNS(t)                                                              \
+  #t ".pos::text, " #t ".event_id::text, " #t ".aggregate_type, " #t ".aggregate_id, " #t      \
+  ".event_type, " #t ".payload, " #t ".headers::text, " #t ".dedup_key, " #t ".slot::text, "   \
+  "(extract(epoch FROM " #t ".created_at) * 1000000)::bigint::text, "                          \
+  "(extract(epoch FROM now() - " #t ".created_at) * 1000000)::bigint::text"
+
+// $1 slots, $2 tokens, $3 batch, $4 reader, $5 max_attempts, $6 failed holds,
+// $7 ordered, $8 lease ms: the due exceptions of the held slots (a retry, or an event held
+// behind one), in pos order, each only when no earlier exception of its
+// aggregate must go first; one claimed max_attempts times becomes FAILED.
+// Rows: the event columns, then attempts and whether it expired to FAILED.
+const std::string kClaimExceptions = std::string(R"SQL(
+WITH cand AS (
+  SELECT x.pos, x.aggregate_type, x.aggregate_id, x.attempts >= $5 AS expire, m.token
+  FROM {S}.exceptions x
+  JOIN unnest($1::smallint[], $2::bigint[]) m(slot, token) ON m.slot = x.slot
+  JOIN {S}.slots s ON s.slot = m.slot AND s.token = m.token
+  WHERE x.status IN ('RETRY', 'HELD') AND x.next_attempt_at <= now()
+    AND (x.lease_until IS NULL OR x.lease_until <= now() OR x.lease_token IS DISTINCT FROM m.token)
+    AND (NOT $7 OR NOT EXISTS (
+      SELECT 1 FROM {S}.exceptions y
+      WHERE y.aggregate_type = x.aggregate_type AND y.aggregate_id = x.aggregate_id
+        AND y.pos < x.pos AND y.status <> 'SENT'
+        AND ((y.status IN ('RETRY', 'HELD') AND y.next_attempt_at > now())
+             OR (y.status = 'FAILED' AND $6))))
+  ORDER BY x.pos LIMIT $3
+  FOR UPDATE OF x),
+pick AS (
+  SELECT c.pos, c.expire, c.token FROM cand c
+  WHERE NOT ($7 AND $6 AND EXISTS (
+    SELECT 1 FROM cand d WHERE d.expire AND d.aggregate_type = c.aggregate_type
+      AND d.aggregate_id = c.aggregate_id AND d.pos < c.pos))),
+upd AS (
+  UPDATE {S}.exceptions x SET
+    attempts = x.attempts + CASE WHEN p.expire THEN 0 ELSE 1 END,
+    claimed_at = now(), lease_owner = $4, lease_token = p.token,
+    lease_until = CASE WHEN p.expire THEN NULL ELSE now() + $8::bigint * interval '1 millisecond' END,
+    status = CASE WHEN p.expire THEN 'FAILED' ELSE x.status END,
+    failed_at = CASE WHEN p.expire THEN now() ELSE x.failed_at END,
+    last_error = CASE WHEN p.expire
+      THEN 'claimed ' || x.attempts || ' times without finishing (max_attempts); last error: ' ||
+           coalesce(x.last_error, 'none')
+      ELSE x.last_error END
+  FROM pick p WHERE x.pos = p.pos
+  RETURNING x.*, p.expire)
+SELECT )SQL") + OUTBOX_LOG_EVENT_COLUMNS(upd) + R"SQL(, upd.attempts::text, upd.expire::text
+FROM upd ORDER BY upd.pos
+)SQL";
+
+// $1 slots, $2 tokens, $3 his (NULL: a new range, up to this statement's
+// snapshot), $4 done_pos, $5 limit, $6 failed holds, $7 ordered: the next
+// events of each slot's range (visible in hi, not in lo, after done_pos), in
+// pos order, limit + 1 of them; the index is searched from lo's xmax plus the
+// transactions lo saw running, so an old open transaction widens no read.
+// Rows: the event columns, then txid, the range's hi, and whether an earlier
+// exception of its aggregate holds it. An event an operator skipped before it
+// was read (it has an exception row already) is not read.
+const std::string kReadPage = std::string(R"SQL(
+WITH m AS (
+  SELECT u.slot, coalesce(u.hi::pg_snapshot, pg_current_snapshot()) AS hi, u.done, s.lo
+  FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::bigint[]) u(slot, token, hi, done)
+  JOIN {S}.slots s ON s.slot = u.slot AND s.token = u.token)
+SELECT )SQL") + OUTBOX_LOG_EVENT_COLUMNS(l) + R"SQL(, l.txid::text, m.hi::text,
+  ($7 AND EXISTS (SELECT 1 FROM {S}.exceptions y
+                  WHERE y.aggregate_type = l.aggregate_type AND y.aggregate_id = l.aggregate_id
+                    AND y.status <> 'SENT' AND y.status <> 'SKIPPED'
+                    AND (y.status <> 'FAILED' OR $6)))::text
+FROM m CROSS JOIN LATERAL (
+  SELECT l.* FROM {S}.log l
+  WHERE l.slot = m.slot
+    AND (l.txid >= pg_snapshot_xmax(m.lo) OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(m.lo))))
+    AND pg_visible_in_snapshot(l.txid, m.hi) AND NOT pg_visible_in_snapshot(l.txid, m.lo)
+    AND l.pos > m.done
+    AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)
+  ORDER BY l.pos LIMIT $5::int + 1) l
+ORDER BY l.pos LIMIT $5::int + 1
+)SQL";
+
+// $1 cuts, $2 exceptions to copy (JSON), $3 reader: a page's end, in one
+// statement: each slot's position moves (fenced by its token), and the events
+// of the slots that moved are copied into the exceptions table. Rows: the
+// slots moved.
+constexpr const char* kEndPage = R"SQL(
+WITH c AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS c(slot smallint, token bigint, hi text, done bigint, range_done boolean, reset boolean)),
+moved AS (
+  UPDATE {S}.slots s SET
+    lo = CASE WHEN c.range_done THEN c.hi::pg_snapshot ELSE s.lo END,
+    hi = CASE WHEN c.range_done THEN NULL ELSE c.hi::pg_snapshot END,
+    done_pos = CASE WHEN c.range_done THEN 0 ELSE c.done END,
+    restarts = CASE WHEN c.reset THEN 0 ELSE s.restarts END,
+    moved_at = now()
+  FROM c WHERE s.slot = c.slot AND s.token = c.token
+  RETURNING s.slot),
+x AS (
+  SELECT * FROM jsonb_to_recordset($2::jsonb)
+    AS x(pos bigint, slot smallint, txid text, status text, attempts int, delay_ms bigint,
+         error text)),
+ins AS (
+  INSERT INTO {S}.exceptions (pos, slot, event_id, aggregate_type, aggregate_id, event_type,
+                              payload, headers, dedup_key, created_at, status, attempts,
+                              next_attempt_at, last_error, lease_owner, claimed_at, failed_at)
+  SELECT l.pos, l.slot, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
+         l.headers, l.dedup_key, l.created_at, x.status, x.attempts,
+         now() + x.delay_ms * interval '1 millisecond', x.error, $3,
+         CASE WHEN x.status = 'HELD' THEN NULL ELSE now() END,
+         CASE WHEN x.status = 'FAILED' THEN now() END
+  FROM x JOIN {S}.log l ON l.slot = x.slot AND l.txid = x.txid::xid8 AND l.pos = x.pos
+  WHERE x.slot IN (SELECT slot FROM moved)
+  ON CONFLICT (pos) DO NOTHING
+  RETURNING 1)
+SELECT slot::text FROM moved
+)SQL";
+
+// $1 settlements (JSON: pos, token, outcome sent|retry|failed, counts,
+// delay_ms, error): exception events handed out, settled under their slot's
+// token. Rows: the positions settled.
+constexpr const char* kSettleExceptions = R"SQL(
+UPDATE {S}.exceptions x SET
+  status = CASE v.outcome WHEN 'sent' THEN 'SENT' WHEN 'failed' THEN 'FAILED' ELSE 'RETRY' END,
+  sent_at = CASE WHEN v.outcome = 'sent' THEN now() ELSE x.sent_at END,
+  failed_at = CASE WHEN v.outcome = 'failed' THEN now() ELSE x.failed_at END,
+  next_attempt_at = CASE WHEN v.outcome = 'retry'
+                         THEN now() + v.delay_ms * interval '1 millisecond' ELSE x.next_attempt_at END,
+  attempts = greatest(0, x.attempts - CASE WHEN v.outcome = 'retry' AND NOT v.counts THEN 1 ELSE 0 END),
+  last_error = CASE WHEN v.outcome = 'sent' THEN x.last_error ELSE v.error END,
+  lease_until = NULL
+FROM jsonb_to_recordset($1::jsonb)
+       AS v(pos bigint, token bigint, outcome text, counts boolean, delay_ms bigint, error text),
+     {S}.slots s
+WHERE x.pos = v.pos AND s.slot = x.slot AND s.token = v.token AND x.status IN ('RETRY', 'HELD')
+RETURNING x.pos::text
+)SQL";
+
+// The events no slot has passed yet (each slot's range from lo's xmax, as the
+// read): for the gauges, which must not read the events already sent.
+constexpr const char* kUnsent = R"SQL(
+unsent AS (
+  SELECT l.pos, l.created_at FROM {S}.slots s CROSS JOIN LATERAL (
+    SELECT l.pos, l.created_at FROM {S}.log l
+    WHERE l.slot = s.slot
+      AND (l.txid >= pg_snapshot_xmax(s.lo) OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo))))
+      AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
+      AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)) l)
+)SQL";
+
+const std::string kStats = std::string("WITH ") + kUnsent + R"SQL(,
+open AS (SELECT created_at FROM {S}.exceptions WHERE status IN ('RETRY', 'HELD'))
+SELECT ((SELECT count(*) FROM unsent) + (SELECT count(*) FROM open))::text, '0',
+  (SELECT count(*) FROM {S}.exceptions WHERE status = 'FAILED')::text,
+  (SELECT count(*) FROM {S}.exceptions WHERE status = 'SKIPPED')::text,
+  coalesce(greatest(0, extract(epoch FROM now() - least((SELECT min(created_at) FROM unsent),
+                                                      (SELECT min(created_at) FROM open))) * 1000),
+           0)::bigint::text,
+  (SELECT count(*) FROM (
+     SELECT DISTINCT f.aggregate_type, f.aggregate_id FROM {S}.exceptions f
+     WHERE f.status = 'FAILED' AND EXISTS (
+       SELECT 1 FROM {S}.exceptions h WHERE h.aggregate_type = f.aggregate_type
+         AND h.aggregate_id = f.aggregate_id AND h.pos > f.pos AND h.status IN ('RETRY', 'HELD'))) a)::text
+)SQL";
+
+const std::string kOldestUnsent = std::string("WITH ") + kUnsent + R"SQL(
+SELECT (extract(epoch FROM t) * 1000000)::bigint::text FROM (
+  SELECT least((SELECT min(created_at) FROM unsent),
+               (SELECT min(created_at) FROM {S}.exceptions
+                WHERE status IN ('RETRY', 'HELD', 'FAILED'))) AS t) m
+WHERE t IS NOT NULL
+)SQL";
+
+// $1 event id, $2 aggregate id, $3 event type, $4 dry run.
+constexpr const char* kReplay = R"SQL(
+WITH sel AS (
+  SELECT x.pos, x.aggregate_type, x.aggregate_id, x.created_at FROM {S}.exceptions x
+  WHERE x.status = 'FAILED' AND ($1 = '' OR x.event_id::text = lower($1))
+    AND ($2 = '' OR x.aggregate_id = $2) AND ($3 = '' OR x.event_type = $3)),
+back AS (
+  UPDATE {S}.exceptions x SET status = 'RETRY', attempts = 0, next_attempt_at = now(),
+    last_error = 'replayed; was: ' || coalesce(x.last_error, '')
+  FROM sel WHERE x.pos = sel.pos AND NOT $4 RETURNING x.pos),
+behind AS (
+  UPDATE {S}.exceptions h SET attempts = 0
+  FROM (SELECT DISTINCT aggregate_type, aggregate_id, min(pos) OVER (PARTITION BY aggregate_type, aggregate_id) AS p
+        FROM sel) a
+  WHERE NOT $4 AND h.aggregate_type = a.aggregate_type AND h.aggregate_id = a.aggregate_id
+    AND h.pos > a.p AND h.status IN ('RETRY', 'HELD')
+  RETURNING h.pos)
+SELECT (SELECT count(*) FROM sel)::text, (SELECT count(*) FROM back)::text,
+       (SELECT count(*) FROM behind)::text,
+       coalesce(extract(epoch FROM now() - (SELECT min(created_at) FROM sel))::bigint, 0)::text
+)SQL";
+
+// $1 event id, $2 by, $3 reason, $4 dry run: an exception (FAILED, or waiting:
+// RETRY or HELD) becomes SKIPPED; an event not read yet gets a SKIPPED copy,
+// which the read then passes over. Rows: was, skipped, released.
+constexpr const char* kSkip = R"SQL(
+WITH k AS (
+  SELECT CASE WHEN $1 ~ '^\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?$'
+              THEN $1::uuid END AS id),
+target AS (
+  SELECT l.pos, l.slot, l.txid, l.event_id FROM k JOIN {S}.log l
+    ON l.pos = {S}.pos_of(k.id) AND l.event_id = k.id),
+state AS (
+  SELECT t.pos, coalesce(CASE WHEN x.status IN ('RETRY', 'HELD') AND x.lease_until > now()
+                              THEN 'PROCESSING'
+                              WHEN x.status IN ('RETRY', 'HELD') THEN 'PENDING'
+                              ELSE x.status END,
+                         CASE WHEN {S}.passed(t.txid, t.pos, s.lo, s.hi, s.done_pos) THEN 'SENT'
+                              ELSE 'PENDING' END) AS was,
+         x.pos IS NOT NULL AS has_row
+  FROM target t JOIN {S}.slots s ON s.slot = t.slot LEFT JOIN {S}.exceptions x ON x.pos = t.pos),
+upd AS (
+  UPDATE {S}.exceptions x SET status = 'SKIPPED', skipped_at = now(), skipped_by = $2,
+    skip_reason = $3
+  FROM state WHERE NOT $4 AND state.has_row AND x.pos = state.pos
+    AND state.was IN ('FAILED', 'PENDING') RETURNING x.pos),
+ins AS (
+  INSERT INTO {S}.exceptions (pos, slot, event_id, aggregate_type, aggregate_id, event_type,
+                              payload, headers, dedup_key, created_at, status, skipped_at,
+                              skipped_by, skip_reason)
+  SELECT l.pos, l.slot, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
+         l.headers, l.dedup_key, l.created_at, 'SKIPPED', now(), $2, $3
+  FROM state JOIN {S}.log l ON l.pos = state.pos
+  WHERE NOT $4 AND NOT state.has_row AND state.was = 'PENDING'
+  ON CONFLICT (pos) DO NOTHING RETURNING pos)
+SELECT coalesce((SELECT was FROM state), ''),
+       ((SELECT count(*) FROM upd) + (SELECT count(*) FROM ins))::text, '0'
+)SQL";
+
+// $1 key: the event whose id is $1 (its pos is in the id: the BRIN finds it)
+// or whose dedup key is $1.
+const std::string kFind = R"SQL(
+SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
+       extract(epoch FROM now() - created_at)::float8 AS age_s,
+       coalesce(dedup_key, '') AS dedup_key, coalesce(last_error, '') AS last_error,
+       coalesce(lease_owner, '') AS lease_owner, created_at::text AS created_at,
+       coalesce(claimed_at::text, '') AS claimed_at, coalesce(sent_at::text, '') AS sent_at,
+       coalesce(failed_at::text, '') AS failed_at, coalesce(skipped_at::text, '') AS skipped_at,
+       coalesce(skipped_by, '') AS skipped_by, coalesce(skip_reason, '') AS skip_reason,
+       headers::text, octet_length(payload), substring(payload from 1 for 4096)
+FROM {S}.outbox
+CROSS JOIN (SELECT CASE WHEN $1 ~ '^\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?$'
+                        THEN $1::uuid END AS id) k
+WHERE seq = ANY(ARRAY(SELECT {S}.pos_of(k.id) WHERE k.id IS NOT NULL
+                      UNION ALL SELECT d.pos FROM {S}.dedup d WHERE d.dedup_key = $1))
+  AND (event_id = k.id OR dedup_key = $1)
+ORDER BY seq
+)SQL";
+
+// $1 retention s: the partitions every slot has passed, whose newest event is
+// older than the retention and which producers are not writing (the ring's
+// current partition is never one). Rows: part.
+constexpr const char* kRotatable = R"SQL(
+SELECT p::text FROM {S}.log_settings c, generate_series(0, c.ring - 1) p
+WHERE p <> (SELECT (last_value / c.span) % c.ring FROM {S}.log_pos)
+)SQL";
+
+// Run on one partition, under its lock: whether it may go (every slot passed
+// every row, the newest older than the retention $1), and how many rows.
+constexpr const char* kPartitionDone = R"SQL(
+SELECT count(*)::text,
+  (count(*) > 0 AND max(l.created_at) < now() - $1::bigint * interval '1 second'
+   AND bool_and({S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)))::text,
+  coalesce(min(l.pos), 0)::text, coalesce(max(l.pos), 0)::text
+FROM {S}.log_%P l JOIN {S}.slots s ON s.slot = l.slot
+)SQL";
+
+std::string Text(std::int64_t v) { return std::to_string(v); }
+
+std::string SmallintArray(const std::vector<int>& v) {
+  std::vector<std::int64_t> w(v.begin(), v.end());
+  return Int64ArrayLiteral(w);
+}
+
+std::string ReaderName(const std::string& owner) {
+  static std::atomic<int> next{0};
+  return (owner.empty() ? std::string("relay") : owner) + "/" + std::to_string(::getpid()) + "." +
+         std::to_string(next.fetch_add(1));
+}
+
+// A slot this store leases: the lease's token, and its range in flight.
+struct HeldSlot {
+  std::int64_t token = 0;
+  std::optional<std::string> hi;  // the range's upper snapshot, once a page of it was done
+  std::int64_t done_pos = 0;
+  int restarts = 0;
+};
+
+class LogStore final : public Store {
+ public:
+  LogStore(PostgresStoreOptions options, std::unique_ptr<Session> session)
+      : options_(std::move(options)), session_(std::move(session)) {}
+
+  ~LogStore() override {
+    if (!reader_.empty()) {
+      (void)session_->Exec("leave", S("DELETE FROM {S}.readers WHERE reader = $1"), {Param::Text(reader_)});
+    }
+    if (held_.empty()) return;
+    std::vector<int> slots;
+    std::vector<std::int64_t> tokens;
+    for (const auto& [slot, h] : held_) slots.push_back(slot), tokens.push_back(h.token);
+    (void)session_->Exec("release slots", S(kRelease),
+                         {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens))});
+  }
+
+  Result<std::vector<int>> Migrate() override {
+    std::vector<int> applied;
+    OUTBOX_RETURN_IF_ERROR(RunMigrations(*session_, options_.schema, kLogSet, &applied));
+    return applied;
+  }
+
+  Result<ClaimResult> Claim(const ClaimOptions& o) override {
+    if (o.batch_size <= 0) return Status::InvalidArgument("claim: batch_size must be > 0");
+    if (o.batch_bytes <= 0) return Status::InvalidArgument("claim: batch_bytes must be > 0");
+    if (o.lease.count() < 0) return Status::InvalidArgument("claim: lease must be >= 0");
+    if (o.max_attempts <= 0) return Status::InvalidArgument("claim: max_attempts must be > 0");
+    // A page in flight holds its events as a lease holds rows: a claim hands
+    // out nothing until it is settled, or until it is older than the lease —
+    // then its claimer gave it up, and its events are read again (at least
+    // once); nothing of it is written.
+    const auto now = std::chrono::steady_clock::now();
+    if (!page_.Empty() && now - page_at_ < o.lease) return ClaimResult{};
+    page_ = log::Page();
+    page_at_ = now;
+    if (reader_.empty()) reader_ = ReaderName(o.owner);
+    OUTBOX_RETURN_IF_ERROR(Lease(o));
+    ClaimResult out;
+    OUTBOX_RETURN_IF_ERROR(ClaimExceptions(o, &out));
+    if (static_cast<int>(out.events.size()) < o.batch_size &&
+        std::chrono::steady_clock::now() >= paused_until_) {
+      OUTBOX_RETURN_IF_ERROR(ReadLog(o, o.batch_size - static_cast<int>(out.events.size()), &out));
+    }
+    std::sort(out.events.begin(), out.events.end(),
+              [](const ClaimedEvent& a, const ClaimedEvent& b) { return a.ticket.seq < b.ticket.seq; });
+    return out;
+  }
+
+  Result<TransitionResult> MarkSent(std::span<const Ticket> tickets) override {
+    std::vector<Settlement> s;
+    for (const Ticket& t : tickets) s.push_back({t, log::Outcome::kSent, true, 0, {}});
+    return Settle(s);
+  }
+
+  Result<TransitionResult> Reschedule(std::span<const RescheduleItem> items) override {
+    std::vector<Settlement> s;
+    for (const RescheduleItem& it : items) {
+      s.push_back({it.ticket, log::Outcome::kRetry, it.attempt_counts,
+                   std::max<std::int64_t>(0, it.delay.count()), SafeText(it.error)});
+    }
+    return Settle(s);
+  }
+
+  Result<TransitionResult> MarkFailed(std::span<const FailItem> items) override {
+    std::vector<Settlement> s;
+    for (const FailItem& it : items) {
+      s.push_back({it.ticket, log::Outcome::kFailed, true, 0, SafeText(it.error)});
+    }
+    return Settle(s);
+  }
+
+  Result<bool> WaitForWork(std::chrono::milliseconds timeout) override {
+    return WaitForNotify(*session_, "outbox_" + options_.schema, &listening_on_, timeout);
+  }
+
+  Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) override;
+
+  Result<StoreStats> Stats() override {
+    auto res = session_->Exec("stats", S(kStats));
+    if (!res.ok()) return res.status();
+    const PGresult* r = res->get();
+    StoreStats s;
+    s.pending = GetInt64(r, 0, 0);
+    s.processing = GetInt64(r, 0, 1);
+    s.failed = GetInt64(r, 0, 2);
+    s.skipped = GetInt64(r, 0, 3);
+    s.oldest_unsent_age = std::chrono::milliseconds(GetInt64(r, 0, 4));
+    s.held_aggregates = GetInt64(r, 0, 5);
+    return s;
+  }
+
+  Result<std::int64_t> CountSent() override {
+    auto res = session_->Exec("count sent", S("SELECT count(*) FROM {S}.outbox WHERE status = 'SENT'"));
+    if (!res.ok()) return res.status();
+    return GetInt64(res->get(), 0, 0);
+  }
+
+  Result<ReplayCounts> ReplayFailed(const ReplaySelection& sel) override {
+    if (!IsValidText(sel.event_id) || !IsValidText(sel.aggregate_id) ||
+        !IsValidText(sel.event_type)) {
+      return Status::InvalidArgument("replay: --event-id, --aggregate and --type must be text");
+    }
+    auto res = session_->Exec("replay", S(kReplay),
+                              {Param::Text(sel.event_id), Param::Text(sel.aggregate_id),
+                               Param::Text(sel.event_type), Param::Text(sel.dry_run ? "true" : "false")});
+    if (!res.ok()) return res.status();
+    ReplayCounts c;
+    c.matched = GetInt64(res->get(), 0, 0);
+    c.replayed = GetInt64(res->get(), 0, 1);
+    c.released = GetInt64(res->get(), 0, 2);
+    c.oldest_age = std::chrono::seconds(GetInt64(res->get(), 0, 3));
+    return c;
+  }
+
+  Result<SkipResult> Skip(const SkipRequest& req) override {
+    if (req.event_id.empty()) return Status::InvalidArgument("skip: event id is required");
+    if (!IsValidText(req.event_id)) return Status::InvalidArgument("skip: event id must be text");
+    auto res = session_->Exec("skip", S(kSkip),
+                              {Param::Text(req.event_id), Param::Text(SafeText(req.by)),
+                               Param::Text(SafeText(req.reason)),
+                               Param::Text(req.dry_run ? "true" : "false")});
+    if (!res.ok()) return res.status();
+    SkipResult r;
+    r.was = GetText(res->get(), 0, 0);
+    r.skipped = GetInt64(res->get(), 0, 1);
+    r.released = GetInt64(res->get(), 0, 2);
+    return r;
+  }
+
+  Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
+    auto res = session_->Exec("oldest unsent", S(kOldestUnsent));
+    if (!res.ok()) return res.status();
+    if (PQntuples(res->get()) == 0) return std::optional<std::chrono::system_clock::time_point>();
+    return std::optional<std::chrono::system_clock::time_point>(
+        std::chrono::system_clock::time_point(std::chrono::microseconds(GetInt64(res->get(), 0, 0))));
+  }
+
+  Result<std::vector<EventRecord>> List(const ListFilter& f) override {
+    if (!IsValidText(f.state) || !IsValidText(f.aggregate_id) || !IsValidText(f.event_type)) {
+      return Status::InvalidArgument("list: --state, --aggregate and --type must be text");
+    }
+    if (f.limit < 1) return Status::InvalidArgument("list: limit must be >= 1");
+    return EventRecords(session_->Exec(
+        "list", sql::List(options_.schema),
+        {Param::Text(f.state), Param::Text(f.aggregate_id), Param::Text(f.event_type),
+         Param::Text(std::to_string(f.older_than.count())), Param::Text(std::to_string(f.limit))}));
+  }
+
+  Result<std::vector<EventRecord>> Find(const std::string& key) override {
+    if (!IsValidText(key)) return Status::InvalidArgument("trace: the key must be text");
+    return EventRecords(session_->Exec("trace", S(kFind), {Param::Text(key)}));
+  }
+
+  // The log keeps no send time per event: the minutes count the exceptions'
+  // sends and failures, the relays are the slots' holders.
+  Result<ActivityReport> RecentActivity(std::chrono::seconds window) override {
+    auto res = session_->Exec("recent activity", S(R"SQL(
+SELECT 'm', (floor(extract(epoch FROM t) / 60)::bigint * 60)::text,
+       count(*) FILTER (WHERE sent)::text, count(*) FILTER (WHERE NOT sent)::text, NULL
+FROM (SELECT sent_at AS t, true AS sent FROM {S}.exceptions WHERE status = 'SENT'
+      UNION ALL SELECT failed_at, false FROM {S}.exceptions WHERE status = 'FAILED') e
+WHERE t >= now() - $1::bigint * interval '1 second' GROUP BY 2
+UNION ALL
+SELECT 'r', split_part(owner, '/', 1), max(expires_at)::text, '0', 'claims' FROM {S}.slots
+WHERE owner IS NOT NULL AND expires_at >= now() - $1::bigint * interval '1 second'
+GROUP BY 2 ORDER BY 1, 2)SQL"),
+                              {Param::Text(std::to_string(window.count()))});
+    if (!res.ok()) return res.status();
+    const PGresult* r = res->get();
+    ActivityReport out;
+    for (int i = 0; i < PQntuples(r); ++i) {
+      if (GetText(r, i, 0) == "m") {
+        out.minutes.push_back({GetInt64(r, i, 1), GetInt64(r, i, 2), GetInt64(r, i, 3)});
+      } else {
+        out.relays.push_back({GetText(r, i, 1), GetText(r, i, 4), GetText(r, i, 2), 0});
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Settlement {
+    Ticket ticket;
+    log::Outcome outcome;
+    bool counts;
+    std::int64_t delay_ms;
+    std::string error;
+  };
+
+  std::string S(const std::string& text) const { return sql::WithSchema(text, options_.schema); }
+  static std::string SafeText(const std::string& s) { return sql::StorableText(s, 4000); }
+
+  Status Lease(const ClaimOptions& o);
+  Status ClaimExceptions(const ClaimOptions& o, ClaimResult* out);
+  Status ReadLog(const ClaimOptions& o, int room, ClaimResult* out);
+  Status ReadSlots(const ClaimOptions& o, const std::vector<int>& slots, int limit, bool split,
+                   ClaimResult* out);
+  Result<std::set<int>> EndPage();
+  Result<TransitionResult> Settle(const std::vector<Settlement>& items);
+  Result<std::set<int>> Fenced(const std::set<int>& slots);
+
+  PostgresStoreOptions options_;
+  std::unique_ptr<Session> session_;
+  PGconn* listening_on_ = nullptr;
+  std::string reader_;  // the relay id, made unique per store: the slots' owner
+  std::map<int, HeldSlot> held_;
+  log::Page page_;
+  std::chrono::steady_clock::time_point renewed_at_{};
+  std::chrono::steady_clock::time_point page_at_{};  // when the page in flight was read
+  std::chrono::steady_clock::time_point paused_until_{};
+};
+
+Status LogStore::Lease(const ClaimOptions& o) {
+  const auto now = std::chrono::steady_clock::now();
+  // The lease and the reader's presence are written at a third of the lease,
+  // not per claim; free slots are looked for at every claim.
+  const bool renew = renewed_at_ == std::chrono::steady_clock::time_point{} || now - renewed_at_ >= o.lease / 3;
+  std::vector<std::int64_t> tokens;
+  for (const auto& [slot, h] : held_) tokens.push_back(h.token);
+  auto res = session_->Exec("lease slots", S(kLease),
+                            {Param::Text(reader_), Param::Text(Text(o.lease.count())),
+                             Param::Text(Int64ArrayLiteral(tokens)), Param::Text(renew ? "true" : "false")});
+  if (!res.ok()) return res.status();
+  const PGresult* r = res->get();
+  std::map<int, HeldSlot> kept = renew ? std::map<int, HeldSlot>() : held_;
+  int share = 0;
+  for (int i = 0; i < PQntuples(r); ++i) {
+    const std::string kind = GetText(r, i, 0);
+    const int slot = static_cast<int>(GetInt64(r, i, 1));
+    if (kind == "s") {
+      share = slot;
+    } else if (kind == "r") {
+      if (auto it = held_.find(slot); it != held_.end()) kept[slot] = it->second;
+    } else {
+      HeldSlot h;
+      h.token = GetInt64(r, i, 2);
+      h.hi = GetOptionalText(r, i, 3);
+      h.done_pos = GetInt64(r, i, 4);
+      h.restarts = static_cast<int>(GetInt64(r, i, 5));
+      kept[slot] = std::move(h);
+    }
+  }
+  if (renew) renewed_at_ = now;
+  held_ = std::move(kept);
+  // More than the fair share (another relay came): the highest slots go back.
+  if (share > 0 && static_cast<int>(held_.size()) > share) {
+    std::vector<int> slots;
+    std::vector<std::int64_t> give;
+    while (static_cast<int>(held_.size()) > share) {
+      auto last = std::prev(held_.end());
+      slots.push_back(last->first);
+      give.push_back(last->second.token);
+      held_.erase(last);
+    }
+    return session_
+        ->Exec("release slots", S(kRelease),
+               {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(give))})
+        .status();
+  }
+  return Status::Ok();
+}
+
+ClaimedEvent EventFromRow(const PGresult* r, int i, int attempts) {
+  ClaimedEvent ce;
+  ce.event_id = GetText(r, i, 1);
+  ce.event.aggregate_type = GetText(r, i, 2);
+  ce.event.aggregate_id = GetText(r, i, 3);
+  ce.event.event_type = GetText(r, i, 4);
+  ce.event.payload = GetText(r, i, 5);  // binary result: the raw bytes
+  ce.event.dedup_key = GetOptionalText(r, i, 7);
+  ce.attempts = attempts;
+  ce.created_at = std::chrono::system_clock::time_point(std::chrono::microseconds(GetInt64(r, i, 9)));
+  ce.age_at_claim = std::chrono::microseconds(std::max<std::int64_t>(0, GetInt64(r, i, 10)));
+  return ce;
+}
+
+Status LogStore::ClaimExceptions(const ClaimOptions& o, ClaimResult* out) {
+  if (held_.empty()) return Status::Ok();
+  std::vector<int> slots;
+  std::vector<std::int64_t> tokens;
+  for (const auto& [slot, h] : held_) slots.push_back(slot), tokens.push_back(h.token);
+  auto res = session_->Exec(
+      "claim exceptions", S(kClaimExceptions),
+      {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens)),
+       Param::Text(Text(o.batch_size)), Param::Text(SafeText(reader_)), Param::Text(Text(o.max_attempts)),
+       Param::Text(o.failed_holds_aggregate ? "true" : "false"), Param::Text(o.ordered ? "true" : "false"),
+       Param::Text(Text(o.lease.count()))},
+      {}, /*result_format=*/1);
+  if (!res.ok()) return res.status();
+  const PGresult* r = res->get();
+  for (int i = 0; i < PQntuples(r); ++i) {
+    const std::int64_t pos = GetInt64(r, i, 0);
+    if (GetText(r, i, 12) == "true") {
+      out->expired_to_failed.push_back(pos);
+      continue;
+    }
+    ClaimedEvent ce = EventFromRow(r, i, static_cast<int>(GetInt64(r, i, 11)));
+    auto headers = store_common::ParseHeadersJson(GetText(r, i, 6));
+    if (!headers.ok()) return headers.status();
+    ce.event.headers = std::move(headers).value();
+    const int slot = static_cast<int>(GetInt64(r, i, 8));
+    ce.ticket = Ticket{pos, held_[slot].token};
+    log::Entry e;
+    e.pos = pos;
+    e.slot = slot;
+    e.exception = true;
+    page_.Add(e);
+    out->events.push_back(std::move(ce));
+  }
+  return Status::Ok();
+}
+
+Status LogStore::ReadLog(const ClaimOptions& o, int room, ClaimResult* out) {
+  // A slot in a crash loop is read alone, with its smaller limit; one found
+  // with nothing left to read leaves the loop.
+  std::vector<int> slots;
+  for (auto& [slot, h] : held_) {
+    if (h.restarts < o.max_attempts) {
+      slots.push_back(slot);
+      continue;
+    }
+    OUTBOX_RETURN_IF_ERROR(ReadSlots(o, {slot}, log::PageLimit(h.restarts - 1, o.max_attempts, o.batch_size),
+                                     /*split=*/true, out));
+    if (!out->events.empty() || !out->expired_to_failed.empty() || !page_.Empty()) return Status::Ok();
+    if (h.restarts > 0) {
+      OUTBOX_RETURN_IF_ERROR(session_
+                                 ->Exec("slot out of its crash loop", S(kNoRestarts),
+                                        {Param::Text(Text(slot)), Param::Text(Text(h.token))})
+                                 .status());
+      h.restarts = 0;
+    }
+    slots.push_back(slot);
+  }
+  if (slots.empty()) return Status::Ok();
+  return ReadSlots(o, slots, room, /*split=*/false, out);
+}
+
+Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots, int limit,
+                           bool split, ClaimResult* out) {
+  std::vector<std::int64_t> tokens, dones;
+  std::vector<std::optional<std::string>> his;
+  for (int slot : slots) {
+    const HeldSlot& h = held_[slot];
+    tokens.push_back(h.token);
+    his.push_back(h.hi);
+    dones.push_back(h.done_pos);
+  }
+  auto res = session_->Exec(
+      "read log", S(kReadPage),
+      {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens)),
+       Param::Text(TextArrayLiteral(std::span<const std::optional<std::string>>(his))),
+       Param::Text(Int64ArrayLiteral(dones)), Param::Text(Text(limit)),
+       Param::Text(o.failed_holds_aggregate ? "true" : "false"), Param::Text(o.ordered ? "true" : "false")},
+      {}, /*result_format=*/1);
+  if (!res.ok()) return res.status();
+  const PGresult* r = res->get();
+  const int n = PQntuples(r);
+  const int slot0 = slots.front();
+  // The crash loop's check: the event its last holder died with stood alone.
+  if (split && log::KillerStandsAlone(held_[slot0].restarts, o.max_attempts, std::min(n, limit))) {
+    log::Entry e;
+    e.pos = GetInt64(r, 0, 0);
+    e.slot = slot0;
+    e.txid = GetText(r, 0, 11);
+    e.attempts = held_[slot0].restarts;
+    page_.Add(e);
+    page_.Settle(e.pos, log::Outcome::kFailed, true, 0,
+                 "the relay stopped with this event in flight " + std::to_string(held_[slot0].restarts) +
+                     " times (max_attempts); it was published alone last time");
+    page_.Cut({slot0, held_[slot0].token, GetText(r, 0, 12), e.pos, false, true});
+    auto moved = EndPage();
+    if (!moved.ok()) return moved.status();
+    if (moved->count(slot0)) out->expired_to_failed.push_back(e.pos);
+    return Status::Ok();
+  }
+  if (split) limit = log::PageLimit(held_[slot0].restarts, o.max_attempts, o.batch_size);
+  // The page: events in pos order up to the limit and the bytes bound (one
+  // always comes); `cut` says whether events of the ranges were left for later.
+  std::int64_t bytes = 0;
+  int take = 0;
+  while (take < n && take < limit) {
+    const std::int64_t size = PQgetlength(r, take, 5);
+    if (take > 0 && bytes + size > o.batch_bytes) break;
+    bytes += size;
+    ++take;
+  }
+  const bool cut = take < n;
+  std::map<int, std::int64_t> last_pos;  // slot -> its last pos in the page
+  std::map<int, std::string> hi_of;
+  for (int i = 0; i < take; ++i) {
+    log::Entry e;
+    e.pos = GetInt64(r, i, 0);
+    e.slot = static_cast<int>(GetInt64(r, i, 8));
+    e.txid = GetText(r, i, 11);
+    last_pos[e.slot] = e.pos;
+    hi_of[e.slot] = GetText(r, i, 12);
+    if (GetText(r, i, 13) == "true") {  // an earlier exception of its aggregate holds it
+      page_.Hold(e);
+      continue;
+    }
+    e.attempts = held_[e.slot].restarts + 1;
+    ClaimedEvent ce = EventFromRow(r, i, e.attempts);
+    auto headers = store_common::ParseHeadersJson(GetText(r, i, 6));
+    if (!headers.ok()) return headers.status();
+    ce.event.headers = std::move(headers).value();
+    ce.ticket = Ticket{e.pos, held_[e.slot].token};
+    page_.Add(e);
+    out->events.push_back(std::move(ce));
+  }
+  for (int slot : slots) {
+    const HeldSlot& h = held_[slot];
+    const bool in_page = last_pos.count(slot) > 0;
+    // Every slot's range ends with this page unless events were left; a slot
+    // left with events keeps its range, done to its last pos here.
+    if (in_page) {
+      page_.Cut({slot, h.token, hi_of[slot], last_pos[slot], !cut, !split || !cut});
+    } else if (!cut && h.hi) {
+      page_.Cut({slot, h.token, *h.hi, 0, true, true});  // the rest of its range was empty
+    }
+  }
+  if (page_.Complete()) {  // nothing handed out (all held, or an empty range closed)
+    auto moved = EndPage();
+    if (!moved.ok()) return moved.status();
+  }
+  return Status::Ok();
+}
+
+Result<std::set<int>> LogStore::EndPage() {
+  log::Page page = std::move(page_);
+  page_ = log::Page();
+  std::set<int> moved;
+  if (page.WritesNothing()) {  // the broker was out: the same events are read again, later
+    paused_until_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(page.MinDelayMs());
+    for (const log::SlotCut& c : page.cuts()) moved.insert(c.slot);
+    for (const log::Entry& e : page.Exceptions()) moved.insert(e.slot);
+    return moved;
+  }
+  nlohmann::json cuts = nlohmann::json::array(), copies = nlohmann::json::array();
+  for (const log::SlotCut& c : page.cuts()) {
+    cuts.push_back({{"slot", c.slot}, {"token", c.token}, {"hi", c.hi}, {"done", c.done_pos},
+                    {"range_done", c.range_done}, {"reset", c.reset}});
+  }
+  for (const log::Entry& e : page.Exceptions()) {
+    const char* status = e.outcome == log::Outcome::kHeld     ? "HELD"
+                         : e.outcome == log::Outcome::kFailed ? "FAILED"
+                                                              : "RETRY";
+    copies.push_back({{"pos", e.pos}, {"slot", e.slot}, {"txid", e.txid}, {"status", status},
+                      {"attempts", e.outcome == log::Outcome::kHeld ? 0
+                                   : e.attempt_counts                ? e.attempts
+                                                                     : e.attempts - 1},
+                      {"delay_ms", e.delay_ms},
+                      {"error", e.error.empty() ? nlohmann::json() : nlohmann::json(e.error)}});
+  }
+  if (cuts.empty()) return moved;
+  auto res = session_->Exec("end page", S(kEndPage),
+                            {Param::Text(cuts.dump()), Param::Text(copies.dump()), Param::Text(reader_)});
+  if (!res.ok()) return res.status();
+  for (int i = 0; i < PQntuples(res->get()); ++i) {
+    moved.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
+  }
+  for (const log::SlotCut& c : page.cuts()) {
+    auto it = held_.find(c.slot);
+    if (it == held_.end()) continue;
+    if (!moved.count(c.slot)) {  // the lease went to another relay
+      held_.erase(it);
+      continue;
+    }
+    HeldSlot& h = it->second;
+    h.hi = c.range_done ? std::nullopt : std::optional<std::string>(c.hi);
+    h.done_pos = c.range_done ? 0 : c.done_pos;
+    if (c.reset) h.restarts = 0;
+  }
+  return moved;
+}
+
+Result<std::set<int>> LogStore::Fenced(const std::set<int>& slots) {
+  std::vector<int> s;
+  std::vector<std::int64_t> tokens;
+  for (int slot : slots) {
+    auto it = held_.find(slot);
+    if (it == held_.end()) continue;
+    s.push_back(slot);
+    tokens.push_back(it->second.token);
+  }
+  std::set<int> live;
+  if (s.empty()) return live;
+  auto res = session_->Exec("fence", S(kFence),
+                            {Param::Text(SmallintArray(s)), Param::Text(Int64ArrayLiteral(tokens))});
+  if (!res.ok()) return res.status();
+  for (int i = 0; i < PQntuples(res->get()); ++i) live.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
+  return live;
+}
+
+Result<TransitionResult> LogStore::Settle(const std::vector<Settlement>& items) {
+  static constexpr const char* kOutcomes[] = {"open", "sent", "retry", "failed", "held"};
+  TransitionResult out;
+  nlohmann::json xs = nlohmann::json::array();
+  std::vector<Ticket> log_tickets;
+  std::map<std::int64_t, int> slot_of;  // a log ticket's slot
+  for (const Settlement& s : items) {
+    const log::Entry* e = page_.Find(s.ticket.seq);
+    const auto held = e ? held_.find(e->slot) : held_.end();
+    if (e == nullptr || held == held_.end() || held->second.token != s.ticket.token ||
+        e->outcome != log::Outcome::kOpen) {
+      out.refused.push_back(s.ticket);
+      continue;
+    }
+    const bool exception = e->exception;
+    const int slot = e->slot;
+    page_.Settle(s.ticket.seq, s.outcome, s.counts, s.delay_ms, s.error);
+    if (exception) {
+      xs.push_back({{"pos", s.ticket.seq}, {"token", s.ticket.token},
+                    {"outcome", kOutcomes[static_cast<int>(s.outcome)]}, {"counts", s.counts},
+                    {"delay_ms", s.delay_ms}, {"error", s.error}});
+    } else {
+      log_tickets.push_back(s.ticket);
+      slot_of[s.ticket.seq] = slot;
+    }
+  }
+  if (!xs.empty()) {
+    auto res = session_->Exec("settle exceptions", S(kSettleExceptions), {Param::Text(xs.dump())});
+    if (!res.ok()) return res.status();
+    std::set<std::int64_t> done;
+    for (int i = 0; i < PQntuples(res->get()); ++i) done.insert(GetInt64(res->get(), i, 0));
+    for (const auto& x : xs) {
+      const Ticket t{x["pos"].get<std::int64_t>(), x["token"].get<std::int64_t>()};
+      if (done.count(t.seq)) {
+        ++out.applied;
+      } else {
+        out.refused.push_back(t);
+      }
+    }
+  }
+  // The page's end is written by the call that settles its last event; until
+  // then a log event's settlement holds while its slot's lease does.
+  std::set<int> slots;
+  for (const auto& [seq, slot] : slot_of) slots.insert(slot);
+  Result<std::set<int>> live = page_.Complete() ? EndPage() : Fenced(slots);
+  if (!live.ok()) return live.status();
+  for (const Ticket& t : log_tickets) {
+    if (live->count(slot_of[t.seq])) {
+      ++out.applied;
+    } else {
+      out.refused.push_back(t);
+    }
+  }
+  return out;
+}
+
+Result<std::int64_t> LogStore::PurgeSent(std::chrono::seconds retention, int batch) {
+  if (batch <= 0) return Status::InvalidArgument("purge: batch must be > 0");
+  auto parts = session_->Exec("rotation: partitions", S(kRotatable));
+  if (!parts.ok()) return parts.status();
+  std::int64_t removed = 0;
+  for (int i = 0; i < PQntuples(parts->get()); ++i) {
+    const std::string part = GetText(parts->get(), i, 0);
+    // Under the partition's lock (producers are not writing it; one still
+    // committing makes the lock wait, up to lock_timeout): check, then empty it.
+    OUTBOX_RETURN_IF_ERROR(session_->ExecScript(
+        "rotation: lock", S("BEGIN; SET LOCAL lock_timeout = '2s'; LOCK TABLE {S}.log_" + part +
+                            " IN ACCESS EXCLUSIVE MODE")));
+    std::string check = kPartitionDone;
+    check.replace(check.find("%P"), 2, part);
+    auto res = session_->Exec("rotation: check", S(check),
+                              {Param::Text(Text(retention.count()))});
+    Status st = res.status();
+    if (st.ok() && GetText(res->get(), 0, 1) == "true") {
+      st = session_->ExecScript(
+          "rotation: truncate",
+          S("TRUNCATE {S}.log_" + part + "; DELETE FROM {S}.dedup WHERE pos BETWEEN " +
+            GetText(res->get(), 0, 2) + " AND " + GetText(res->get(), 0, 3) +
+            "; DELETE FROM {S}.exceptions WHERE status = 'SENT' AND pos BETWEEN " +
+            GetText(res->get(), 0, 2) + " AND " + GetText(res->get(), 0, 3)));
+      if (st.ok()) removed += GetInt64(res->get(), 0, 0);
+    }
+    if (!st.ok()) {
+      (void)session_->ExecScript("rotation: rollback", "ROLLBACK");
+      return st;
+    }
+    OUTBOX_RETURN_IF_ERROR(session_->ExecScript("rotation: commit", "COMMIT"));
+  }
+  return removed;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenPostgresLogStore(const PostgresStoreOptions& options) {
+  auto session = Session::ConnectFor(
+      "", {options.conninfo, options.connect_timeout, options.statement_timeout, "outbox-store"},
+      options.schema);
+  if (!session.ok()) return session.status();
+  return std::unique_ptr<Store>(new LogStore(options, std::move(session).value()));
+}
+
+}  // namespace outbox::pg

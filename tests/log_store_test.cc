@@ -1,0 +1,313 @@
+// The PostgreSQL log layout (issue 42) against a real server: what the store
+// contract cannot say because it is about how the log writes, not what it
+// hands out — each event written once, a long-open transaction neither
+// stalling the others nor skipped, the slots spread over relays and taken over
+// after a lease, a crash loop split until the event that kills the relay
+// stands alone, and rotation giving the disk back.
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../src/store/postgres/log_page.h"
+#include "../src/store/postgres/log_store.h"
+#include "outbox/postgres.h"
+#include "test_env.h"
+
+namespace outbox::testing {
+namespace {
+
+class LogStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OUTBOX_REQUIRE_ENV(url_, "OUTBOX_PG_URL");
+    schema_ = "t_" + RandomSuffix();
+    conn_ = Connect(url_);
+    ASSERT_EQ(PQstatus(conn_.get()), CONNECTION_OK);
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    Status st = store->Migrate().status();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  void TearDown() override {
+    if (conn_ && PQstatus(conn_.get()) == CONNECTION_OK) {
+      Exec(conn_.get(), "ROLLBACK");
+      DropSchemaRetrying(conn_.get(), schema_);
+    }
+  }
+
+  std::unique_ptr<Store> Open() {
+    PostgresStoreOptions o;
+    o.conninfo = url_;
+    o.schema = schema_;
+    auto s = pg::OpenPostgresLogStore(o);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status().ToString();
+      return nullptr;
+    }
+    return std::move(s).value();
+  }
+
+  // One slot (or `ring`/`span` changed) before any event is written.
+  void Shape(int slots, long span) {
+    Exec(conn_.get(), "UPDATE " + schema_ + ".log_settings SET slots = " + std::to_string(slots) +
+                          ", span = " + std::to_string(span));
+    Exec(conn_.get(), "DELETE FROM " + schema_ + ".slots WHERE slot >= " + std::to_string(slots));
+  }
+
+  std::string Enqueue(PGconn* c, const std::string& aggregate, bool commit = true) {
+    if (commit) Exec(c, "BEGIN");
+    Event e;
+    e.aggregate_type = "order";
+    e.aggregate_id = aggregate;
+    e.event_type = "OrderCreated";
+    e.payload = "{}";
+    EnqueueOptions o;
+    o.schema = schema_;
+    auto r = outbox::Enqueue(c, e, o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (commit) Exec(c, "COMMIT");
+    return r.ok() ? r->event_id : "";
+  }
+
+  void EnqueueMany(int n, int aggregates) {
+    Exec(conn_.get(), "BEGIN");
+    for (int i = 0; i < n; ++i) Enqueue(conn_.get(), "agg-" + std::to_string(i % aggregates), false);
+    Exec(conn_.get(), "COMMIT");
+  }
+
+  static ClaimOptions Opts(int batch = 500) {
+    ClaimOptions o;
+    o.batch_size = batch;
+    o.owner = "relay-test";
+    return o;
+  }
+
+  // Claims and marks sent until a claim comes back empty; the ids in order.
+  std::vector<std::string> Drain(Store& s, const ClaimOptions& o = Opts()) {
+    std::vector<std::string> ids;
+    for (int round = 0; round < 1000; ++round) {
+      auto c = s.Claim(o);
+      EXPECT_TRUE(c.ok()) << c.status().ToString();
+      if (!c.ok() || c->events.empty()) break;
+      std::vector<Ticket> t;
+      for (const auto& e : c->events) ids.push_back(e.event_id), t.push_back(e.ticket);
+      auto m = s.MarkSent(t);
+      EXPECT_TRUE(m.ok() && m->refused.empty());
+    }
+    return ids;
+  }
+
+  std::string url_, schema_;
+  PgConn conn_;
+};
+
+pg::log::Entry At(std::int64_t pos) {
+  pg::log::Entry e;
+  e.pos = pos;
+  e.txid = "10";
+  return e;
+}
+
+TEST(LogPage, ACrashLoopHalvesThePageUntilTheKillerStandsAlone) {
+  EXPECT_EQ(pg::log::PageLimit(0, 3, 500), 500);
+  EXPECT_EQ(pg::log::PageLimit(2, 3, 500), 500);
+  EXPECT_EQ(pg::log::PageLimit(3, 3, 500), 250);
+  EXPECT_EQ(pg::log::PageLimit(4, 3, 500), 125);
+  EXPECT_EQ(pg::log::PageLimit(40, 3, 500), 1);
+  EXPECT_FALSE(pg::log::KillerStandsAlone(2, 3, 1));  // not a crash loop yet
+  EXPECT_FALSE(pg::log::KillerStandsAlone(3, 3, 2));
+  EXPECT_TRUE(pg::log::KillerStandsAlone(3, 3, 1));
+}
+
+TEST(LogPage, AnOutageWritesNothingAndAnyImplicatedEventWrites) {
+  pg::log::Page p;
+  p.Add(At(1));
+  p.Add(At(2));
+  pg::log::SlotCut cut;
+  cut.token = 7;
+  cut.hi = "10:11:";
+  cut.done_pos = 2;
+  p.Cut(cut);
+  EXPECT_FALSE(p.Complete());
+  EXPECT_TRUE(p.Settle(1, pg::log::Outcome::kRetry, /*attempt_counts=*/false, 500));
+  EXPECT_FALSE(p.Settle(3, pg::log::Outcome::kSent));  // not in the page
+  EXPECT_TRUE(p.Settle(2, pg::log::Outcome::kRetry, false, 200));
+  EXPECT_TRUE(p.Complete());
+  EXPECT_TRUE(p.WritesNothing());
+  EXPECT_EQ(p.MinDelayMs(), 200);
+
+  pg::log::Page q;
+  q.Add(At(1));
+  q.Add(At(2));
+  q.Hold(At(3));
+  EXPECT_FALSE(q.Settle(3, pg::log::Outcome::kSent));  // held back: not handed out
+  q.Settle(1, pg::log::Outcome::kSent);
+  q.Settle(2, pg::log::Outcome::kRetry, true, 0, "broker said no");
+  EXPECT_FALSE(q.WritesNothing());
+  auto x = q.Exceptions();
+  ASSERT_EQ(x.size(), 2u);  // the retry and the held event, not the sent one
+  EXPECT_EQ(x[0].pos, 2);
+  EXPECT_EQ(x[1].outcome, pg::log::Outcome::kHeld);
+}
+
+TEST_F(LogStoreTest, EachEventIsWrittenOnceAndNeverUpdated) {
+  EnqueueMany(1000, 50);
+  auto s = Open();
+  auto ids = Drain(*s);
+  EXPECT_EQ(ids.size(), 1000u);
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 1000u);
+  // No log row was updated, deleted or locked (xmax stays 0), and no event
+  // needed an exception row.
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log WHERE xmax <> '0'"), "0");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".exceptions"), "0");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'"),
+            "1000");
+  EXPECT_TRUE(Drain(*s).empty());
+}
+
+TEST_F(LogStoreTest, ALongOpenTransactionNeitherStallsTheOthersNorIsSkipped) {
+  PgConn slow = Connect(url_);
+  PgConn reader = Connect(url_);
+  Exec(slow.get(), "BEGIN");
+  const std::string late = Enqueue(slow.get(), "slow", /*commit=*/false);
+  // A report holding its snapshot, too.
+  Exec(reader.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ");
+  Exec(reader.get(), "SELECT count(*) FROM " + schema_ + ".log");
+  std::vector<std::string> first;
+  for (int i = 0; i < 3; ++i) first.push_back(Enqueue(conn_.get(), "fast-" + std::to_string(i)));
+  auto s = Open();
+  EXPECT_EQ(Drain(*s), first);  // not stalled behind the open transaction
+  Exec(slow.get(), "COMMIT");
+  const std::string after = Enqueue(conn_.get(), "fast-0");
+  auto rest = Drain(*s);
+  ASSERT_EQ(rest.size(), 2u);  // the late commit is not skipped
+  EXPECT_EQ(std::set<std::string>(rest.begin(), rest.end()), (std::set<std::string>{late, after}));
+  Exec(reader.get(), "COMMIT");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".outbox WHERE status <> 'SENT'"), "0");
+}
+
+TEST_F(LogStoreTest, RelaysSplitTheSlotsAndAStandbyTakesOverAnExpiredLease) {
+  auto a = Open();
+  auto b = Open();
+  ClaimOptions o = Opts();
+  o.lease = std::chrono::milliseconds(60'000);
+  ASSERT_TRUE(a->Claim(o).ok());
+  auto owners = [&] {
+    return Exec(conn_.get(), "SELECT count(DISTINCT owner) || '/' || count(*) FILTER (WHERE owner IS NOT NULL) FROM " +
+                                 schema_ + ".slots");
+  };
+  EXPECT_EQ(owners(), "1/16");  // alone: every slot
+  ASSERT_TRUE(b->Claim(o).ok());  // b is seen; a gives back what is over its share
+  ASSERT_TRUE(a->Claim(o).ok());
+  ASSERT_TRUE(b->Claim(o).ok());
+  EXPECT_EQ(owners(), "2/16");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT max(n) FROM (SELECT count(*) AS n FROM " + schema_ +
+                                  ".slots GROUP BY owner) c"),
+            "8");
+  // Every event still goes out exactly once across the two.
+  EnqueueMany(200, 40);
+  auto x = Drain(*a, o);
+  auto y = Drain(*b, o);
+  std::set<std::string> all(x.begin(), x.end());
+  all.insert(y.begin(), y.end());
+  EXPECT_EQ(all.size(), 200u);
+  EXPECT_EQ(x.size() + y.size(), 200u);
+
+  // a stops answering (its lease is not renewed): after the lease, a standby
+  // takes its slots over, a restart counted on each, and a's late mark is refused.
+  EnqueueMany(20, 20);
+  ClaimOptions short_lease = o;
+  short_lease.lease = std::chrono::milliseconds(200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a renews at a third of the lease
+  auto c1 = a->Claim(short_lease);  // renews a's slots with the short lease
+  ASSERT_TRUE(c1.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto standby = Open();
+  auto t0 = standby->Claim(o);  // its first page, read while taking the slots over
+  ASSERT_TRUE(t0.ok());
+  // The slots a's claim had events in were taken over with a restart counted.
+  EXPECT_NE(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".slots WHERE restarts = 1"), "0");
+  std::vector<std::string> taken;
+  std::vector<Ticket> t0_tickets;
+  for (const auto& e : t0->events) taken.push_back(e.event_id), t0_tickets.push_back(e.ticket);
+  ASSERT_TRUE(standby->MarkSent(t0_tickets).ok());
+  for (const auto& id : Drain(*standby, o)) taken.push_back(id);
+  std::vector<Ticket> late;
+  for (const auto& e : c1->events) late.push_back(e.ticket);
+  if (!late.empty()) {
+    auto m = a->MarkSent(late);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->refused.size(), late.size());
+  }
+  EXPECT_GE(taken.size(), c1->events.size());
+}
+
+TEST_F(LogStoreTest, ARelayThatDiesOnTheSameBatchIsSplitUntilTheKillerStandsAloneAndFails) {
+  Shape(/*slots=*/1, /*span=*/1000000);
+  EnqueueMany(8, 8);
+  ClaimOptions o = Opts(8);
+  o.lease = std::chrono::milliseconds(0);  // every claim's holder "dies" at once
+  o.max_attempts = 2;
+  o.failed_holds_aggregate = false;
+  std::vector<std::unique_ptr<Store>> dead;  // never settle, never release
+  std::vector<std::size_t> sizes;
+  std::vector<std::int64_t> failed;
+  for (int i = 0; i < 8 && failed.empty(); ++i) {
+    dead.push_back(Open());
+    auto c = dead.back()->Claim(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    sizes.push_back(c->events.size());
+    failed = c->expired_to_failed;
+  }
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{8, 8, 4, 2, 1, 0}));
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT status FROM " + schema_ + ".outbox WHERE seq = " +
+                                  std::to_string(failed[0])),
+            "FAILED");
+  // The others go out; the killer stays FAILED for an operator.
+  auto s = Open();
+  ClaimOptions ok = Opts(8);
+  ok.max_attempts = 2;
+  EXPECT_EQ(Drain(*s, ok).size(), 7u);
+}
+
+TEST_F(LogStoreTest, RotationTruncatesPassedPartitionsAndGivesTheDiskBack) {
+  Shape(/*slots=*/16, /*span=*/100);
+  EnqueueMany(450, 30);  // partitions 0..4 (the ring's current one: 4)
+  auto s = Open();
+  ASSERT_EQ(Drain(*s).size(), 450u);
+  // The heap files of the partitions rotation may empty (0..3).
+  auto size = [&] {
+    return std::stoll(Exec(conn_.get(), "SELECT sum(pg_relation_size(c.oid)) FROM pg_class c "
+                                        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '" +
+                                            schema_ + "' AND c.relname ~ '^log_[0-3]$'"));
+  };
+  const long long before = size();
+  EXPECT_GT(before, 0);
+  auto kept = s->PurgeSent(std::chrono::seconds(3600), 1000);  // inside retention: nothing
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(*kept, 0);
+  auto purged = s->PurgeSent(std::chrono::seconds(0), 1000);
+  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
+  EXPECT_EQ(*purged, 399);  // pos 1..399: partitions 0..3; 4 is being written
+  EXPECT_EQ(size(), 0);  // the files went back to the operating system
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log"), "51");
+
+  // A partition with an unsent event stays, whatever its age.
+  EnqueueMany(100, 30);  // 451..550: partitions 4 and 5
+  auto again = s->PurgeSent(std::chrono::seconds(0), 1000);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log"), "151");
+  EXPECT_EQ(Drain(*s).size(), 100u);
+  again = s->PurgeSent(std::chrono::seconds(0), 1000);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 100);  // partition 4; 5 is being written
+}
+
+}  // namespace
+}  // namespace outbox::testing
