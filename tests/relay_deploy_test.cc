@@ -70,6 +70,59 @@ TEST_F(RelayDeployTest, ThroughPgBouncerInTransactionPoolingEverythingIsDelivere
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }
 
+// The log layout (issue 42), installed by `outboxctl migrate --layout log` in a
+// schema of its own: the relays find it without being told, two of them share
+// the slots, every event goes out once and in order per aggregate, no event row
+// is written twice, and operators read the view. A schema holding one layout
+// is refused the other, naming both, and left as it was.
+TEST_F(RelayDeployTest, OnALogSchemaTwoRelaysDeliverEachEventOnceInOrderAndWriteNoEventTwice) {
+  DropSchemaRetrying(admin_.get(), schema_);  // the fixture made a row store
+  Exec(admin_.get(), "DROP PUBLICATION IF EXISTS " + DefaultStreamName(schema_));
+  const std::string db = " --db '" + url_ + "' --schema " + schema_;
+  CommandRun bad = Ctl("migrate --layout lines" + db);
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--layout"), std::string::npos) << bad.out;
+  CommandRun mig = Ctl("migrate --layout log" + db);
+  ASSERT_EQ(mig.code, 0) << mig.out;
+  CommandRun again = Ctl("migrate" + db);  // the schema says which
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("up to date"), std::string::npos) << again.out;
+  CommandRun rows = Ctl("migrate --layout rows" + db);
+  EXPECT_NE(rows.code, 0) << rows.out;
+  EXPECT_NE(rows.out.find("holds the outbox as a log"), std::string::npos) << rows.out;
+  EXPECT_EQ(Exec(admin_.get(), "SELECT to_regclass('" + schema_ + ".schema_migrations') IS NULL"), "t");
+  CommandRun check = Ctl("migrate --check" + db);
+  EXPECT_EQ(check.code, 0) << check.out;
+
+  constexpr int kProducers = 4, kAggs = 25, kPer = 20;  // 2,000 events
+  EnqueueMany(kProducers, kAggs, kPer);
+  Subprocess& a = StartRelay();
+  Subprocess& b = StartRelay();
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, 60s))
+      << a.Log() << b.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer, Scaled(30s));
+  EXPECT_EQ(CheckDelivered(msgs, kProducers, kAggs, kPer), 0u) << "no fault, so no duplicates";
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".log WHERE xmax <> '0'"), "0");
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".exceptions"), "0");
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(DISTINCT split_part(owner, '/', 1)) FROM " + schema_ +
+                                  ".slots WHERE owner IS NOT NULL"),
+            "2")
+      << "both relays hold slots";
+  CommandRun st = Ctl("status --json" + db);
+  EXPECT_EQ(st.code, 0) << st.out;
+  EXPECT_NE(st.out.find("\"pending\":0"), std::string::npos) << st.out;
+  const std::string id = Exec(admin_.get(), "SELECT event_id FROM " + schema_ + ".outbox ORDER BY seq LIMIT 1");
+  CommandRun trace = Ctl("trace " + id + db);
+  EXPECT_EQ(trace.code, 0) << trace.out;
+  EXPECT_NE(trace.out.find("SENT"), std::string::npos) << trace.out;
+  a.Signal(SIGTERM);
+  b.Signal(SIGTERM);
+  EXPECT_EQ(a.Wait(Scaled(30s)), 0) << a.Log();
+  EXPECT_EQ(b.Wait(Scaled(30s)), 0) << b.Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".slots WHERE owner IS NOT NULL"), "0")
+      << "a clean stop gives the slots back";
+}
+
 // A statement that runs past database.statement_timeout_ms is cancelled from
 // the client (a cancel request, which PgBouncer forwards), the connection stays
 // usable, and no server connection is left with a statement_timeout setting

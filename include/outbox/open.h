@@ -27,6 +27,9 @@ struct StoreOptions {
   // MariaDB: ignored (the tables live in the URL's database).
   std::string schema = "outbox";
   SentMode sent_mode = SentMode::kUpdate;
+  // PostgreSQL: kDetect opens what the schema holds; kLog / kRows force one
+  // (`outboxctl migrate --layout`). MariaDB refuses kLog.
+  StoreLayout layout = StoreLayout::kDetect;
   // Bounds each statement of the store's session, so a stuck server surfaces
   // as a retryable error instead of a hung caller.
   std::chrono::milliseconds statement_timeout{30'000};

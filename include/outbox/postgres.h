@@ -39,6 +39,8 @@ struct PostgresStoreOptions {
   // a retryable error instead of a hung relay.
   std::chrono::milliseconds statement_timeout{30'000};
   std::chrono::seconds connect_timeout{5};
+  // Which store to open; kDetect reads the schema (one query at open).
+  StoreLayout layout = StoreLayout::kDetect;
 };
 
 // Opens a session (connects at once). A failed connection is Unavailable.

@@ -46,6 +46,13 @@ enum class SentMode {
 };
 std::string_view RowStateName(RowState s);  // "PENDING", ...
 
+// How a PostgreSQL schema keeps the outbox (docs/design.md): a row per event
+// whose state changes (the row store, every release so far), or the log
+// (issue 42: each event written once, progress per page, rotation). A schema
+// holds one; kDetect opens what the schema holds (the row store when it holds
+// neither yet). MariaDB has the row store only.
+enum class StoreLayout { kDetect, kRows, kLog };
+
 // What an enqueue reports (every store's enqueue returns this).
 struct EnqueueResult {
   std::string event_id;  // UUID; for a duplicate dedup key, the existing event's id

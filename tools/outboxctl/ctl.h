@@ -37,6 +37,7 @@ struct Options {
   std::string config, db, schema, bootstrap;
   bool json = false;
   bool check = false;  // migrate --check
+  std::string layout;  // migrate --layout: "" (what the schema holds, else rows), rows, log
   // list
   std::string state, aggregate, type, older_than;
   long long limit = 100;

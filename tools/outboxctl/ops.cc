@@ -37,8 +37,9 @@ std::string PayloadText(const EventRecord& e) {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> OpenOutboxStore(const std::string& db, const std::string& schema) {
-  return OpenStore({.url = db, .schema = schema});
+Result<std::unique_ptr<Store>> OpenOutboxStore(const std::string& db, const std::string& schema,
+                                               StoreLayout layout) {
+  return OpenStore({.url = db, .schema = schema, .layout = layout});
 }
 
 Result<std::unique_ptr<InboxView>> OpenOperatorInbox(const std::string& db,

@@ -21,7 +21,9 @@ namespace outbox::ctl {
 // The outbox store the URL names (outbox::OpenStore): mysql:// is
 // MariaDB/MySQL (its tables in the URL's database; the schema does not apply),
 // anything else PostgreSQL.
-Result<std::unique_ptr<Store>> OpenOutboxStore(const std::string& db, const std::string& schema);
+// `layout` forces one (`migrate --layout`); by default the schema decides.
+Result<std::unique_ptr<Store>> OpenOutboxStore(const std::string& db, const std::string& schema,
+                                               StoreLayout layout = StoreLayout::kDetect);
 // A consumer's inbox for operator commands (outbox::OpenInboxView).
 Result<std::unique_ptr<InboxView>> OpenOperatorInbox(const std::string& db,
                                                      const std::string& schema,

@@ -54,7 +54,10 @@ int MigrateCheck(const Options& o) {
 
 int Migrate(const Options& o) {
   if (o.check) return MigrateCheck(o);
-  auto store = OpenOutboxStore(o);
+  const outbox::StoreLayout layout = o.layout == "log"    ? outbox::StoreLayout::kLog
+                                     : o.layout == "rows" ? outbox::StoreLayout::kRows
+                                                          : outbox::StoreLayout::kDetect;
+  auto store = outbox::ctl::OpenOutboxStore(o.db, o.schema, layout);
   if (!store.ok()) return Fail(store.status(), o.json);
   auto applied = (*store)->Migrate();
   if (!applied.ok()) return Fail(applied.status(), o.json);
@@ -121,6 +124,10 @@ void AddSchemaCommands(CLI::App& app, Options& o, Commands& out) {
                     "change nothing: compare the schema with what its migrations install; exit 4 "
                     "if an object differs (drift), 5 if migrations are pending or newer than this "
                     "binary");
+  migrate->add_option("--layout", o.layout,
+                      "PostgreSQL: rows (every release so far) or log (issue 42: each event written "
+                      "once; not yet the default); without it, what the schema holds, else rows")
+      ->check(CLI::IsMember({"rows", "log"}));
   out.push_back({migrate, Migrate});
   auto* status = app.add_subcommand("status", "rows per state, held aggregates, oldest unsent age");
   out.push_back({status, StatusCommand});

@@ -21,7 +21,8 @@ PostgresStoreOptions Postgres(const StoreOptions& o) {
           .schema = o.schema,
           .sent_mode = o.sent_mode,
           .statement_timeout = o.statement_timeout,
-          .connect_timeout = o.connect_timeout};
+          .connect_timeout = o.connect_timeout,
+          .layout = o.layout};
 }
 
 }  // namespace
@@ -31,7 +32,12 @@ std::string RedactDatabaseUrl(const std::string& url) {
 }
 
 Result<std::unique_ptr<Store>> OpenStore(const StoreOptions& options) {
-  if (IsMariaDbUrl(options.url)) return OpenMariaDbStore(Maria(options));
+  if (IsMariaDbUrl(options.url)) {
+    if (options.layout == StoreLayout::kLog) {
+      return Status::InvalidArgument("--layout log: MariaDB keeps the row store (the log needs PostgreSQL's snapshots)");
+    }
+    return OpenMariaDbStore(Maria(options));
+  }
   return OpenPostgresStore(Postgres(options));
 }
 

@@ -394,6 +394,7 @@ class LogStore final : public Store {
 
   Result<std::vector<int>> Migrate() override {
     std::vector<int> applied;
+    OUTBOX_RETURN_IF_ERROR(RefuseOtherLayout(*session_, options_.schema, StoreLayout::kLog));
     OUTBOX_RETURN_IF_ERROR(RunMigrations(*session_, options_.schema, kLogSet, &applied));
     return applied;
   }

@@ -66,4 +66,23 @@ Status RunMigrations(Session& session, const std::string& schema, const Migratio
   return store::RunMigrations(target, *migrations, up_to, applied_now);
 }
 
+Result<StoreLayout> HeldLayout(Session& session, const std::string& schema) {
+  auto res = session.Exec("store layout", sql::HeldLayout(), {Param::Text(schema)});
+  if (!res.ok()) return res.status();
+  const std::string held = GetText(res->get(), 0, 0);
+  return held == "log" ? StoreLayout::kLog : held == "rows" ? StoreLayout::kRows : StoreLayout::kDetect;
+}
+
+Status RefuseOtherLayout(Session& session, const std::string& schema, StoreLayout wanted) {
+  auto held = HeldLayout(session, schema);
+  if (!held.ok()) return held.status();
+  if (*held == StoreLayout::kDetect || *held == wanted) return Status::Ok();
+  const bool log = *held == StoreLayout::kLog;
+  return Status::FailedPrecondition(
+      "schema " + schema + " holds the outbox as " + (log ? "a log" : "rows") + " (" + schema +
+      (log ? ".log_migrations" : ".schema_migrations") + "), not as " + (log ? "rows" : "a log") +
+      "; the migration between the two is not built yet (issue 42): use another schema, or " +
+      (log ? "open it as a log (the default detects it)" : "leave out --layout log"));
+}
+
 }  // namespace outbox::pg

@@ -39,6 +39,14 @@ inline constexpr MigrationSet kLogSet{"outbox.migrate", "log_migrations", LogMig
 Status RunMigrations(Session& session, const std::string& schema, const MigrationSet& set,
                      std::vector<int>* applied_now = nullptr, int up_to = 0);
 
+// What `schema` holds: kLog (its log_migrations table), kRows (its
+// schema_migrations table), or kDetect when it holds neither yet.
+Result<StoreLayout> HeldLayout(Session& session, const std::string& schema);
+
+// FailedPrecondition, naming both, when `schema` already holds the other
+// layout than `wanted` (the migration between them is not built yet).
+Status RefuseOtherLayout(Session& session, const std::string& schema, StoreLayout wanted);
+
 }  // namespace outbox::pg
 
 #endif  // OUTBOX_SRC_STORE_POSTGRES_MIGRATE_H_

@@ -8,6 +8,7 @@
 
 #include "outbox/postgres.h"
 #include "headers_json.h"
+#include "log_store.h"
 #include "records.h"
 #include "session.h"
 #include "migrate.h"
@@ -57,6 +58,7 @@ class PostgresStore final : public Store, public StreamLedger {
 
   Result<std::vector<int>> Migrate() override {
     std::vector<int> applied;
+    OUTBOX_RETURN_IF_ERROR(pg::RefuseOtherLayout(*session_, options_.schema, StoreLayout::kRows));
     OUTBOX_RETURN_IF_ERROR(pg::RunMigrations(*session_, options_.schema,
                                              pg::kOutboxSet, &applied));
     return applied;
@@ -419,10 +421,16 @@ std::string RedactConninfo(const std::string& conninfo) {
 }
 
 Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options) {
+  if (options.layout == StoreLayout::kLog) return pg::OpenPostgresLogStore(options);
   auto session = pg::Session::ConnectFor(
       "", {options.conninfo, options.connect_timeout, options.statement_timeout, "outbox-store"},
       options.schema);
   if (!session.ok()) return session.status();
+  if (options.layout == StoreLayout::kDetect) {
+    auto held = pg::HeldLayout(**session, options.schema);
+    if (!held.ok()) return held.status();
+    if (*held == StoreLayout::kLog) return pg::OpenPostgresLogStore(options);
+  }
   return std::unique_ptr<Store>(new PostgresStore(options, std::move(session).value()));
 }
 

@@ -31,7 +31,7 @@ Result<store::Catalog> ReadCatalog(pg::Session& s, const std::string& schema) {
 // consumer shares the schema), with their files and applied versions.
 Result<std::vector<Set>> RecordedSets(pg::Session& s, const std::string& schema) {
   std::vector<Set> out;
-  for (const pg::MigrationSet* set : {&pg::kOutboxSet, &pg::kInboxSet}) {
+  for (const pg::MigrationSet* set : {&pg::kOutboxSet, &pg::kLogSet, &pg::kInboxSet}) {
     auto has = s.Exec("migrate --check: versions table", pg::sql::HasTable(),
                       {pg::Param::Text(schema), pg::Param::Text(set->table)});
     if (!has.ok()) return has.status();
@@ -46,7 +46,11 @@ Result<std::vector<Set>> RecordedSets(pg::Session& s, const std::string& schema)
     }
     out.push_back({*set, std::move(files).value(), std::move(applied)});
   }
-  if (out.empty() || &out[0].set != &pg::kOutboxSet) {
+  if (out.size() > 1 && &out[1].set == &pg::kLogSet && &out[0].set == &pg::kOutboxSet) {
+    return Status::FailedPrecondition("schema " + schema + " holds both the row store and the log "
+                                      "(schema_migrations and log_migrations); it should hold one");
+  }
+  if (out.empty() || (&out[0].set != &pg::kOutboxSet && &out[0].set != &pg::kLogSet)) {
     return Status::FailedPrecondition("schema " + schema + " has no outbox migrations (no " +
                                       schema + ".schema_migrations); run `outboxctl migrate` first");
   }

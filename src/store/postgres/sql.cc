@@ -606,6 +606,11 @@ ORDER BY kind, a
                     schema);
 }
 
+std::string HeldLayout() {
+  return "SELECT CASE WHEN to_regclass(quote_ident($1) || '.log_migrations') IS NOT NULL THEN 'log' "
+         "WHEN to_regclass(quote_ident($1) || '.schema_migrations') IS NOT NULL THEN 'rows' ELSE '' END";
+}
+
 std::string CountSent(const std::string& schema) {
   return WithSchema("SELECT count(*) FROM {S}.outbox WHERE status = 'SENT'", schema);
 }
@@ -652,8 +657,10 @@ WITH objs AS (
 )
 SELECT object, definition FROM objs
 WHERE object NOT LIKE 'table schema\_migrations %' AND object NOT LIKE 'table inbox\_migrations %'
+  AND object NOT LIKE 'table log\_migrations %' AND object NOT LIKE '% on log\_migrations'
   AND object NOT LIKE '% on schema\_migrations' AND object NOT LIKE '% on inbox\_migrations'
-  AND object NOT IN ('index schema_migrations_pkey', 'index inbox_migrations_pkey')
+  AND object NOT IN ('index schema_migrations_pkey', 'index inbox_migrations_pkey',
+                     'index log_migrations_pkey')
 ORDER BY object
 )SQL";
 }

@@ -23,6 +23,9 @@ std::string StorableText(const std::string& s, std::size_t max_bytes);
 // Replaces every "{S}" in `text` with the (validated) schema name.
 std::string WithSchema(std::string text, const std::string& schema);
 
+// $1 schema: 'log', 'rows' or '' (which versions table the schema has).
+std::string HeldLayout();
+
 // The migration runner's statements (migrate.cc). `table` is the set's
 // versions table, `lock_name` names its advisory lock.
 std::string MigrateLock(const std::string& schema, const std::string& lock_name);
