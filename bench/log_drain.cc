@@ -410,12 +410,91 @@ double DrainTodayWithBroker(const std::string& url, int batch, long rows, const 
   return static_cast<double>(sent) / secs;
 }
 
+// ---- The built log store (issue 42, step 4) ----
+
+const std::string kStore = "bench_logstore";
+
+// A fresh log-layout schema holding `rows` events written through enqueue(),
+// `per_tx` a transaction, as producers write them.
+void FillLogStore(PGconn* admin, const std::string& url, int rows, int aggregates, int payload, int per_tx) {
+  MustExec(admin, "DROP SCHEMA IF EXISTS " + kStore + " CASCADE");
+  PostgresStoreOptions o;
+  o.conninfo = url;
+  o.schema = kStore;
+  o.layout = StoreLayout::kLog;
+  auto s = OpenPostgresStore(o);
+  if (!s.ok() || !(*s)->Migrate().ok()) {
+    std::fprintf(stderr, "log store: cannot migrate %s\n", kStore.c_str());
+    std::exit(1);
+  }
+  MustExec(admin, "CREATE PROCEDURE " + kStore + ".fill(n int, per_tx int, aggs int, payload int) "
+                  "LANGUAGE plpgsql AS $$ BEGIN FOR t IN 0 .. (n / per_tx) - 1 LOOP "
+                  "PERFORM " + kStore + ".enqueue('bench', 'agg-' || (i % aggs), 'BenchEvent', "
+                  "convert_to(repeat('x', payload), 'UTF8'), "
+                  "'{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}') "
+                  "FROM generate_series(t * per_tx, t * per_tx + per_tx - 1) i; COMMIT; END LOOP; END $$");
+  MustExec(admin, "CALL " + kStore + ".fill(" + std::to_string(rows) + ", " + std::to_string(per_tx) + ", " +
+                      std::to_string(aggregates) + ", " + std::to_string(payload) + ")");
+  MustExec(admin, "VACUUM ANALYZE " + kStore + ".log, " + kStore + ".slots");
+  MustExec(admin, "CHECKPOINT");
+}
+
+// Row writes (updates and deletes) on the schema's tables so far.
+long RowWrites(PGconn* admin, const std::string& schema) {
+  return std::atol(Scalar(admin, "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables "
+                                 "WHERE schemaname = '" + schema + "'").c_str());
+}
+
+// The built log store drained from one session: Claim (+ Publish) + MarkSent.
+// `stats->position_writes` gets the row writes the drain caused.
+double DrainLogStore(PGconn* admin, const std::string& url, int batch, long rows, const Publisher& publish,
+                     LogStats* stats) {
+  const long writes_before = RowWrites(admin, kStore);
+  double rate = 0;
+  {
+    PostgresStoreOptions o;
+    o.conninfo = url;
+    o.schema = kStore;
+    auto store = OpenPostgresStore(o);
+    if (!store.ok()) std::exit(1);
+    ClaimOptions co;
+    co.batch_size = batch;
+    co.owner = "bench";
+    auto t0 = std::chrono::steady_clock::now();
+    long sent = 0;
+    for (;;) {
+      auto claim = (*store)->Claim(co);
+      if (!claim.ok()) {
+        std::fprintf(stderr, "log store claim: %s\n", claim.status().ToString().c_str());
+        std::exit(1);
+      }
+      if (claim->events.empty()) break;
+      if (publish) publish(claim->events);
+      std::vector<Ticket> t;
+      for (const auto& e : claim->events) t.push_back(e.ticket);
+      auto m = (*store)->MarkSent(t);
+      if (!m.ok() || !m->refused.empty()) std::exit(1);
+      sent += static_cast<long>(claim->events.size());
+      ++stats->pages;
+    }
+    rate = static_cast<double>(sent) / SecondsSince(t0);
+    if (sent != rows) {
+      std::fprintf(stderr, "log store: %ld of %ld events\n", sent, rows);
+      std::exit(1);
+    }
+    stats->events += sent;
+  }  // the session ends: its statistics are flushed
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  stats->position_writes += RowWrites(admin, kStore) - writes_before;
+  return rate;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f(argc, argv,
           {{"db", DefaultDb()}, {"mock", ""}, {"rows", "100000"}, {"batch", "500"}, {"runs", "3"},
-           {"slots", "16"}, {"aggregates", "1000"}, {"payload", "200"}, {"per-tx", "10"}});
+           {"slots", "16"}, {"aggregates", "1000"}, {"payload", "200"}, {"per-tx", "10"}, {"store", "0"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "log_drain: --db URL (or OUTBOX_PG_URL) and --mock BIN required\n");
@@ -479,6 +558,26 @@ int main(int argc, char** argv) {
       {"bare DELETE ... RETURNING of the outbox's rows, no broker",
        [&] { fill_today(); return DrainCeiling(admin, kToday, batch, rows); }, {}},
   };
+  // --store 1: the built log store (issue 42, step 4) beside today's store,
+  // the floor and the bare DELETE, instead of the prototype's variants.
+  LogStats store_bare, store_broker;
+  if (f.Int("store") == 1) {
+    auto fill_store = [&] { FillLogStore(admin, url, rows, aggregates, payload, f.Int("per-tx")); };
+    methods = {
+        {"claim+mark: today's store, Claim (ordered) + MarkSent, no broker",
+         [&] { fill_today(); return DrainStore(url, kToday, SentMode::kUpdate, true, batch, rows); }, {}},
+        {"log store: the built store's Claim + MarkSent, no broker",
+         [&] { fill_store(); return DrainLogStore(admin, url, batch, rows, nullptr, &store_bare); }, {}},
+        {"today+broker: Claim + Publish (mock Kafka) + MarkSent",
+         [&] { fill_today(); return DrainTodayWithBroker(url, batch, rows, publish); }, {}},
+        {"log store+broker: the built store's Claim + Publish (mock Kafka) + MarkSent",
+         [&] { fill_store(); return DrainLogStore(admin, url, batch, rows, publish, &store_broker); }, {}},
+        {"pipeline floor: keyset read of a primary-key-only copy + Publish, no bookkeeping",
+         [&] { fill_log(); return DrainFloor(url, batch, rows, publish); }, {}},
+        {"bare DELETE ... RETURNING of the outbox's rows, no broker",
+         [&] { fill_today(); return DrainCeiling(admin, kToday, batch, rows); }, {}},
+    };
+  }
   for (int run = 0; run < runs; ++run) {
     // Alternate the order so no method always runs first (or last).
     std::vector<Method*> order;
@@ -489,11 +588,25 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "run %d: %s %.0f\n", run + 1, m->name.c_str(), m->rates.back());
     }
   }
-  const double claim_mark = Median(methods[0].rates), floor = Median(methods[9].rates);
+  const double claim_mark = Median(methods[0].rates),
+               floor = Median(methods[f.Int("store") == 1 ? 4 : 9].rates);
   std::printf("| method (one session unless named) | median events/s | runs | / claim+mark | / floor |\n|---|---|---|---|---|\n");
   for (const auto& m : methods) {
     std::printf("| %s | %.0f | %s | %.2f | %.2f |\n", m.name.c_str(), Median(m.rates), JoinRates(m.rates, " ").c_str(),
                 Median(m.rates) / claim_mark, Median(m.rates) / floor);
+  }
+  if (f.Int("store") == 1) {
+    std::printf("\nRow writes (updates + deletes, every table of the log schema) per event: %.4f without "
+                "the broker, %.4f with it, in %.1f and %.1f pages per run (today's store: 2, the claim and the "
+                "mark).\n",
+                static_cast<double>(store_bare.position_writes) / static_cast<double>(store_bare.events),
+                static_cast<double>(store_broker.position_writes) / static_cast<double>(store_broker.events),
+                static_cast<double>(store_bare.pages) / runs, static_cast<double>(store_broker.pages) / runs);
+    MustExec(admin, "DROP SCHEMA IF EXISTS " + kStore + " CASCADE");
+    MustExec(admin, "DROP SCHEMA IF EXISTS " + kLog + " CASCADE");
+    MustExec(admin, "DROP SCHEMA " + kToday + " CASCADE");
+    PQfinish(admin);
+    return 0;
   }
   std::printf("\nPosition writes (slot rows updated) per event: %.4f without the broker, %.4f with it "
               "(pages of %d; today's store: 2 row writes per event, the claim and the mark).\n",

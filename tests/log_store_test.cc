@@ -202,6 +202,7 @@ TEST_F(LogStoreTest, RelaysSplitTheSlotsAndAStandbyTakesOverAnExpiredLease) {
   };
   EXPECT_EQ(owners(), "1/16");  // alone: every slot
   ASSERT_TRUE(b->Claim(o).ok());  // b is seen; a gives back what is over its share
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // a looks at the share every second
   ASSERT_TRUE(a->Claim(o).ok());
   ASSERT_TRUE(b->Claim(o).ok());
   EXPECT_EQ(owners(), "2/16");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <optional>
 #include <span>
@@ -137,32 +138,33 @@ FROM upd ORDER BY upd.pos
 )SQL";
 
 // $1 slots, $2 tokens, $3 his (NULL: a new range, up to this statement's
-// snapshot), $4 done_pos, $5 limit, $6 failed holds, $7 ordered: the next
-// events of each slot's range (visible in hi, not in lo, after done_pos), in
-// pos order, limit + 1 of them; the index is searched from lo's xmax plus the
-// transactions lo saw running, so an old open transaction widens no read.
-// Rows: the event columns, then txid, the range's hi, and whether an earlier
-// exception of its aggregate holds it. An event an operator skipped before it
-// was read (it has an exception row already) is not read.
-const std::string kReadPage = std::string(R"SQL(
+// snapshot), $4 done_pos, $5 limit: the keys of each slot's range (visible in
+// hi, not in lo, after done_pos), in pos order, at most $5, and each range's
+// hi. Keys only, from the index: a range bigger than a page is read once, its
+// pages then fetched by key (bench/log_drain.cc measured re-reading the range
+// for each page). The index is searched from lo's xmax plus the transactions
+// lo saw running, so an old open transaction widens no read.
+constexpr const char* kRangeKeys = R"SQL(
 WITH m AS (
   SELECT u.slot, coalesce(u.hi::pg_snapshot, pg_current_snapshot()) AS hi, u.done, s.lo
   FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::bigint[]) u(slot, token, hi, done)
   JOIN {S}.slots s ON s.slot = u.slot AND s.token = u.token)
-SELECT )SQL") + OUTBOX_LOG_EVENT_COLUMNS(l) + R"SQL(, l.txid::text, m.hi::text,
-  ($7 AND EXISTS (SELECT 1 FROM {S}.exceptions y
-                  WHERE y.aggregate_type = l.aggregate_type AND y.aggregate_id = l.aggregate_id
-                    AND y.status <> 'SENT' AND y.status <> 'SKIPPED'
-                    AND (y.status <> 'FAILED' OR $6)))::text
+SELECT l.slot::text, l.txid::text, l.pos::text, m.hi::text
 FROM m CROSS JOIN LATERAL (
-  SELECT l.* FROM {S}.log l
+  SELECT l.slot, l.txid, l.pos FROM {S}.log l
   WHERE l.slot = m.slot
     AND (l.txid >= pg_snapshot_xmax(m.lo) OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(m.lo))))
     AND pg_visible_in_snapshot(l.txid, m.hi) AND NOT pg_visible_in_snapshot(l.txid, m.lo)
     AND l.pos > m.done
-    AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)
-  ORDER BY l.pos LIMIT $5::int + 1) l
-ORDER BY l.pos LIMIT $5::int + 1
+  ORDER BY l.pos LIMIT $5) l
+ORDER BY l.pos LIMIT $5
+)SQL";
+
+// $1 slots, $2 txids, $3 pos (keys, in page order), $4 failed holds, $5
+// ordered: the events of a page (the log set's read_page(): its columns are
+// the event columns, then txid, the key's index from 1, and whether it is held).
+constexpr const char* kPageByKeys = R"SQL(
+SELECT * FROM {S}.read_page($1::smallint[], $2::text[], $3::bigint[], $4::boolean, $5::boolean)
 )SQL";
 
 // $1 cuts, $2 exceptions to copy (JSON), $3 reader: a page's end, in one
@@ -200,6 +202,21 @@ ins AS (
   ON CONFLICT (pos) DO NOTHING
   RETURNING 1)
 SELECT slot::text FROM moved
+)SQL";
+
+// $1 cuts: a page's end with nothing to copy (the happy path): the positions alone, planned without the log's partitions.
+constexpr const char* kMovePositions = R"SQL(
+WITH c AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS c(slot smallint, token bigint, hi text, done bigint, range_done boolean, reset boolean))
+UPDATE {S}.slots s SET
+  lo = CASE WHEN c.range_done THEN c.hi::pg_snapshot ELSE s.lo END,
+  hi = CASE WHEN c.range_done THEN NULL ELSE c.hi::pg_snapshot END,
+  done_pos = CASE WHEN c.range_done THEN 0 ELSE c.done END,
+  restarts = CASE WHEN c.reset THEN 0 ELSE s.restarts END,
+  moved_at = now()
+FROM c WHERE s.slot = c.slot AND s.token = c.token
+RETURNING s.slot::text
 )SQL";
 
 // $1 settlements (JSON: pos, token, outcome sent|retry|failed, counts,
@@ -410,7 +427,9 @@ class LogStore final : public Store {
     // once); nothing of it is written.
     const auto now = std::chrono::steady_clock::now();
     if (!page_.Empty() && now - page_at_ < o.lease) return ClaimResult{};
+    if (!page_.Empty()) keys_.clear();  // abandoned: read again from the database's position
     page_ = log::Page();
+    page_keys_ = 0;
     page_at_ = now;
     if (reader_.empty()) reader_ = ReaderName(o.owner);
     OUTBOX_RETURN_IF_ERROR(Lease(o));
@@ -574,6 +593,8 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   Status ReadLog(const ClaimOptions& o, int room, ClaimResult* out);
   Status ReadSlots(const ClaimOptions& o, const std::vector<int>& slots, int limit, bool split,
                    ClaimResult* out);
+  Status LoadKeys(const ClaimOptions& o, const std::vector<int>& slots);
+  Status TakePage(const PGresult* r, std::int64_t batch_bytes, int* used, ClaimResult* out);
   Result<std::set<int>> EndPage();
   Result<TransitionResult> Settle(const std::vector<Settlement>& items);
   Result<std::set<int>> Fenced(const std::set<int>& slots);
@@ -584,7 +605,22 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   std::string reader_;  // the relay id, made unique per store: the slots' owner
   std::map<int, HeldSlot> held_;
   log::Page page_;
+  int page_keys_ = 0;  // keys the page in flight covers (consumed when its end is written)
+  // A big range's keys, read once, in pos order (for `key_slots_`, each with
+  // its range's hi); the pages are fetched by key.
+  struct Key {
+    int slot;
+    std::string txid;
+    std::int64_t pos;
+  };
+  std::deque<Key> keys_;
+  bool keys_capped_ = false;  // the read stopped at its cap: the ranges go on after the keys
+  std::vector<int> key_slots_;
+  std::map<int, std::string> key_hi_;
+  // How often a store holding slots looks for free ones and for other readers.
+  static constexpr std::chrono::milliseconds kLookEvery{1000};
   std::chrono::steady_clock::time_point renewed_at_{};
+  std::chrono::steady_clock::time_point looked_at_{};
   std::chrono::steady_clock::time_point page_at_{};  // when the page in flight was read
   std::chrono::steady_clock::time_point paused_until_{};
 };
@@ -592,8 +628,11 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
 Status LogStore::Lease(const ClaimOptions& o) {
   const auto now = std::chrono::steady_clock::now();
   // The lease and the reader's presence are written at a third of the lease,
-  // not per claim; free slots are looked for at every claim.
+  // not per claim; the share (free slots, other readers) is looked at every
+  // kLookEvery while the store holds slots, at every claim while it holds none.
   const bool renew = renewed_at_ == std::chrono::steady_clock::time_point{} || now - renewed_at_ >= o.lease / 3;
+  if (!renew && !held_.empty() && now - looked_at_ < kLookEvery) return Status::Ok();
+  looked_at_ = now;
   std::vector<std::int64_t> tokens;
   for (const auto& [slot, h] : held_) tokens.push_back(h.token);
   auto res = session_->Exec("lease slots", S(kLease),
@@ -714,8 +753,10 @@ Status LogStore::ReadLog(const ClaimOptions& o, int room, ClaimResult* out) {
   return ReadSlots(o, slots, room, /*split=*/false, out);
 }
 
-Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots, int limit,
-                           bool split, ClaimResult* out) {
+Status LogStore::LoadKeys(const ClaimOptions& o, const std::vector<int>& slots) {
+  keys_.clear();
+  key_hi_.clear();
+  key_slots_ = slots;
   std::vector<std::int64_t> tokens, dones;
   std::vector<std::optional<std::string>> his;
   for (int slot : slots) {
@@ -724,55 +765,114 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
     his.push_back(h.hi);
     dones.push_back(h.done_pos);
   }
+  // Enough keys for many pages, never a whole backlog in memory.
+  const int cap = std::max(o.batch_size * 32, 10'000);
   auto res = session_->Exec(
-      "read log", S(kReadPage),
+      "read log keys", S(kRangeKeys),
       {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens)),
        Param::Text(TextArrayLiteral(std::span<const std::optional<std::string>>(his))),
-       Param::Text(Int64ArrayLiteral(dones)), Param::Text(Text(limit)),
-       Param::Text(o.failed_holds_aggregate ? "true" : "false"), Param::Text(o.ordered ? "true" : "false")},
-      {}, /*result_format=*/1);
+       Param::Text(Int64ArrayLiteral(dones)), Param::Text(Text(cap))});
   if (!res.ok()) return res.status();
   const PGresult* r = res->get();
   const int n = PQntuples(r);
+  for (int i = 0; i < n; ++i) {
+    const int slot = static_cast<int>(GetInt64(r, i, 0));
+    keys_.push_back({slot, GetText(r, i, 1), GetInt64(r, i, 2)});
+    key_hi_[slot] = GetText(r, i, 3);
+  }
+  keys_capped_ = n == cap;
+  return Status::Ok();
+}
+
+Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots, int limit,
+                           bool split, ClaimResult* out) {
+  if (keys_.empty() || key_slots_ != slots) OUTBOX_RETURN_IF_ERROR(LoadKeys(o, slots));
   const int slot0 = slots.front();
+  const int avail = static_cast<int>(keys_.size());
   // The crash loop's check: the event its last holder died with stood alone.
-  if (split && log::KillerStandsAlone(held_[slot0].restarts, o.max_attempts, std::min(n, limit))) {
+  if (split && log::KillerStandsAlone(held_[slot0].restarts, o.max_attempts, std::min(avail, limit))) {
+    const Key& k = keys_.front();
     log::Entry e;
-    e.pos = GetInt64(r, 0, 0);
+    e.pos = k.pos;
     e.slot = slot0;
-    e.txid = GetText(r, 0, 11);
+    e.txid = k.txid;
     e.attempts = held_[slot0].restarts;
     page_.Add(e);
     page_.Settle(e.pos, log::Outcome::kFailed, true, 0,
                  "the relay stopped with this event in flight " + std::to_string(held_[slot0].restarts) +
                      " times (max_attempts); it was published alone last time");
-    page_.Cut({slot0, held_[slot0].token, GetText(r, 0, 12), e.pos, false, true});
+    page_.Cut({slot0, held_[slot0].token, key_hi_[slot0], e.pos, avail == 1 && !keys_capped_, true});
+    page_keys_ = 1;
     auto moved = EndPage();
     if (!moved.ok()) return moved.status();
     if (moved->count(slot0)) out->expired_to_failed.push_back(e.pos);
     return Status::Ok();
   }
   if (split) limit = log::PageLimit(held_[slot0].restarts, o.max_attempts, o.batch_size);
-  // The page: events in pos order up to the limit and the bytes bound (one
-  // always comes); `cut` says whether events of the ranges were left for later.
-  std::int64_t bytes = 0;
-  int take = 0;
-  while (take < n && take < limit) {
-    const std::int64_t size = PQgetlength(r, take, 5);
-    if (take > 0 && bytes + size > o.batch_bytes) break;
-    bytes += size;
-    ++take;
-  }
-  const bool cut = take < n;
-  std::map<int, std::int64_t> last_pos;  // slot -> its last pos in the page
-  std::map<int, std::string> hi_of;
+  const int take = std::min(limit, avail);
+  std::vector<std::int64_t> ks, kp;
+  std::vector<std::string> kt;
   for (int i = 0; i < take; ++i) {
+    ks.push_back(keys_[static_cast<std::size_t>(i)].slot);
+    kt.push_back(keys_[static_cast<std::size_t>(i)].txid);
+    kp.push_back(keys_[static_cast<std::size_t>(i)].pos);
+  }
+  int used = take;  // keys the page covers (the bytes bound may stop it early)
+  if (take > 0) {
+    auto res = session_->Exec(
+        "read log page", S(kPageByKeys),
+        {Param::Text(Int64ArrayLiteral(ks)), Param::Text(TextArrayLiteral(std::span<const std::string>(kt))),
+         Param::Text(Int64ArrayLiteral(kp)), Param::Text(o.failed_holds_aggregate ? "true" : "false"),
+         Param::Text(o.ordered ? "true" : "false")},
+        {}, /*result_format=*/1);
+    if (!res.ok()) return res.status();
+    OUTBOX_RETURN_IF_ERROR(TakePage(res->get(), o.batch_bytes, &used, out));
+  }
+  // Each slot's position after the page: its last key covered, its range done
+  // when no key of it is left (and the keys were not cut off by the cap); a
+  // slot with nothing left of a range already begun closes it.
+  std::map<int, std::int64_t> last;
+  std::set<int> left;
+  for (int i = 0; i < avail; ++i) {
+    const Key& k = keys_[static_cast<std::size_t>(i)];
+    if (i < used) {
+      last[k.slot] = k.pos;
+    } else {
+      left.insert(k.slot);
+    }
+  }
+  for (int slot : slots) {
+    const HeldSlot& h = held_[slot];
+    const bool done = !keys_capped_ && !left.count(slot);
+    const bool reset = !split || done;
+    if (last.count(slot)) {
+      page_.Cut({slot, h.token, key_hi_[slot], last[slot], done, reset});
+    } else if (done && h.hi) {
+      page_.Cut({slot, h.token, *h.hi, 0, true, true});
+    }
+  }
+  page_keys_ = used;
+  if (page_.Complete()) {  // nothing handed out (all held or skipped, or an empty range closed)
+    auto moved = EndPage();
+    if (!moved.ok()) return moved.status();
+  }
+  return Status::Ok();
+}
+
+Status LogStore::TakePage(const PGresult* r, std::int64_t batch_bytes, int* used, ClaimResult* out) {
+  std::int64_t bytes = 0;
+  for (int i = 0; i < PQntuples(r); ++i) {
+    const std::int64_t size = PQgetlength(r, i, 5);
+    const int key_index = static_cast<int>(GetInt64(r, i, 12));  // from 1
+    if (i > 0 && bytes + size > batch_bytes) {
+      *used = key_index - 1;  // this event and the keys after it wait for the next page
+      break;
+    }
+    bytes += size;
     log::Entry e;
     e.pos = GetInt64(r, i, 0);
     e.slot = static_cast<int>(GetInt64(r, i, 8));
     e.txid = GetText(r, i, 11);
-    last_pos[e.slot] = e.pos;
-    hi_of[e.slot] = GetText(r, i, 12);
     if (GetText(r, i, 13) == "true") {  // an earlier exception of its aggregate holds it
       page_.Hold(e);
       continue;
@@ -786,21 +886,6 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
     page_.Add(e);
     out->events.push_back(std::move(ce));
   }
-  for (int slot : slots) {
-    const HeldSlot& h = held_[slot];
-    const bool in_page = last_pos.count(slot) > 0;
-    // Every slot's range ends with this page unless events were left; a slot
-    // left with events keeps its range, done to its last pos here.
-    if (in_page) {
-      page_.Cut({slot, h.token, hi_of[slot], last_pos[slot], !cut, !split || !cut});
-    } else if (!cut && h.hi) {
-      page_.Cut({slot, h.token, *h.hi, 0, true, true});  // the rest of its range was empty
-    }
-  }
-  if (page_.Complete()) {  // nothing handed out (all held, or an empty range closed)
-    auto moved = EndPage();
-    if (!moved.ok()) return moved.status();
-  }
   return Status::Ok();
 }
 
@@ -808,7 +893,10 @@ Result<std::set<int>> LogStore::EndPage() {
   log::Page page = std::move(page_);
   page_ = log::Page();
   std::set<int> moved;
+  const int consumed = page_keys_;
+  page_keys_ = 0;
   if (page.WritesNothing()) {  // the broker was out: the same events are read again, later
+    keys_.clear();
     paused_until_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(page.MinDelayMs());
     for (const log::SlotCut& c : page.cuts()) moved.insert(c.slot);
     for (const log::Entry& e : page.Exceptions()) moved.insert(e.slot);
@@ -830,12 +918,24 @@ Result<std::set<int>> LogStore::EndPage() {
                       {"delay_ms", e.delay_ms},
                       {"error", e.error.empty() ? nlohmann::json() : nlohmann::json(e.error)}});
   }
-  if (cuts.empty()) return moved;
-  auto res = session_->Exec("end page", S(kEndPage),
-                            {Param::Text(cuts.dump()), Param::Text(copies.dump()), Param::Text(reader_)});
+  if (cuts.empty()) {
+    keys_.erase(keys_.begin(), keys_.begin() + std::min<std::ptrdiff_t>(consumed, static_cast<std::ptrdiff_t>(keys_.size())));
+    return moved;
+  }
+  auto res = copies.empty()
+                 ? session_->Exec("end page", S(kMovePositions), {Param::Text(cuts.dump())})
+                 : session_->Exec("end page", S(kEndPage),
+                                  {Param::Text(cuts.dump()), Param::Text(copies.dump()), Param::Text(reader_)});
   if (!res.ok()) return res.status();
   for (int i = 0; i < PQntuples(res->get()); ++i) {
     moved.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
+  }
+  // The page's keys are done; a slot that did not move (its lease went to
+  // another relay) invalidates the rest (they are read again from the database).
+  if (moved.size() == page.cuts().size()) {
+    keys_.erase(keys_.begin(), keys_.begin() + std::min<std::ptrdiff_t>(consumed, static_cast<std::ptrdiff_t>(keys_.size())));
+  } else {
+    keys_.clear();
   }
   for (const log::SlotCut& c : page.cuts()) {
     auto it = held_.find(c.slot);

@@ -401,6 +401,39 @@ AS $fn$
          OR (p_hi IS NOT NULL AND pg_visible_in_snapshot(p_txid, p_hi) AND p_pos <= p_done)
 $fn$;
 
+-- A relay's page: the events of `keys` (slot, txid, pos), one index probe each,
+-- in the keys' order, each with whether an earlier exception of its aggregate
+-- holds it; an event with an exception row of its own (an operator skipped it
+-- before it was read) is left out. A function so that its plan is made once per
+-- session: planning the probe over the ring's partitions cost more than running it.
+CREATE FUNCTION {S}.read_page(p_slots smallint[], p_txids text[], p_pos bigint[],
+                              p_failed_holds boolean, p_ordered boolean)
+  RETURNS TABLE (pos text, event_id text, aggregate_type text, aggregate_id text, event_type text,
+                 payload bytea, headers text, dedup_key text, slot text, created_us text,
+                 age_us text, txid text, key_index text, held text)
+  LANGUAGE plpgsql STABLE
+AS $fn$
+BEGIN
+  RETURN QUERY
+  SELECT l.pos::text, l.event_id::text, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
+         l.headers::text, l.dedup_key, l.slot::text,
+         (extract(epoch FROM l.created_at) * 1000000)::bigint::text,
+         (extract(epoch FROM now() - l.created_at) * 1000000)::bigint::text,
+         l.txid::text, k.i::text,
+         (p_ordered AND EXISTS (
+            SELECT 1 FROM {S}.exceptions y
+            WHERE y.aggregate_type = l.aggregate_type AND y.aggregate_id = l.aggregate_id
+              AND y.status <> 'SENT' AND y.status <> 'SKIPPED'
+              AND (y.status <> 'FAILED' OR p_failed_holds)))::text
+  FROM unnest(p_slots, p_txids, p_pos) WITH ORDINALITY k(slot, txid, pos, i)
+  CROSS JOIN LATERAL (
+    SELECT * FROM {S}.log l0
+    WHERE l0.slot = k.slot AND l0.txid = k.txid::xid8 AND l0.pos = k.pos LIMIT 1) l
+  WHERE NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)
+  ORDER BY k.i;
+END
+$fn$;
+
 -- The row store's columns, read-only: a log row's status is its exception's
 -- when it has one (PROCESSING while a retry of it is in flight), else SENT once
 -- its slot's position has passed it, else PENDING — also while a relay
