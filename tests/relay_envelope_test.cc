@@ -1,7 +1,9 @@
 // The relay just past its envelope, each case as a new user would meet it: an
 // event that can never be sent in front of later events of its aggregate, a
 // broker outage longer than max_attempts would allow, held followers after a
-// FAILED head, operator skip, and a lease shorter than a message's life.
+// FAILED head, operator skip, and a lease shorter than a message's life. The
+// cases about events run on both layouts of a PostgreSQL schema: the row store
+// (Rows/...) and the log (Log/..., issue 42).
 #include "relay_fixture.h"
 
 namespace outbox::testing {
@@ -54,10 +56,21 @@ class RelayEnvelopeTest : public RelayE2ETest {
   }
 };
 
+// The cases that depend on how the schema keeps events, on each layout.
+class RelayEnvelopeLayoutTest : public RelayEnvelopeTest,
+                                public ::testing::WithParamInterface<StoreLayout> {
+ protected:
+  void SetUp() override {
+    RelayEnvelopeTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    if (GetParam() == StoreLayout::kLog) UseLogLayout();
+  }
+};
+
 // Issue #10.1: X:1 can never be sent (over the producer's limit); X:2 must not
 // reach the topic while X:1 is FAILED — then replay (with the limit raised)
 // publishes X:1 and then X:2.
-TEST_F(RelayEnvelopeTest, AFailedEventKeepsItsLaterEventsOffTheTopicUntilReplayed) {
+TEST_P(RelayEnvelopeLayoutTest, AFailedEventKeepsItsLaterEventsOffTheTopicUntilReplayed) {
   EnqueueAll({Ev("X", std::string(20000, 'x')), Ev("X", "X#2"), Ev("Y", "Y#1")});
   Subprocess& relay = StartRelay({"kafka.properties.message.max.bytes=10000"});
   ASSERT_TRUE(WaitFor([&] { return StatusOf("Y#1") == "SENT" && CountStatus("FAILED") == 1; }, 30s))
@@ -87,7 +100,7 @@ TEST_F(RelayEnvelopeTest, AFailedEventKeepsItsLaterEventsOffTheTopicUntilReplaye
 // Issue #10.2: the largest event enqueue accepts (1,000,000 bytes of payload +
 // key + headers, with the longest dedup key, so the relay's own headers are at
 // their largest too) is published by a relay with default settings.
-TEST_F(RelayEnvelopeTest, TheLargestAcceptedEventIsPublishedWithDefaults) {
+TEST_P(RelayEnvelopeLayoutTest, TheLargestAcceptedEventIsPublishedWithDefaults) {
   Event e = Ev(std::string(255, 'K'), "");
   e.headers = {{"traceparent", std::string(100, 't')}};
   e.payload = std::string(1'000'000 - 255 - 11 - 100, 'p');
@@ -103,7 +116,7 @@ TEST_F(RelayEnvelopeTest, TheLargestAcceptedEventIsPublishedWithDefaults) {
 
 // Issue #10.4: skip sets the FAILED event aside for good (kept, with who and why)
 // and lets the aggregate go on; the topic never gets the skipped event.
-TEST_F(RelayEnvelopeTest, SkipReleasesTheAggregateAndKeepsAnAuditTrail) {
+TEST_P(RelayEnvelopeLayoutTest, SkipReleasesTheAggregateAndKeepsAnAuditTrail) {
   EnqueueAll({Ev("X", std::string(20000, 'x')), Ev("X", "X#2"), Ev("X", "X#3")});
   Subprocess& relay = StartRelay({"kafka.properties.message.max.bytes=10000"});
   const int port = HttpPort(relay);
@@ -136,7 +149,7 @@ TEST_F(RelayEnvelopeTest, SkipReleasesTheAggregateAndKeepsAnAuditTrail) {
 
 // Issue #10.3: the broker is down for far longer than max_attempts claims would
 // take; nothing ends FAILED, everything arrives in order once it is back.
-TEST_F(RelayEnvelopeTest, ABrokerOutageLongerThanMaxAttemptsFailsNothing) {
+TEST_P(RelayEnvelopeLayoutTest, ABrokerOutageLongerThanMaxAttemptsFailsNothing) {
   constexpr int kProducers = 2, kAggs = 10, kPer = 5;  // 100 events
   EnqueueMany(kProducers, kAggs, kPer);
   ASSERT_EQ(kafka_->Control("broker-down -1"), "ok");
@@ -167,7 +180,7 @@ TEST_F(RelayEnvelopeTest, ABrokerOutageLongerThanMaxAttemptsFailsNothing) {
 
 // Issue #10.4: a head FAILED after max_attempts of its own errors, its followers
 // behind it; one replay delivers the whole aggregate in order, no more action.
-TEST_F(RelayEnvelopeTest, OneReplayOfAFailedHeadDeliversItsWholeAggregate) {
+TEST_P(RelayEnvelopeLayoutTest, OneReplayOfAFailedHeadDeliversItsWholeAggregate) {
   std::vector<Event> evs;
   for (int i = 0; i < 10; ++i) evs.push_back(Ev("H", "H#" + std::to_string(i)));
   EnqueueAll(evs);
@@ -245,6 +258,9 @@ TEST_F(RelayEnvelopeTest, MigrateWaitingForADeadDatabaseServesHealthAndStopsOnSi
   relay.Signal(SIGTERM);
   EXPECT_EQ(relay.Wait(Scaled(8s)), 0) << relay.Log();
 }
+
+INSTANTIATE_TEST_SUITE_P(Rows, RelayEnvelopeLayoutTest, ::testing::Values(StoreLayout::kRows));
+INSTANTIATE_TEST_SUITE_P(Log, RelayEnvelopeLayoutTest, ::testing::Values(StoreLayout::kLog));
 
 }  // namespace
 }  // namespace outbox::testing

@@ -75,6 +75,20 @@ class RelayE2ETest : public ::testing::Test {
     }
   }
 
+  // The test's schema as the log (issue 42) instead of the row store SetUp made:
+  // what `outboxctl migrate --layout log` installs.
+  void UseLogLayout() {
+    DropSchemaRetrying(admin_.get(), schema_);
+    Exec(admin_.get(), "DROP PUBLICATION IF EXISTS " + DefaultStreamName(schema_));
+    PostgresStoreOptions o;
+    o.conninfo = url_;
+    o.schema = schema_;
+    o.layout = StoreLayout::kLog;
+    auto store = OpenPostgresStore(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)->Migrate().ok());
+  }
+
   // The settings of a relay in cdc mode, with test-sized intervals.
   static std::vector<std::string> CdcSets(std::vector<std::string> more = {}) {
     // Staleness scales with the sanitizers' slowdown: a stream that misses its
