@@ -45,6 +45,32 @@ inline void MigrateFresh(PGconn* admin, const std::string& url, const std::strin
   }
 }
 
+// A fresh log-layout schema (issue 42) holding `rows` events written through
+// enqueue(), `per_tx` a transaction, as producers write them.
+inline void FillLog(PGconn* admin, const std::string& url, const std::string& schema, int rows,
+                    int aggregates, int payload, int per_tx) {
+  MustExec(admin, "DROP SCHEMA IF EXISTS " + schema + " CASCADE");
+  PostgresStoreOptions o;
+  o.conninfo = url;
+  o.schema = schema;
+  o.layout = StoreLayout::kLog;
+  auto s = OpenPostgresStore(o);
+  if (!s.ok() || !(*s)->Migrate().ok()) {
+    std::fprintf(stderr, "cannot migrate the log schema %s\n", schema.c_str());
+    std::exit(1);
+  }
+  MustExec(admin, "CREATE PROCEDURE " + schema + ".fill(n int, per_tx int, aggs int, payload int) "
+                  "LANGUAGE plpgsql AS $$ BEGIN FOR t IN 0 .. (n / per_tx) - 1 LOOP "
+                  "PERFORM " + schema + ".enqueue('bench', 'agg-' || (i % aggs), 'BenchEvent', "
+                  "convert_to(repeat('x', payload), 'UTF8'), "
+                  "'{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}') "
+                  "FROM generate_series(t * per_tx, t * per_tx + per_tx - 1) i; COMMIT; END LOOP; END $$");
+  MustExec(admin, "CALL " + schema + ".fill(" + std::to_string(rows) + ", " + std::to_string(per_tx) + ", " +
+                      std::to_string(aggregates) + ", " + std::to_string(payload) + ")");
+  MustExec(admin, "VACUUM ANALYZE " + schema + ".log, " + schema + ".slots");
+  MustExec(admin, "CHECKPOINT");
+}
+
 // Claim + MarkSent in a loop on `store` until it is empty; returns rows/s.
 // Claim + MarkSent until a claim comes back empty; returns the rows drained.
 inline long DrainCount(Store& store, const ClaimOptions& co) {

@@ -414,31 +414,6 @@ double DrainTodayWithBroker(const std::string& url, int batch, long rows, const 
 
 const std::string kStore = "bench_logstore";
 
-// A fresh log-layout schema holding `rows` events written through enqueue(),
-// `per_tx` a transaction, as producers write them.
-void FillLogStore(PGconn* admin, const std::string& url, int rows, int aggregates, int payload, int per_tx) {
-  MustExec(admin, "DROP SCHEMA IF EXISTS " + kStore + " CASCADE");
-  PostgresStoreOptions o;
-  o.conninfo = url;
-  o.schema = kStore;
-  o.layout = StoreLayout::kLog;
-  auto s = OpenPostgresStore(o);
-  if (!s.ok() || !(*s)->Migrate().ok()) {
-    std::fprintf(stderr, "log store: cannot migrate %s\n", kStore.c_str());
-    std::exit(1);
-  }
-  MustExec(admin, "CREATE PROCEDURE " + kStore + ".fill(n int, per_tx int, aggs int, payload int) "
-                  "LANGUAGE plpgsql AS $$ BEGIN FOR t IN 0 .. (n / per_tx) - 1 LOOP "
-                  "PERFORM " + kStore + ".enqueue('bench', 'agg-' || (i % aggs), 'BenchEvent', "
-                  "convert_to(repeat('x', payload), 'UTF8'), "
-                  "'{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}') "
-                  "FROM generate_series(t * per_tx, t * per_tx + per_tx - 1) i; COMMIT; END LOOP; END $$");
-  MustExec(admin, "CALL " + kStore + ".fill(" + std::to_string(rows) + ", " + std::to_string(per_tx) + ", " +
-                      std::to_string(aggregates) + ", " + std::to_string(payload) + ")");
-  MustExec(admin, "VACUUM ANALYZE " + kStore + ".log, " + kStore + ".slots");
-  MustExec(admin, "CHECKPOINT");
-}
-
 // Row writes (updates and deletes) on the schema's tables so far.
 long RowWrites(PGconn* admin, const std::string& schema) {
   return std::atol(Scalar(admin, "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables "
@@ -562,7 +537,7 @@ int main(int argc, char** argv) {
   // the floor and the bare DELETE, instead of the prototype's variants.
   LogStats store_bare, store_broker;
   if (f.Int("store") == 1) {
-    auto fill_store = [&] { FillLogStore(admin, url, rows, aggregates, payload, f.Int("per-tx")); };
+    auto fill_store = [&] { FillLog(admin, url, kStore, rows, aggregates, payload, f.Int("per-tx")); };
     methods = {
         {"claim+mark: today's store, Claim (ordered) + MarkSent, no broker",
          [&] { fill_today(); return DrainStore(url, kToday, SentMode::kUpdate, true, batch, rows); }, {}},

@@ -22,6 +22,7 @@
 //               [--idle 0]        (seconds with no load between the warm-up and the
 //                                  measured load: the relay's idle poll backs off, and
 //                                  the measured load's first events meet it)
+//               [--log 0]         (1: also drain a log-layout schema, issue 42)
 //               [--keep-schema 0] (1: leave the bench's schema and its rows for
 //                                  inspection; the next run drops it first)
 // --rows 0 skips the drain.
@@ -49,8 +50,11 @@ const std::string kSchema = "bench_relay";
 
 
 
-bool AnyUnsent(PGconn* c) {
-  return !Scalar(c, "SELECT 1 FROM " + kSchema +
+// The log layout's schema (--log 1), drained by the same relay.
+const std::string kLogSchema = "bench_relay_log";
+
+bool AnyUnsent(PGconn* c, const std::string& schema = kSchema) {
+  return !Scalar(c, "SELECT 1 FROM " + schema +
                         ".outbox WHERE status IN ('PENDING','PROCESSING') LIMIT 1")
               .empty();
 }
@@ -92,15 +96,18 @@ std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
 
 RelayRun DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
                         const std::string& bootstrap, const std::string& mode, long rows,
-                        const std::vector<std::string>& sets = {}) {
+                        const std::vector<std::string>& sets = {},
+                        const std::string& schema = kSchema) {
   const fs::path log = fs::temp_directory_path() / "relay_bench.log";
   auto t0 = std::chrono::steady_clock::now();
-  auto relay = StartRelay(f, url, bootstrap, mode, log, 0, sets);
-  while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<std::string> all = sets;
+  all.push_back("database.schema=" + schema);  // later --set wins
+  auto relay = StartRelay(f, url, bootstrap, mode, log, 0, all);
+  while (AnyUnsent(admin, schema)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   RelayRun run;
   run.rate = static_cast<double>(rows) / SecondsSince(t0);
   // Every row must have been sent, none failed.
-  std::string failed = Scalar(admin, "SELECT count(*) FROM " + kSchema + ".outbox WHERE status = 'FAILED'");
+  std::string failed = Scalar(admin, "SELECT count(*) FROM " + schema + ".outbox WHERE status = 'FAILED'");
   if (failed != "0") {
     std::fprintf(stderr, "relay failed %s rows\n%s", failed.c_str(), relay->Log().c_str());
     std::exit(1);
@@ -123,7 +130,7 @@ int main(int argc, char** argv) {
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
                        {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
                        {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"warmup", "0"}, {"idle", "0"},
-                       {"keep-schema", "0"}});
+                       {"keep-schema", "0"}, {"log", "0"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "relay_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
@@ -160,6 +167,15 @@ int main(int argc, char** argv) {
       {"ceiling: bare DELETE … RETURNING, 1 connection, no broker",
        [&] { return DrainCeiling(admin, kSchema, batch, rows); }, {}},
   };
+  // --log 1: the same relay draining a log-layout schema (issue 42) of the same
+  // events, written through enqueue() (its fill is not timed).
+  if (f.Int("log") != 0) {
+    methods.insert(methods.begin() + 1,
+                   Method{"outbox-relay → mock Kafka, the log layout (issue 42)", [&] {
+                            FillLog(admin, url, kLogSchema, rows, f.Int("aggregates"), 200, 10);
+                            return DrainWithRelay(f, admin, url, bootstrap, "update", rows, {}, kLogSchema).rate;
+                          }, {}});
+  }
   // HTTP delivery's receiver: 200 at once; threads for every connection the
   // relay keeps (4 workers x 8): the receiver is not what is measured.
   outbox::testing::HttpReceiver receiver(
@@ -257,6 +273,7 @@ int main(int argc, char** argv) {
               claims, empty, (claims + empty) / seconds,
               (claims + empty) / std::max(1.0, std::atof(lat[3].c_str())));
   if (f.Int("keep-schema") == 0) MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
+  MustExec(admin, "DROP SCHEMA IF EXISTS " + kLogSchema + " CASCADE");
   PQfinish(admin);
   return 0;
 }
