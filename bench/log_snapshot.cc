@@ -37,6 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 const std::string kToday = "bench_snap_today";
 const std::string kLog = "bench_snap_log";
+const std::string kStoreSnap = "bench_snap_store";  // --store 1: the built log store's schema
 
 std::int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -342,7 +343,7 @@ PurgeOutcome MeasurePurge(PGconn* admin, const std::string& schema, const std::f
 
 int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"rate", "3000"}, {"seconds", "40"}, {"slots", "16"},
-                       {"purge-rows", "200000"}});
+                       {"purge-rows", "200000"}, {"store", "0"}});
   const std::string url = f.Str("db");
   const int rate = f.Int("rate"), seconds = f.Int("seconds"), slots = f.Int("slots"), purge_rows = f.Int("purge-rows");
   if (url.empty() || rate <= 0 || seconds <= 0 || slots <= 0 || purge_rows <= 0) {
@@ -368,6 +369,38 @@ int main(int argc, char** argv) {
                 o.p50, o.p99, o.max, o.writes_per_event);
     std::fflush(stdout);
   };
+  if (f.Int("store") == 1) {
+    // The built log store (issue 42, step 4) through its Store interface, as a
+    // relay worker drives it, beside today's store; no purge part (rotation is
+    // LogStoreTest's).
+    const std::string store_sql = "SELECT event_id::text FROM " + kStoreSnap +
+                                  ".enqueue('bench', $1, 'BenchEvent', convert_to($2, 'UTF8'), '{}'::jsonb)";
+    for (bool hold : {false, true}) {
+      MustExec(admin, "TRUNCATE " + kToday + ".outbox");
+      MustExec(admin, "VACUUM " + kToday + ".outbox");
+      Outcome t = RunLoad(url, kToday, today_sql, rate, seconds, hold, [&](PGconn*) { return TodayRound(**store); });
+      row("today: enqueue(), Claim + MarkSent", hold, t);
+      for (int tick : {0, 10}) {
+        FillLog(admin, url, kStoreSnap, 10, 10, 10, 10);  // a fresh log schema (its 10 events drained first)
+        PostgresStoreOptions lo;
+        lo.conninfo = url;
+        lo.schema = kStoreSnap;
+        auto log_store = OpenPostgresStore(lo);
+        if (!log_store.ok()) return 1;
+        while (!TodayRound(**log_store).empty()) {
+        }
+        Outcome l = RunLoad(url, kStoreSnap, store_sql, rate, seconds, hold,
+                            [&](PGconn*) { return TodayRound(**log_store); }, std::chrono::milliseconds(tick));
+        row(tick == 0 ? "log store (built): enqueue(), Claim + MarkSent"
+                      : "log store (built): the same, rounds at most every 10 ms",
+            hold, l);
+      }
+    }
+    MustExec(admin, "DROP SCHEMA IF EXISTS " + kStoreSnap + " CASCADE");
+    MustExec(admin, "DROP SCHEMA " + kToday + " CASCADE");
+    PQfinish(admin);
+    return 0;
+  }
   for (bool hold : {false, true}) {
     MustExec(admin, "TRUNCATE " + kToday + ".outbox");
     MustExec(admin, "VACUUM " + kToday + ".outbox");

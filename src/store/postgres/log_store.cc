@@ -56,11 +56,13 @@ free AS (
 taken AS (
   UPDATE {S}.slots s SET owner = $1, token = nextval('{S}.lease_token_seq'),
     expires_at = now() + $2::bigint * interval '1 millisecond',
-    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND EXISTS (
-      SELECT 1 FROM {S}.log l
-      WHERE l.slot = s.slot
-        AND (l.txid >= pg_snapshot_xmax(s.lo) OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo))))
-        AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)) THEN 1 ELSE 0 END
+    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND (
+      EXISTS (SELECT 1 FROM {S}.log l
+              WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(s.lo)
+                AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos))
+      OR EXISTS (SELECT 1 FROM {S}.log l
+                 WHERE l.slot = s.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo)))
+                   AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos))) THEN 1 ELSE 0 END
   FROM free WHERE s.slot = free.slot
   RETURNING s.slot, s.token, s.hi::text AS hi, s.done_pos, s.restarts)
 SELECT 'r', slot::text, token::text, NULL, '0', '0' FROM renewed
@@ -142,8 +144,10 @@ FROM upd ORDER BY upd.pos
 // hi, not in lo, after done_pos), in pos order, at most $5, and each range's
 // hi. Keys only, from the index: a range bigger than a page is read once, its
 // pages then fetched by key (bench/log_drain.cc measured re-reading the range
-// for each page). The index is searched from lo's xmax plus the transactions
-// lo saw running, so an old open transaction widens no read.
+// for each page). The index is searched from lo's xmax, plus the transactions
+// lo saw running, in two scans whose bounds are index conditions (one OR of
+// the two read every event of the slot the log still holds): an old open
+// transaction widens no read, and the events already passed are not read.
 constexpr const char* kRangeKeys = R"SQL(
 WITH m AS (
   SELECT u.slot, coalesce(u.hi::pg_snapshot, pg_current_snapshot()) AS hi, u.done, s.lo
@@ -151,12 +155,15 @@ WITH m AS (
   JOIN {S}.slots s ON s.slot = u.slot AND s.token = u.token)
 SELECT l.slot::text, l.txid::text, l.pos::text, m.hi::text
 FROM m CROSS JOIN LATERAL (
-  SELECT l.slot, l.txid, l.pos FROM {S}.log l
-  WHERE l.slot = m.slot
-    AND (l.txid >= pg_snapshot_xmax(m.lo) OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(m.lo))))
-    AND pg_visible_in_snapshot(l.txid, m.hi) AND NOT pg_visible_in_snapshot(l.txid, m.lo)
-    AND l.pos > m.done
-  ORDER BY l.pos LIMIT $5) l
+  SELECT r.slot, r.txid, r.pos FROM (
+    SELECT l.slot, l.txid, l.pos FROM {S}.log l
+    WHERE l.slot = m.slot AND l.txid >= pg_snapshot_xmax(m.lo)
+      AND pg_visible_in_snapshot(l.txid, m.hi) AND l.pos > m.done
+    UNION ALL
+    SELECT l.slot, l.txid, l.pos FROM {S}.log l
+    WHERE l.slot = m.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(m.lo)))
+      AND pg_visible_in_snapshot(l.txid, m.hi) AND l.pos > m.done) r
+  ORDER BY r.pos LIMIT $5) l
 ORDER BY l.pos LIMIT $5
 )SQL";
 
@@ -245,8 +252,12 @@ constexpr const char* kUnsent = R"SQL(
 unsent AS (
   SELECT l.pos, l.created_at FROM {S}.slots s CROSS JOIN LATERAL (
     SELECT l.pos, l.created_at FROM {S}.log l
-    WHERE l.slot = s.slot
-      AND (l.txid >= pg_snapshot_xmax(s.lo) OR l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo))))
+    WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(s.lo)
+      AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
+      AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)
+    UNION ALL
+    SELECT l.pos, l.created_at FROM {S}.log l
+    WHERE l.slot = s.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo)))
       AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
       AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)) l)
 )SQL";
