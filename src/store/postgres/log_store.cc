@@ -139,32 +139,12 @@ SELECT )SQL") + OUTBOX_LOG_EVENT_COLUMNS(upd) + R"SQL(, upd.attempts::text, upd.
 FROM upd ORDER BY upd.pos
 )SQL";
 
-// $1 slots, $2 tokens, $3 his (NULL: a new range, up to this statement's
-// snapshot), $4 done_pos, $5 limit: the keys of each slot's range (visible in
-// hi, not in lo, after done_pos), in pos order, at most $5, and each range's
-// hi. Keys only, from the index: a range bigger than a page is read once, its
-// pages then fetched by key (bench/log_drain.cc measured re-reading the range
-// for each page). The index is searched from lo's xmax, plus the transactions
-// lo saw running, in two scans whose bounds are index conditions (one OR of
-// the two read every event of the slot the log still holds): an old open
-// transaction widens no read, and the events already passed are not read.
+// $1 slots, $2 tokens, $3 his (NULL: a new range), $4 done_pos, $5 limit: the
+// keys of each slot's range, in pos order, with each range's hi (the log set's
+// read_keys(); a range bigger than a page is read once, its pages then fetched
+// by key: bench/log_drain.cc measured re-reading the range for each page).
 constexpr const char* kRangeKeys = R"SQL(
-WITH m AS (
-  SELECT u.slot, coalesce(u.hi::pg_snapshot, pg_current_snapshot()) AS hi, u.done, s.lo
-  FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::bigint[]) u(slot, token, hi, done)
-  JOIN {S}.slots s ON s.slot = u.slot AND s.token = u.token)
-SELECT l.slot::text, l.txid::text, l.pos::text, m.hi::text
-FROM m CROSS JOIN LATERAL (
-  SELECT r.slot, r.txid, r.pos FROM (
-    SELECT l.slot, l.txid, l.pos FROM {S}.log l
-    WHERE l.slot = m.slot AND l.txid >= pg_snapshot_xmax(m.lo)
-      AND pg_visible_in_snapshot(l.txid, m.hi) AND l.pos > m.done
-    UNION ALL
-    SELECT l.slot, l.txid, l.pos FROM {S}.log l
-    WHERE l.slot = m.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(m.lo)))
-      AND pg_visible_in_snapshot(l.txid, m.hi) AND l.pos > m.done) r
-  ORDER BY r.pos LIMIT $5) l
-ORDER BY l.pos LIMIT $5
+SELECT * FROM {S}.read_keys($1::smallint[], $2::bigint[], $3::text[], $4::bigint[], $5::integer)
 )SQL";
 
 // $1 slots, $2 txids, $3 pos (keys, in page order), $4 failed holds, $5

@@ -401,17 +401,54 @@ AS $fn$
          OR (p_hi IS NOT NULL AND pg_visible_in_snapshot(p_txid, p_hi) AND p_pos <= p_done)
 $fn$;
 
+-- The keys (slot, txid, pos) of each slot's range (visible in hi, not in lo,
+-- after done_pos; hi NULL: a new range, up to this statement's snapshot), in pos
+-- order, at most p_limit, with each range's hi. The index is searched from lo's
+-- xmax, plus the transactions lo saw running, in two scans each bounded by the
+-- index (one OR of the two read every event of the slot): an old open
+-- transaction widens no read, and events already passed are not read. Sequential
+-- scans are off: the log grows between ANALYZEs, and a plan made when it was
+-- small read all of it.
+CREATE FUNCTION {S}.read_keys(p_slots smallint[], p_tokens bigint[], p_his text[], p_dones bigint[],
+                              p_limit integer)
+  RETURNS TABLE (slot text, txid text, pos text, hi text)
+  LANGUAGE plpgsql STABLE
+  SET enable_seqscan = off
+AS $fn$
+BEGIN
+  RETURN QUERY
+  WITH m AS (
+    SELECT u.slot, coalesce(u.hi::pg_snapshot, pg_current_snapshot()) AS hi, u.done, s.lo
+    FROM unnest(p_slots, p_tokens, p_his, p_dones) u(slot, token, hi, done)
+    JOIN {S}.slots s ON s.slot = u.slot AND s.token = u.token)
+  SELECT l.slot::text, l.txid::text, l.pos::text, m.hi::text
+  FROM m CROSS JOIN LATERAL (
+    SELECT r.slot, r.txid, r.pos FROM (
+      SELECT l1.slot, l1.txid, l1.pos FROM {S}.log l1
+      WHERE l1.slot = m.slot AND l1.txid >= pg_snapshot_xmax(m.lo)
+        AND pg_visible_in_snapshot(l1.txid, m.hi) AND l1.pos > m.done
+      UNION ALL
+      SELECT l2.slot, l2.txid, l2.pos FROM {S}.log l2
+      WHERE l2.slot = m.slot AND l2.txid = ANY(ARRAY(SELECT pg_snapshot_xip(m.lo)))
+        AND pg_visible_in_snapshot(l2.txid, m.hi) AND l2.pos > m.done) r
+    ORDER BY r.pos LIMIT p_limit) l
+  ORDER BY l.pos LIMIT p_limit;
+END
+$fn$;
+
 -- A relay's page: the events of `keys` (slot, txid, pos), one index probe each,
 -- in the keys' order, each with whether an earlier exception of its aggregate
 -- holds it; an event with an exception row of its own (an operator skipped it
 -- before it was read) is left out. A function so that its plan is made once per
--- session: planning the probe over the ring's partitions cost more than running it.
+-- session: planning the probe over the ring's partitions cost more than running
+-- it. Sequential scans are off, as for read_keys().
 CREATE FUNCTION {S}.read_page(p_slots smallint[], p_txids text[], p_pos bigint[],
                               p_failed_holds boolean, p_ordered boolean)
   RETURNS TABLE (pos text, event_id text, aggregate_type text, aggregate_id text, event_type text,
                  payload bytea, headers text, dedup_key text, slot text, created_us text,
                  age_us text, txid text, key_index text, held text)
   LANGUAGE plpgsql STABLE
+  SET enable_seqscan = off
 AS $fn$
 BEGIN
   RETURN QUERY
