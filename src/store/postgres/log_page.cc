@@ -30,8 +30,8 @@ const Entry* Page::Find(std::int64_t pos) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
-bool Page::Settle(std::int64_t pos, Outcome outcome, bool attempt_counts, std::int64_t delay_ms,
-                  std::string error) {
+bool Page::Settle(std::int64_t pos, Outcome outcome, bool attempt_counts,
+                  std::int64_t delay_ms, std::string error) {
   auto it = entries_.find(pos);
   if (it == entries_.end() || it->second.outcome == Outcome::kHeld) {
     return false;

@@ -41,9 +41,9 @@ enum class Outcome { kOpen, kSent, kRetry, kFailed, kHeld };
 struct Entry {
   std::int64_t pos = 0;
   int slot = 0;
-  std::string txid;  // the log row's key is (slot, txid, pos)
+  std::string txid;        // the log row's key is (slot, txid, pos)
   bool exception = false;  // handed out from the exceptions table, not the log
-  int attempts = 1;        // handed out this many times (a log event: its slot's restarts + 1)
+  int attempts = 1;  // handed out this many times (a log event: its slot's restarts + 1)
   Outcome outcome = Outcome::kOpen;
   bool attempt_counts = true;  // kRetry: whether the attempt counts
   std::int64_t delay_ms = 0;   // kRetry: next attempt after this
@@ -58,7 +58,8 @@ struct SlotCut {
   std::string hi;
   std::int64_t done_pos = 0;
   bool range_done = false;
-  bool reset = false;  // the slot's restart count goes back to 0 (it is not in a crash loop)
+  bool reset =
+      false;  // the slot's restart count goes back to 0 (it is not in a crash loop)
 };
 
 class Page {

@@ -4,9 +4,9 @@
 // each slot it leases, in pos order, and moves the slot's position once per
 // page; only failing events are written again, as exception rows.
 //
-// Step 4 of the issue: built and tested behind the Store interface, not yet
-// chosen by the relay, outboxctl or the migration of a row-store schema.
-// Internal to src/store/postgres.
+// Step 4 of the issue: built behind the Store interface; a schema gets it from
+// `outboxctl migrate --layout log`, and OpenPostgresStore opens it wherever the
+// schema holds it (StoreLayout::kDetect). Internal to src/store/postgres.
 //
 // Thread-safety: as every Store, one session, not safe for concurrent use.
 // Lifetime: the destructor releases the slots the store holds (a clean stop

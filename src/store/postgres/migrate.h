@@ -29,7 +29,8 @@ struct MigrationSet {
 };
 inline constexpr MigrationSet kOutboxSet{"outbox.migrate", "schema_migrations", OutboxMigrationFiles};
 inline constexpr MigrationSet kInboxSet{"outbox.inbox.migrate", "inbox_migrations", InboxMigrationFiles};
-// The log layout's set shares the outbox set's lock: the two never run at once.
+// The log layout's set shares the outbox set's lock: their runs serialize (the
+// check that a schema holds only one of them runs before the lock is taken).
 inline constexpr MigrationSet kLogSet{"outbox.migrate", "log_migrations", LogMigrationFiles};
 
 // In one transaction, under the set's advisory lock: creates the schema and the

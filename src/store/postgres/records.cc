@@ -9,9 +9,7 @@ namespace {
 std::string FromHexBytea(const std::string& t) {
   std::string out;
   if (t.size() < 2 || t[0] != '\\' || t[1] != 'x') return out;
-  auto nibble = [](char c) {
-    return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-  };
+  auto nibble = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
   out.reserve((t.size() - 2) / 2);
   for (std::size_t i = 2; i + 1 < t.size(); i += 2) {
     out.push_back(static_cast<char>(nibble(t[i]) * 16 + nibble(t[i + 1])));
@@ -45,7 +43,8 @@ Result<std::vector<EventRecord>> EventRecords(Result<pg::ResultPtr> res) {
     e.skipped_at = GetText(r, i, 15);
     e.skipped_by = GetText(r, i, 16);
     e.skip_reason = GetText(r, i, 17);
-    if (PQnfields(r) > 20) {  // Find: headers, payload size, its first bytes (bytea as hex text)
+    if (PQnfields(r) >
+        20) {  // Find: headers, payload size, its first bytes (bytea as hex text)
       e.headers = GetText(r, i, 18);
       e.payload_bytes = GetInt64(r, i, 19);
       e.payload_preview = FromHexBytea(GetText(r, i, 20));

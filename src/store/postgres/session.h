@@ -146,13 +146,13 @@ class Session {
   std::uint64_t generation_ = 1;
 };
 
-// Helpers for reading text results.
 // Blocks up to `timeout` for a notification on `channel` (LISTENing first on a
 // session's new connection: `*listening_on` remembers which connection has);
 // true if one came. Used by the stores' WaitForWork.
 Result<bool> WaitForNotify(Session& session, const std::string& channel, PGconn** listening_on,
                            std::chrono::milliseconds timeout);
 
+// Helpers for reading text results.
 std::int64_t GetInt64(const PGresult* res, int row, int col);
 std::string GetText(const PGresult* res, int row, int col);
 std::optional<std::string> GetOptionalText(const PGresult* res, int row, int col);

@@ -97,7 +97,8 @@ CREATE TABLE {S}.exceptions (
   failed_at timestamptz,
   skipped_at timestamptz,
   skipped_by text,
-  skip_reason text
+  skip_reason text,
+  log_gone boolean NOT NULL DEFAULT false  -- its log row went with a rotated partition
 );
 CREATE INDEX exceptions_aggregate ON {S}.exceptions (aggregate_type, aggregate_id, pos)
   WHERE status <> 'SENT';
@@ -460,7 +461,7 @@ BEGIN
          (p_ordered AND EXISTS (
             SELECT 1 FROM {S}.exceptions y
             WHERE y.aggregate_type = l.aggregate_type AND y.aggregate_id = l.aggregate_id
-              AND y.status <> 'SENT' AND y.status <> 'SKIPPED'
+              AND y.pos < l.pos AND y.status <> 'SENT' AND y.status <> 'SKIPPED'
               AND (y.status <> 'FAILED' OR p_failed_holds)))::text
   FROM unnest(p_slots, p_txids, p_pos) WITH ORDINALITY k(slot, txid, pos, i)
   CROSS JOIN LATERAL (
@@ -475,7 +476,9 @@ $fn$;
 -- when it has one (PROCESSING while a retry of it is in flight), else SENT once
 -- its slot's position has passed it, else PENDING — also while a relay
 -- publishes it: the log writes nothing per claim. sent_at is the exception's (a
--- log row's own send time is not kept).
+-- log row's own send time is not kept). An exception whose log row went with a
+-- rotated partition (a FAILED or SKIPPED event kept for operators) is listed
+-- from its copy.
 CREATE VIEW {S}.outbox AS
 SELECT l.pos AS seq, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
        l.headers, l.dedup_key,
@@ -490,4 +493,13 @@ SELECT l.pos AS seq, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type,
        x.sent_at, x.failed_at, x.skipped_at, x.skipped_by, x.skip_reason
 FROM {S}.log l
 JOIN {S}.slots s ON s.slot = l.slot
-LEFT JOIN {S}.exceptions x ON x.pos = l.pos;
+LEFT JOIN {S}.exceptions x ON x.pos = l.pos
+UNION ALL
+SELECT x.pos, x.event_id, x.aggregate_type, x.aggregate_id, x.event_type, x.payload, x.headers,
+       x.dedup_key,
+       CASE WHEN x.status IN ('RETRY', 'HELD') AND x.lease_until > now() THEN 'PROCESSING'
+            WHEN x.status IN ('RETRY', 'HELD') THEN 'PENDING' ELSE x.status END,
+       x.attempts, x.next_attempt_at, x.lease_owner, x.lease_token, x.last_error, x.created_at,
+       x.claimed_at, x.sent_at, x.failed_at, x.skipped_at, x.skipped_by, x.skip_reason
+FROM {S}.exceptions x
+WHERE x.log_gone;
