@@ -101,6 +101,7 @@ class ServeTest : public ::testing::Test {
     std::vector<std::string> argv = {OUTBOX_OUTBOXCTL_BIN, "--db", url_, "--schema", schema_,
                                      "serve", "--listen", "127.0.0.1:0"};
     argv.insert(argv.end(), more.begin(), more.end());
+    server_.reset();  // the last one gone before its log is reused
     server_ = std::make_unique<Subprocess>(
         argv, env, (std::filesystem::temp_directory_path() / ("serve-" + schema_)).string());
     return WaitFor([&] {

@@ -26,13 +26,16 @@ class Subprocess {
   Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env,
              std::string log_path)
       : log_path_(std::move(log_path)) {
+    // The log is emptied here, before the child exists, not in the child: a
+    // caller that reads Log() at once (for the port a server printed) must not
+    // see what an earlier process wrote to the same path.
+    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
       // If the test process dies (a crash, a timeout kill), so do its children:
       // no orphaned relays or brokers left running on the machine.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) {
         dup2(fd, 1);
         dup2(fd, 2);
@@ -44,6 +47,7 @@ class Subprocess {
       execv(args[0], args.data());
       _exit(127);
     }
+    if (fd >= 0) close(fd);
   }
   ~Subprocess() {
     if (running()) {
