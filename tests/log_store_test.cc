@@ -53,12 +53,28 @@ class LogStoreTest : public ::testing::Test {
     return std::move(s).value();
   }
 
-  // One slot (or `ring`/`span` changed) before any event is written.
-  void Shape(int slots, long span) {
-    Exec(conn_.get(), "UPDATE " + schema_ + ".log_settings SET slots = " +
-                          std::to_string(slots) + ", span = " + std::to_string(span));
+  // Fewer slots, before any event is written.
+  void Shape(int slots) {
+    Exec(conn_.get(),
+         "UPDATE " + schema_ + ".log_settings SET slots = " + std::to_string(slots));
     Exec(conn_.get(),
          "DELETE FROM " + schema_ + ".slots WHERE slot >= " + std::to_string(slots));
+  }
+  // The partition producers write.
+  std::string Current() {
+    return Exec(conn_.get(), "SELECT cur FROM " + schema_ + ".log_settings");
+  }
+  // The current partition made `minutes` old.
+  void AgeCurrent(int minutes) {
+    Exec(conn_.get(), "UPDATE " + schema_ +
+                          ".log_parts p SET opened_at = now() - interval '" +
+                          std::to_string(minutes) + " minutes' FROM " + schema_ +
+                          ".log_settings c WHERE p.part = c.cur");
+  }
+  std::int64_t Purge(Store& s, std::chrono::seconds retention) {
+    auto r = s.PurgeSent(retention, 1000);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : -1;
   }
 
   std::string Enqueue(PGconn* c, const std::string& aggregate, bool commit = true) {
@@ -269,7 +285,7 @@ TEST_F(LogStoreTest, RelaysSplitTheSlotsAndAStandbyTakesOverAnExpiredLease) {
 
 TEST_F(LogStoreTest,
        ARelayThatDiesOnTheSameBatchIsSplitUntilTheKillerStandsAloneAndFails) {
-  Shape(/*slots=*/1, /*span=*/1000000);
+  Shape(/*slots=*/1);
   EnqueueMany(8, 8);
   ClaimOptions o = Opts(8);
   o.lease = std::chrono::milliseconds(0);  // every claim's holder "dies" at once
@@ -298,8 +314,7 @@ TEST_F(LogStoreTest,
 }
 
 TEST_F(LogStoreTest, RotationTruncatesPassedPartitionsAndGivesTheDiskBack) {
-  Shape(/*slots=*/16, /*span=*/100);
-  // pos 1: an event that fails for good; operators must still see it once its
+  // An event that fails for good; operators must still see it once its
   // partition is gone.
   const std::string poison = Enqueue(conn_.get(), "poison");
   auto s = Open();
@@ -307,27 +322,25 @@ TEST_F(LogStoreTest, RotationTruncatesPassedPartitionsAndGivesTheDiskBack) {
   ASSERT_TRUE(c.ok() && c->events.size() == 1u);
   FailItem fail{c->events[0].ticket, "poison"};
   ASSERT_TRUE(s->MarkFailed(std::span(&fail, 1)).ok());
-  EnqueueMany(449, 30);  // pos 2..450: partitions 0..4 (the ring's current one: 4)
+  EnqueueMany(449, 30);
   ASSERT_EQ(Drain(*s).size(), 449u);
-  // The heap files of the partitions rotation may empty (0..3).
   auto size = [&] {
     return std::stoll(
-        Exec(conn_.get(),
-             "SELECT sum(pg_relation_size(c.oid)) FROM pg_class c "
-             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '" +
-                 schema_ + "' AND c.relname ~ '^log_[0-3]$'"));
+        Exec(conn_.get(), "SELECT pg_relation_size('" + schema_ + ".log_0')"));
   };
-  const long long before = size();
-  EXPECT_GT(before, 0);
-  auto kept =
-      s->PurgeSent(std::chrono::seconds(3600), 1000);  // inside retention: nothing
-  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
-  EXPECT_EQ(*kept, 0);
-  auto purged = s->PurgeSent(std::chrono::seconds(0), 1000);
-  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
-  EXPECT_EQ(*purged, 399);  // pos 1..399: partitions 0..3; 4 is being written
-  EXPECT_EQ(size(), 0);     // the files went back to the operating system
-  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log"), "51");
+  EXPECT_GT(size(), 0);
+  // Retention 1 h: the current partition moves on after 10 minutes (a sixth of
+  // it, the ring being 8), and goes an hour after it closed.
+  AgeCurrent(9);
+  EXPECT_EQ(Purge(*s, std::chrono::hours(1)), 0);
+  EXPECT_EQ(Current(), "0");
+  AgeCurrent(11);
+  EXPECT_EQ(Purge(*s, std::chrono::hours(1)), 0);
+  EXPECT_EQ(Current(), "1") << "moved on";
+  EXPECT_GT(size(), 0) << "closed, but not an hour ago";
+  EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 449) << "the FAILED one stays listed";
+  EXPECT_EQ(size(), 0);  // the file went back to the operating system
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log"), "0");
   EXPECT_EQ(Exec(conn_.get(), "SELECT status FROM " + schema_ + ".outbox WHERE seq = 1"),
             "FAILED");
   auto found = s->Find(poison);
@@ -337,21 +350,37 @@ TEST_F(LogStoreTest, RotationTruncatesPassedPartitionsAndGivesTheDiskBack) {
   EXPECT_EQ((*found)[0].last_error, "poison");
 
   // A partition with an unsent event stays, whatever its age.
-  EnqueueMany(100, 30);  // 451..550: partitions 4 and 5
-  auto again = s->PurgeSent(std::chrono::seconds(0), 1000);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, 0);
-  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log"), "151");
+  EnqueueMany(100, 30);  // into partition 1
+  EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 0);
+  EXPECT_EQ(Current(), "2");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log_1"), "100");
   EXPECT_EQ(Drain(*s).size(), 100u);
-  again = s->PurgeSent(std::chrono::seconds(0), 1000);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, 100);  // partition 4; 5 is being written
+  EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 100);
+  EXPECT_EQ(Current(), "2") << "an empty partition is not left for the next";
 }
 
-// A partition holds every lap of the ring that maps to it: rotation forgets the
-// dedup keys of its own events only, never those of a partition it keeps.
+// The ring full (the retention outlasts it, or slots lag): the current
+// partition stays and grows until the next one can be emptied; nothing is
+// written into a partition that still holds events.
+TEST_F(LogStoreTest, TheCurrentPartitionWaitsForAnEmptyOneWhenTheRingIsFull) {
+  auto s = Open();
+  for (int part = 0; part < 8; ++part) {
+    EnqueueMany(5, 5);
+    EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 0);  // nothing sent yet
+  }
+  EXPECT_EQ(Current(), "7") << "partition 0 still holds events";
+  EnqueueMany(5, 5);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log_7"), "10");
+  EXPECT_EQ(Drain(*s).size(), 45u);
+  EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 35);  // 0..6; 7 is current
+  EXPECT_EQ(Current(), "7");
+  EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 10);
+  EXPECT_EQ(Current(), "0") << "round the ring";
+}
+
+// A partition's dedup keys go with it and no other's: across laps of the ring,
+// and while another partition (not passed) keeps its events.
 TEST_F(LogStoreTest, RotationForgetsOnlyThePartitionsOwnDedupKeysAcrossLapsOfTheRing) {
-  Shape(/*slots=*/16, /*span=*/10);  // 8 partitions of 10: pos 1..100 go round the ring
   EnqueueOptions eo;
   eo.schema = schema_;
   auto enqueue = [&](int i) {
@@ -367,23 +396,30 @@ TEST_F(LogStoreTest, RotationForgetsOnlyThePartitionsOwnDedupKeysAcrossLapsOfThe
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() && r->enqueued;
   };
-  for (int i = 1; i <= 100; ++i) ASSERT_TRUE(enqueue(i));  // key ki is pos i
   auto s = Open();
-  ASSERT_EQ(Drain(*s).size(), 100u);
-  auto purged = s->PurgeSent(std::chrono::seconds(0), 1000);
-  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
-  EXPECT_EQ(*purged,
-            89);  // every partition but 2 (pos 20..29 and 100), the ring's current one
-  EXPECT_FALSE(enqueue(25)) << "a kept event's key was forgotten";
-  EXPECT_FALSE(enqueue(100));
+  for (int lap = 0; lap < 9; ++lap) {  // partitions 0..7, then 0 again
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(enqueue(lap * 10 + i));
+    ASSERT_EQ(Drain(*s).size(), 10u);
+    EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 10) << "lap " << lap;
+  }
+  EXPECT_EQ(Current(), "1");
+  for (int i = 90; i < 100; ++i) ASSERT_TRUE(enqueue(i));  // partition 1, not sent
+  for (int i = 100; i < 110; ++i) ASSERT_TRUE(enqueue(i));
+  EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 0);
+  EXPECT_EQ(Current(), "2");
+  EXPECT_FALSE(enqueue(95)) << "a kept event's key was forgotten";
+  EXPECT_FALSE(enqueue(109));
   EXPECT_TRUE(enqueue(85)) << "a rotated event's key is forgotten with it";
+  EXPECT_TRUE(enqueue(5)) << "and one of the ring's first lap";
+  EXPECT_EQ(
+      Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".dedup WHERE part = 1"),
+      "20");
 }
 
 // A purge that cannot lock a partition in time (a producer holds it) fails,
 // and leaves the store's session usable; the next purge does the work.
 TEST_F(LogStoreTest, APurgeThatCannotLockItsPartitionFailsAndLeavesTheSessionUsable) {
-  Shape(/*slots=*/16, /*span=*/100);
-  EnqueueMany(150, 10);  // partitions 0 and 1 (the current one)
+  EnqueueMany(150, 10);
   auto s = Open();
   ASSERT_EQ(Drain(*s).size(), 150u);
   PgConn holder = Connect(url_);
@@ -394,9 +430,8 @@ TEST_F(LogStoreTest, APurgeThatCannotLockItsPartitionFailsAndLeavesTheSessionUsa
   Exec(holder.get(), "ROLLBACK");
   auto stats = s->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-  auto purged = s->PurgeSent(std::chrono::seconds(0), 1000);
-  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
-  EXPECT_EQ(*purged, 99);
+  EXPECT_EQ(Current(), "1");
+  EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 150);
 }
 
 }  // namespace

@@ -180,10 +180,11 @@ x AS (
     AS x(pos bigint, slot smallint, txid text, status text, attempts int, delay_ms bigint,
          error text)),
 ins AS (
-  INSERT INTO {S}.exceptions (pos, slot, event_id, aggregate_type, aggregate_id, event_type,
-                              payload, headers, dedup_key, created_at, status, attempts,
-                              next_attempt_at, last_error, lease_owner, claimed_at, failed_at)
-  SELECT l.pos, l.slot, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
+  INSERT INTO {S}.exceptions (pos, slot, part, event_id, aggregate_type, aggregate_id,
+                              event_type, payload, headers, dedup_key, created_at, status,
+                              attempts, next_attempt_at, last_error, lease_owner, claimed_at,
+                              failed_at)
+  SELECT l.pos, l.slot, l.part, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
          l.headers, l.dedup_key, l.created_at, x.status, x.attempts,
          now() + x.delay_ms * interval '1 millisecond', x.error, $3,
          CASE WHEN x.status = 'HELD' THEN NULL ELSE now() END,
@@ -321,10 +322,10 @@ upd AS (
   FROM state WHERE NOT $4 AND state.has_row AND x.pos = state.pos
     AND state.was IN ('FAILED', 'PENDING') RETURNING x.pos),
 ins AS (
-  INSERT INTO {S}.exceptions (pos, slot, event_id, aggregate_type, aggregate_id, event_type,
-                              payload, headers, dedup_key, created_at, status, skipped_at,
-                              skipped_by, skip_reason)
-  SELECT l.pos, l.slot, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
+  INSERT INTO {S}.exceptions (pos, slot, part, event_id, aggregate_type, aggregate_id,
+                              event_type, payload, headers, dedup_key, created_at, status,
+                              skipped_at, skipped_by, skip_reason)
+  SELECT l.pos, l.slot, l.part, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
          l.headers, l.dedup_key, l.created_at, 'SKIPPED', now(), $2, $3
   FROM state JOIN {S}.log l ON l.pos = state.pos
   WHERE NOT $4 AND NOT state.has_row AND state.was = 'PENDING'
@@ -353,32 +354,81 @@ WHERE seq = ANY(ARRAY(SELECT {S}.pos_of(k.id) WHERE k.id IS NOT NULL
 ORDER BY seq
 )SQL";
 
-// The partitions rotation may look at: every one but the ring's current one,
-// which producers are writing. Rows: part.
+// Rotation, by time: producers write the ring's current partition
+// (log_settings.cur). It moves on once it has been current for a share of the
+// retention ($1 s over ring - 2) and holds events, to the next partition if that
+// one is empty. Rows: cur, next, whether it is due.
+constexpr const char* kRotationDue = R"SQL(
+SELECT c.cur::text, ((c.cur + 1) % c.ring)::text,
+       (now() - p.opened_at >= $1::bigint * interval '1 second' / (c.ring - 2))::text
+FROM {S}.log_settings c JOIN {S}.log_parts p ON p.part = c.cur
+)SQL";
+
+// Whether partition %P holds no (committed) event.
+constexpr const char* kPartitionEmpty =
+    "SELECT (NOT EXISTS (SELECT 1 FROM {S}.log_%P))::text";
+
+// $1 cur, $2 next: the move, once (two purges at once: the second finds cur moved).
+constexpr const char* kMoveOn = R"SQL(
+WITH sw AS (UPDATE {S}.log_settings SET cur = $2::smallint WHERE cur = $1::smallint RETURNING cur),
+closed AS (UPDATE {S}.log_parts SET closed_at = now()
+           WHERE part = $1::smallint AND EXISTS (SELECT 1 FROM sw))
+UPDATE {S}.log_parts SET opened_at = now(), closed_at = NULL
+WHERE part = $2::smallint AND EXISTS (SELECT 1 FROM sw)
+)SQL";
+
+// The partitions rotation may empty: not the current one, closed at least the
+// retention $1 ago (so their events are that old: a transaction still open at
+// the move may add one a little later). Rows: part.
 constexpr const char* kRotatable = R"SQL(
-SELECT p::text FROM {S}.log_settings c, generate_series(0, c.ring - 1) p
-WHERE p <> (SELECT (last_value / c.span) % c.ring FROM {S}.log_pos)
+SELECT p.part::text FROM {S}.log_parts p, {S}.log_settings c
+WHERE p.part <> c.cur AND p.closed_at <= now() - $1::bigint * interval '1 second'
+ORDER BY p.closed_at
 )SQL";
 
-// $1 part: after its partition was truncated, the dedup keys and SENT copies of
-// its events go, and the other copies are marked as having lost their log row.
+// Whether every slot's position has passed every event of partition %P: per
+// slot, only events from its lo's xmin on can be unpassed, found by the index
+// (never a scan of the partition: the check runs again under its lock); an
+// event of a slot beyond the slot count (the count was lowered) is never passed.
+constexpr const char* kPartitionPassed = R"SQL(
+SELECT (NOT EXISTS (
+          SELECT 1 FROM {S}.slots s CROSS JOIN LATERAL (
+            SELECT 1 FROM {S}.log_%P l
+            WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)
+              AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos) LIMIT 1) u)
+        AND NOT EXISTS (SELECT 1 FROM {S}.log_%P l, {S}.log_settings c
+                        WHERE l.slot >= c.slots))::text
+)SQL";
+
+// The events of partition %P, for the purge's count: read up to a million,
+// past that the planner's estimate.
+constexpr const char* kPartitionRows = R"SQL(
+SELECT CASE WHEN n < 1000000 THEN n
+            ELSE greatest(n, (SELECT reltuples::bigint FROM pg_class
+                              WHERE oid = '{S}.log_%P'::regclass)) END::text
+FROM (SELECT count(*) AS n FROM (SELECT 1 FROM {S}.log_%P LIMIT 1000000) l) c
+)SQL";
+
+// $1 part: after its partition was truncated (same transaction, under its
+// lock), the dedup keys and SENT copies of its events go, and the other copies
+// are marked as having lost their log row. Rows: how many events stay listed
+// from their copy (FAILED, SKIPPED, a retry): not purged.
 constexpr const char* kForgetPartition = R"SQL(
-WITH c AS (SELECT ring, span FROM {S}.log_settings),
-d AS (DELETE FROM {S}.dedup k USING c WHERE (k.pos / c.span) % c.ring = $1::int),
-x AS (DELETE FROM {S}.exceptions e USING c
-      WHERE e.status = 'SENT' AND (e.pos / c.span) % c.ring = $1::int)
-UPDATE {S}.exceptions e SET log_gone = true FROM c
-WHERE e.status <> 'SENT' AND (e.pos / c.span) % c.ring = $1::int
+WITH d AS (DELETE FROM {S}.dedup WHERE part = $1::smallint),
+x AS (DELETE FROM {S}.exceptions WHERE status = 'SENT' AND part = $1::smallint),
+g AS (UPDATE {S}.exceptions SET log_gone = true
+      WHERE status <> 'SENT' AND part = $1::smallint AND NOT log_gone RETURNING 1)
+SELECT count(*)::text FROM g
 )SQL";
 
-// Run on one partition, under its lock: whether it may go (every slot passed
-// every row, the newest older than the retention $1), and how many rows.
-constexpr const char* kPartitionDone = R"SQL(
-SELECT count(*)::text,
-  (count(*) > 0 AND max(l.created_at) < now() - $1::bigint * interval '1 second'
-   AND bool_and({S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)))::text
-FROM {S}.log_%P l JOIN {S}.slots s ON s.slot = l.slot
-)SQL";
+// `text` with each %P replaced by a partition's number.
+std::string ForPartition(std::string text, const std::string& part) {
+  for (std::size_t at = text.find("%P"); at != std::string::npos;
+       at = text.find("%P", at)) {
+    text.replace(at, 2, part);
+  }
+  return text;
+}
 
 std::string Text(std::int64_t v) { return std::to_string(v); }
 
@@ -499,6 +549,8 @@ class LogStore final : public Store {
   }
 
   Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) override;
+  // Rotation's move to the next partition, when due (kRotationDue).
+  Status MoveOnIfDue(std::chrono::seconds retention);
 
   Result<StoreStats> Stats() override {
     auto res = session_->Exec("stats", S(kStats));
@@ -1117,42 +1169,66 @@ Result<TransitionResult> LogStore::Settle(const std::vector<Settlement>& items) 
   return out;
 }
 
+Status LogStore::MoveOnIfDue(std::chrono::seconds retention) {
+  const std::vector<Param> r = {Param::Text(Text(retention.count()))};
+  auto due = session_->Exec("rotation: due", S(kRotationDue), r);
+  if (!due.ok()) return due.status();
+  if (PQntuples(due->get()) != 1 || GetText(due->get(), 0, 2) != "true")
+    return Status::Ok();
+  const std::string cur = GetText(due->get(), 0, 0), next = GetText(due->get(), 0, 1);
+  // Not from an empty partition (nothing would go), not into a full one (the
+  // ring is full: the retention outlasts it; the current one grows until the
+  // next can be emptied).
+  auto cur_empty =
+      session_->Exec("rotation: current empty", S(ForPartition(kPartitionEmpty, cur)));
+  if (!cur_empty.ok()) return cur_empty.status();
+  auto next_empty =
+      session_->Exec("rotation: next empty", S(ForPartition(kPartitionEmpty, next)));
+  if (!next_empty.ok()) return next_empty.status();
+  if (GetText(cur_empty->get(), 0, 0) == "true" ||
+      GetText(next_empty->get(), 0, 0) != "true") {
+    return Status::Ok();
+  }
+  return session_
+      ->Exec("rotation: move on", S(kMoveOn), {Param::Text(cur), Param::Text(next)})
+      .status();
+}
+
 Result<std::int64_t> LogStore::PurgeSent(std::chrono::seconds retention, int batch) {
   if (batch <= 0) return Status::InvalidArgument("purge: batch must be > 0");
-  auto parts = session_->Exec("rotation: partitions", S(kRotatable));
+  OUTBOX_RETURN_IF_ERROR(MoveOnIfDue(retention));
+  auto parts = session_->Exec("rotation: partitions", S(kRotatable),
+                              {Param::Text(Text(retention.count()))});
   if (!parts.ok()) return parts.status();
   std::int64_t removed = 0;
   for (int i = 0; i < PQntuples(parts->get()); ++i) {
     const std::string part = GetText(parts->get(), i, 0);
-    // Under the partition's lock (producers are not writing it; one still
-    // committing makes the lock wait, up to lock_timeout): check, then empty it.
-    std::string check = kPartitionDone;
-    check.replace(check.find("%P"), 2, part);
+    const std::string check = ForPartition(kPartitionPassed, part);
     // First without the lock: the relays' reads touch every partition, and a
     // partition that does not qualify is not worth making them wait for.
-    auto may = session_->Exec("rotation: look", S(check),
-                              {Param::Text(Text(retention.count()))});
+    auto may = session_->Exec("rotation: look", S(check));
     if (!may.ok()) return may.status();
-    if (GetText(may->get(), 0, 1) != "true") continue;
+    if (GetText(may->get(), 0, 0) != "true") continue;
+    auto count = session_->Exec("rotation: count", S(ForPartition(kPartitionRows, part)));
+    if (!count.ok()) return count.status();
+    const std::int64_t rows = GetInt64(count->get(), 0, 0);
+    if (rows == 0) continue;
+    // Under the partition's lock (a producer still committing into it makes the
+    // lock wait, up to lock_timeout): check again, then empty it.
     Status st = session_->ExecScript(
         "rotation: lock", S("BEGIN; SET LOCAL lock_timeout = '2s'; LOCK TABLE {S}.log_" +
                             part + " IN ACCESS EXCLUSIVE MODE"));
     if (st.ok()) {
-      auto res = session_->Exec("rotation: check", S(check),
-                                {Param::Text(Text(retention.count()))});
+      auto res = session_->Exec("rotation: check", S(check));
       st = res.status();
-      if (st.ok() && GetText(res->get(), 0, 1) == "true") {
-        // The partition's events are the ones whose pos maps to it (a ring that
-        // went round holds several ranges of pos): their dedup keys and SENT
-        // copies go; FAILED and SKIPPED copies stay, listed from the copy.
+      if (st.ok() && GetText(res->get(), 0, 0) == "true") {
         st = session_->ExecScript("rotation: truncate", S("TRUNCATE {S}.log_" + part));
         if (st.ok()) {
-          st = session_
-                   ->Exec("rotation: keys and copies", S(kForgetPartition),
-                          {Param::Text(part)})
-                   .status();
+          auto kept = session_->Exec("rotation: keys and copies", S(kForgetPartition),
+                                     {Param::Text(part)});
+          st = kept.status();
+          if (st.ok()) removed += rows - GetInt64(kept->get(), 0, 0);
         }
-        if (st.ok()) removed += GetInt64(res->get(), 0, 0);
       }
     }
     if (!st.ok()) {  // a lock not had in time included: the session is left usable

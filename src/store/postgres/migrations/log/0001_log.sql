@@ -2,9 +2,10 @@
 --
 -- Issue 42's layout (docs/design.md, "The outbox as a log"), installed in a
 -- schema of its own by `outboxctl migrate --layout log`:
---   - log: every event once, partitioned by list on part = (pos / span) % ring,
---     one B-tree (slot, txid, pos) for the relay's read and a BRIN on pos for
---     trace (the event id carries pos); no UPDATE or DELETE of an event row;
+--   - log: every event once, into the ring's current partition (log_settings.cur,
+--     moved on by rotation once the next partition is empty: partitions by time,
+--     log_parts), one B-tree (slot, txid, pos) for the relay's read and a BRIN on
+--     pos for trace (the event id carries pos); no UPDATE or DELETE of an event row;
 --   - slots: per slot (a hash of the aggregate) a lease (owner, token, expiry)
 --     and a position: lo, the snapshot whose events are done; hi, the range in
 --     flight (what hi shows and lo does not), done to done_pos;
@@ -19,15 +20,16 @@
 CREATE SEQUENCE {S}.log_pos;
 CREATE SEQUENCE {S}.lease_token_seq;
 
--- One row: the ring's shape and the slot count, fixed at install (an
--- aggregate's slot must not change while it has events in flight).
+-- One row: the ring's size and the slot count, fixed at install (an
+-- aggregate's slot must not change while it has events in flight), and the
+-- partition producers write (cur), which only rotation moves.
 CREATE TABLE {S}.log_settings (
   one boolean PRIMARY KEY DEFAULT true CHECK (one),
   ring integer NOT NULL CHECK (ring >= 3),
-  span bigint NOT NULL CHECK (span >= 1),
-  slots integer NOT NULL CHECK (slots BETWEEN 1 AND 1024)
+  slots integer NOT NULL CHECK (slots BETWEEN 1 AND 1024),
+  cur smallint NOT NULL DEFAULT 0 CHECK (cur >= 0 AND cur < ring)
 );
-INSERT INTO {S}.log_settings (ring, span, slots) VALUES (8, 1000000, 16);
+INSERT INTO {S}.log_settings (ring, slots) VALUES (8, 16);
 
 CREATE TABLE {S}.log (
   pos bigint NOT NULL,
@@ -52,6 +54,18 @@ END
 $do$;
 CREATE INDEX log_read ON {S}.log (slot, txid, pos);
 CREATE INDEX log_pos_brin ON {S}.log USING brin (pos);
+
+-- When each partition last became the current one and stopped being it:
+-- rotation moves on once the current one is old enough (a share of the
+-- retention) and truncates a partition once every slot has passed it and the
+-- retention has gone by since it closed.
+CREATE TABLE {S}.log_parts (
+  part smallint PRIMARY KEY,
+  opened_at timestamptz,
+  closed_at timestamptz
+);
+INSERT INTO {S}.log_parts (part, opened_at)
+SELECT p, CASE WHEN p = 0 THEN now() END FROM generate_series(0, (SELECT ring FROM {S}.log_settings) - 1) p;
 
 CREATE TABLE {S}.slots (
   slot smallint PRIMARY KEY,
@@ -98,7 +112,8 @@ CREATE TABLE {S}.exceptions (
   skipped_at timestamptz,
   skipped_by text,
   skip_reason text,
-  log_gone boolean NOT NULL DEFAULT false  -- its log row went with a rotated partition
+  log_gone boolean NOT NULL DEFAULT false,  -- its log row went with a rotated partition
+  part smallint NOT NULL                    -- the partition of its log row
 );
 CREATE INDEX exceptions_aggregate ON {S}.exceptions (aggregate_type, aggregate_id, pos)
   WHERE status <> 'SENT';
@@ -107,8 +122,10 @@ CREATE INDEX exceptions_slot ON {S}.exceptions (slot, pos) WHERE status IN ('RET
 CREATE TABLE {S}.dedup (
   dedup_key text PRIMARY KEY,
   event_id uuid NOT NULL,
-  pos bigint NOT NULL
+  pos bigint NOT NULL,
+  part smallint NOT NULL  -- the partition of its event: the key goes with it
 );
+CREATE INDEX dedup_part ON {S}.dedup (part);
 
 -- The slot of an aggregate (stable: hashtext and the slot count).
 CREATE FUNCTION {S}.slot_of(p_type text, p_id text, p_slots integer) RETURNS smallint
@@ -275,7 +292,8 @@ BEGIN
   v_pos := nextval('{S}.log_pos');
   v_id := {S}.event_id_for(v_pos);
   IF enqueue.dedup_key IS NOT NULL THEN
-    INSERT INTO {S}.dedup AS d (dedup_key, event_id, pos) VALUES (enqueue.dedup_key, v_id, v_pos)
+    INSERT INTO {S}.dedup AS d (dedup_key, event_id, pos, part)
+    VALUES (enqueue.dedup_key, v_id, v_pos, v_set.cur)
     ON CONFLICT (dedup_key) DO NOTHING;
     IF NOT FOUND THEN
       event_id := (SELECT d.event_id FROM {S}.dedup d WHERE d.dedup_key = enqueue.dedup_key);
@@ -286,7 +304,7 @@ BEGIN
   END IF;
   INSERT INTO {S}.log (pos, part, slot, event_id, aggregate_type, aggregate_id, event_type, payload,
                        headers, dedup_key)
-  VALUES (v_pos, (v_pos / v_set.span) % v_set.ring,
+  VALUES (v_pos, v_set.cur,
           {S}.slot_of(enqueue.aggregate_type, enqueue.aggregate_id, v_set.slots), v_id,
           enqueue.aggregate_type, enqueue.aggregate_id, enqueue.event_type, enqueue.payload,
           enqueue.headers, enqueue.dedup_key);
@@ -366,7 +384,8 @@ BEGIN
       v_id uuid := {S}.event_id_for(v_pos);
     BEGIN
       IF r.d IS NOT NULL THEN
-        INSERT INTO {S}.dedup AS d (dedup_key, event_id, pos) VALUES (r.d, v_id, v_pos)
+        INSERT INTO {S}.dedup AS d (dedup_key, event_id, pos, part)
+        VALUES (r.d, v_id, v_pos, v_set.cur)
         ON CONFLICT (dedup_key) DO NOTHING;
         IF NOT FOUND THEN
           ord := r.i;
@@ -378,7 +397,7 @@ BEGIN
       END IF;
       INSERT INTO {S}.log (pos, part, slot, event_id, aggregate_type, aggregate_id, event_type,
                            payload, headers, dedup_key)
-      VALUES (v_pos, (v_pos / v_set.span) % v_set.ring, {S}.slot_of(r.t, r.a, v_set.slots), v_id,
+      VALUES (v_pos, v_set.cur, {S}.slot_of(r.t, r.a, v_set.slots), v_id,
               r.t, r.a, r.et, r.p, r.h, r.d);
       ord := r.i;
       event_id := v_id;
