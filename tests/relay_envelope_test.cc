@@ -210,6 +210,35 @@ TEST_P(RelayEnvelopeLayoutTest, OneReplayOfAFailedHeadDeliversItsWholeAggregate)
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0);
 }
 
+// Issue 42, step 7: a schema a newer release migrated (a version this binary
+// does not know) is refused at start, exit 3, naming the versions, before
+// anything is written; with --migrate too.
+TEST_P(RelayEnvelopeLayoutTest, ASchemaMigratedByANewerReleaseExitsThreeAndWritesNothing) {
+  ASSERT_TRUE(EnqueueOne("A", "{}"));
+  const std::string table = GetParam() == StoreLayout::kLog ? "log_migrations" : "schema_migrations";
+  Exec(admin_.get(), "INSERT INTO " + schema_ + "." + table +
+                         " (version, description) VALUES (999, 'from a newer release')");
+  for (const std::vector<std::string>& more :
+       {std::vector<std::string>{}, std::vector<std::string>{"--migrate"}}) {
+    std::vector<std::string> argv = {OUTBOX_RELAY_BIN, "--db", url_, "--bootstrap",
+                                     kafka_->bootstrap(), "--set", "database.schema=" + schema_,
+                                     "--set", "http.listen=127.0.0.1:0"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    Subprocess p(argv, {}, (std::filesystem::temp_directory_path() /
+                            ("outbox-relay-" + schema_ + "-newer.log")).string());
+    EXPECT_EQ(p.Wait(Scaled(15s)).value_or(-1), 3) << p.Log();
+    EXPECT_NE(p.Log().find("newer release"), std::string::npos) << p.Log();
+    EXPECT_NE(p.Log().find("999"), std::string::npos) << p.Log();
+  }
+  EXPECT_EQ(Exec(admin_.get(), "SELECT status || ' ' || attempts || ' ' || "
+                               "coalesce(lease_owner, '-') FROM " + schema_ + ".outbox"),
+            "PENDING 0 -");
+  if (GetParam() == StoreLayout::kLog) {
+    EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".readers"), "0");
+    EXPECT_EQ(Exec(admin_.get(), "SELECT max(token) FROM " + schema_ + ".slots"), "0");
+  }
+}
+
 // Issue #10.6: every property that lengthens a message's life is checked
 // against the lease, whichever alias sets it.
 TEST_F(RelayEnvelopeTest, ALeaseShorterThanTheDeliveryTimeoutExitsTwoNamingBothKeys) {

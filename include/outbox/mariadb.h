@@ -54,7 +54,8 @@ Result<std::vector<int>> MigrateMariaDb(const MariaDbOptions& options);
 // recorded migrations install, built in a scratch database that is dropped
 // afterwards (needs the CREATE and DROP privileges on databases). Nothing in
 // the URL's database changes. Never migrated: FailedPrecondition.
-Result<SchemaCheck> CheckMariaDbSchema(const MariaDbOptions& options);
+// `versions_only`: the versions table alone (no scratch database); drift stays empty.
+Result<SchemaCheck> CheckMariaDbSchema(const MariaDbOptions& options, bool versions_only = false);
 
 struct MariaDbStoreOptions {
   std::string url;  // mysql://user[:password]@host[:port]/database

@@ -44,8 +44,10 @@ std::string RedactDatabaseUrl(const std::string& url);
 Result<std::unique_ptr<Store>> OpenStore(const StoreOptions& options);
 
 // `outboxctl migrate --check`: the schema against what its migrations install
-// (CheckPostgresSchema / CheckMariaDbSchema). Changes nothing.
-Result<SchemaCheck> CheckSchema(const StoreOptions& options);
+// (CheckPostgresSchema / CheckMariaDbSchema). Changes nothing. `versions_only`:
+// applied, pending and unknown versions alone, read from the versions tables
+// (what `outbox-relay` checks at start: exit 3 on a newer release's schema).
+Result<SchemaCheck> CheckSchema(const StoreOptions& options, bool versions_only = false);
 
 struct InboxViewOptions {
   std::string url;               // as StoreOptions::url

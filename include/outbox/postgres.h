@@ -52,8 +52,11 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& opt
 // sequences with what its recorded migrations install, built in a scratch
 // schema inside a transaction that is rolled back: nothing changes. Needs the
 // CREATE privilege on the database (as `outboxctl migrate` does). A schema
-// never migrated is FailedPrecondition.
-Result<SchemaCheck> CheckPostgresSchema(const PostgresStoreOptions& options);
+// never migrated is FailedPrecondition. `versions_only`: the versions tables
+// alone (no scratch schema, no privilege beyond reading them); drift stays
+// empty. The relay's start-up check (a schema from a newer release).
+Result<SchemaCheck> CheckPostgresSchema(const PostgresStoreOptions& options,
+                                        bool versions_only = false);
 
 // Change data capture over PostgreSQL logical replication (pgoutput, binary
 // mode; PostgreSQL 14 or later). The role needs REPLICATION (or superuser) and

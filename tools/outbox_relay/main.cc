@@ -6,12 +6,15 @@
 // Exit codes (docs/relay.md): 0 stopped cleanly after SIGTERM/SIGINT;
 // 1 runtime failure (HTTP port unavailable, shutdown deadline passed with
 // batches in flight — safe, their leases expire); 2 bad configuration or usage;
+// 3 the schema was migrated by a newer release (nothing written);
 // 130 second signal: immediate exit (safe for the same reason).
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -30,7 +33,8 @@
 
 namespace {
 
-constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitForced = 130;
+constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitSchemaNewer = 3,
+              kExitForced = 130;
 
 int Usage(const std::string& msg) {
   std::cerr << "outbox-relay: " << msg << "\n"
@@ -49,6 +53,86 @@ void WarnIgnoredKeys(const outbox::daemon::Config& cfg, outbox::Logger& logger) 
   logger.Warn("keys of the other transport are set and ignored",
               {{"transport", cfg.transport == outbox::daemon::TransportKind::kHttp ? "http" : "kafka"},
                {"keys", keys}});
+}
+
+// Runs `step` until it succeeds or fails for good, waiting with a growing
+// backoff (200 ms to 5 s) while the database is unavailable, so a relay started
+// before its database waits instead of failing (/healthz answers, /readyz says
+// 503); nullopt once a signal ended the wait.
+std::optional<outbox::Status> UntilAnswered(const std::function<outbox::Status()>& step,
+                                            const std::atomic<bool>& stop,
+                                            outbox::Logger& logger, const std::string& what) {
+  std::chrono::milliseconds backoff{200};
+  for (;;) {
+    outbox::Status st = step();
+    if (st.ok() || !st.retryable()) return st;
+    logger.Warn(what + ": database unavailable; retrying", {{"error", st.ToString()}});
+    const auto until = std::chrono::steady_clock::now() + backoff;
+    while (!stop && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (stop) return std::nullopt;
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+// The versions a newer release recorded in the schema, which this binary does
+// not know (read from the versions tables only); nullopt once a signal ended
+// the wait for the database. A schema that cannot be checked (never migrated,
+// say) is logged and left to the relay, which reports it as before.
+std::optional<std::vector<int>> NewerSchemaVersions(const outbox::StoreOptions& db,
+                                                    const std::atomic<bool>& stop,
+                                                    outbox::Logger& logger) {
+  std::vector<int> newer;
+  auto st = UntilAnswered(
+      [&] {
+        auto check = outbox::CheckSchema(db, /*versions_only=*/true);
+        if (check.ok()) newer = check->unknown;
+        return check.status();
+      },
+      stop, logger, "schema check");
+  if (!st) return std::nullopt;
+  if (!st->ok()) logger.Warn("schema check: not checked", {{"error", st->ToString()}});
+  return newer;
+}
+
+// Runs --migrate if asked, then refuses a schema a newer release migrated: it
+// may hold what this binary would break (another layout, columns it does not
+// fill). nullopt to go on; otherwise the exit code, nothing written.
+std::optional<int> PrepareSchema(bool migrate, const outbox::StoreFactory& factory,
+                                 const outbox::StoreOptions& db, const std::atomic<bool>& stop,
+                                 outbox::Logger& logger) {
+  if (migrate) {
+    auto st = UntilAnswered(
+        [&] {
+          auto store = factory();
+          return store.ok() ? (*store)->Migrate().status() : store.status();
+        },
+        stop, logger, "migration");
+    if (!st) {
+      logger.Info("stopped before the migration could run");
+      return kExitOk;
+    }
+    if (!st->ok()) {  // a refused privilege too: run --migrate as the schema's owner
+      logger.Error("migration failed", {{"error", st->ToString()}});
+      return kExitRuntime;
+    }
+    logger.Info("schema up to date", {{"schema", db.schema}});
+  }
+  const auto newer = NewerSchemaVersions(db, stop, logger);
+  if (!newer) {
+    logger.Info("stopped before the schema could be checked");
+    return kExitOk;
+  }
+  if (newer->empty()) return std::nullopt;
+  std::string versions;
+  for (int v : *newer) versions += (versions.empty() ? "" : ",") + std::to_string(v);
+  logger.Error("the schema was migrated by a newer release than this outbox-relay; upgrade "
+               "outbox-relay (nothing was written)",
+               {{"schema", db.schema},
+                {"versions", versions},
+                {"exit_code", std::to_string(kExitSchemaNewer)}});
+  return kExitSchemaNewer;
 }
 
 }  // namespace
@@ -160,33 +244,9 @@ int main(int argc, char** argv) {
   });
   signal_thread.detach();
 
-  if (migrate) {
-    // Retried like any other database call, so a relay started before its
-    // database comes up waits instead of failing; /healthz answers and /readyz
-    // says 503 meanwhile, and a signal ends the wait.
-    std::chrono::milliseconds backoff{200};
-    for (;;) {
-      auto store = factory();
-      outbox::Status st = store.ok() ? (*store)->Migrate().status() : store.status();
-      if (st.ok()) break;
-      if (!st.retryable()) {  // a refused privilege too: run --migrate as the schema's owner
-        logger.Error("migration failed", {{"error", st.ToString()}});
-        http->reset();
-        return kExitRuntime;
-      }
-      logger.Warn("migration: database unavailable; retrying", {{"error", st.ToString()}});
-      const auto until = std::chrono::steady_clock::now() + backoff;
-      while (!stop_requested && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      if (stop_requested) {
-        logger.Info("stopped before the migration could run");
-        http->reset();
-        return kExitOk;
-      }
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-    }
-    logger.Info("schema up to date", {{"schema", cfg->database.schema}});
+  if (auto code = PrepareSchema(migrate, factory, db, stop_requested, logger)) {
+    http->reset();
+    return *code;
   }
 
   systemd.Ready();

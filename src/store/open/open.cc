@@ -41,11 +41,12 @@ Result<std::unique_ptr<Store>> OpenStore(const StoreOptions& options) {
   return OpenPostgresStore(Postgres(options));
 }
 
-Result<SchemaCheck> CheckSchema(const StoreOptions& options) {
+Result<SchemaCheck> CheckSchema(const StoreOptions& options, bool versions_only) {
   if (IsMariaDbUrl(options.url)) {
-    return CheckMariaDbSchema({.url = options.url, .connect_timeout = options.connect_timeout});
+    return CheckMariaDbSchema({.url = options.url, .connect_timeout = options.connect_timeout},
+                              versions_only);
   }
-  return CheckPostgresSchema(Postgres(options));
+  return CheckPostgresSchema(Postgres(options), versions_only);
 }
 
 Result<std::unique_ptr<InboxView>> OpenInboxView(const InboxViewOptions& options) {

@@ -94,7 +94,7 @@ Result<std::vector<std::string>> Drift(pg::Session& s, const std::vector<Set>& s
 
 }  // namespace
 
-Result<SchemaCheck> CheckPostgresSchema(const PostgresStoreOptions& options) {
+Result<SchemaCheck> CheckPostgresSchema(const PostgresStoreOptions& options, bool versions_only) {
   auto session = pg::Session::ConnectFor(
       "migrate --check: ", {.conninfo = options.conninfo, .connect_timeout = options.connect_timeout,
                             .statement_timeout = options.statement_timeout},
@@ -107,7 +107,7 @@ Result<SchemaCheck> CheckPostgresSchema(const PostgresStoreOptions& options) {
   store::CompareVersions((*sets)[0].files, (*sets)[0].applied, &check);
   // A newer release's objects cannot be built from this binary's files: its
   // versions are the finding, not drift.
-  if (!check.unknown.empty()) return check;
+  if (versions_only || !check.unknown.empty()) return check;
   auto drift = Drift(s, *sets, options.schema);
   if (!drift.ok()) return drift.status();
   check.drift = std::move(drift).value();
