@@ -218,9 +218,8 @@ int main(int argc, char** argv) {
     logger.Error("cannot listen for HTTP", {{"http.listen", listen}});
     return kExitRuntime;
   }
-  const std::string host = http_options.host;
-  const int port = (*http)->port();
-  logger.Info("http listening", {{"address", host + ":" + std::to_string(port)}});
+  logger.Info("http listening",
+              {{"address", http_options.host + ":" + std::to_string((*http)->port())}});
 
   // Under systemd (Type=notify): readiness, status and the watchdog.
   outbox::daemon::SystemdNotifier systemd(**relay, logger);
