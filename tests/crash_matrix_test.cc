@@ -209,6 +209,144 @@ TEST_F(CrashMatrixTest, AcksLostToBrokerDelay_RepublishedAndAbsorbed) {
   EXPECT_EQ(a.Wait(Scaled(30s)), 0);
 }
 
+// --- The same rows on the log layout (issue 42): the slot's lease and position
+// stand for the row's lease and status; a position moves only after the acks
+// and only under the slot's token. ---
+
+class CrashMatrixLogTest : public CrashMatrixTest {
+ protected:
+  void SetUp() override {
+    CrashMatrixTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    UseLogLayout();
+  }
+  // Slots holding events whose lease is still held (by a live or a dead relay).
+  long LeasedSlots() {
+    return std::stol(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".slots WHERE owner "
+                                        "IS NOT NULL AND expires_at > now() AND slot IN "
+                                        "(SELECT DISTINCT slot FROM " + schema_ + ".log)"));
+  }
+  // The relays owning the slots that hold events, comma-separated (a slot's
+  // owner is the relay id and its store's own suffix: "relay-A/...").
+  std::string OwnersOfSlotsWithEvents() {
+    return Exec(admin_.get(), "SELECT string_agg(DISTINCT coalesce(split_part(owner, '/', 1), "
+                              "'-'), ',') FROM " +
+                                  schema_ + ".slots WHERE slot IN (SELECT DISTINCT slot FROM " +
+                                  schema_ + ".log)");
+  }
+  // No event was written twice: the log is never updated on the happy path.
+  void ExpectLogWrittenOnce(long events) {
+    EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".log"), std::to_string(events));
+    EXPECT_EQ(Exec(admin_.get(), "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM "
+                                 "pg_stat_user_tables WHERE schemaname = '" + schema_ +
+                                     "' AND relname LIKE 'log\\_%'"),
+              "0");
+  }
+};
+
+TEST_F(CrashMatrixLogTest, RelayDiesAfterClaimBeforePublish_LeaseExpiresAndAnotherRelayPublishes) {
+  EnqueueMany(2, 10, 10);  // 200 events
+  StartConsumer();
+  Subprocess& a = StartRelay(Fast(), {{"OUTBOX_FAULTS", "Relay::AfterClaim=crash@1"}});
+  EXPECT_EQ(a.Wait(Scaled(30s)), 70) << a.Log();
+  EXPECT_GT(LeasedSlots(), 0) << "the dead relay's slots are still leased";
+  EXPECT_EQ(CountStatus("SENT"), 0) << "no position moved";
+  Subprocess& b = StartRelay(Fast());
+  ExpectBooksBalance(200);
+  EXPECT_EQ(Duplicates(), 0) << "nothing was published before the crash";
+  ExpectLogWrittenOnce(200);
+  b.Signal(SIGTERM);
+  EXPECT_EQ(b.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(CrashMatrixLogTest, RelayDiesAfterPublishBeforeTheSlotMoves_RepublishedAndAbsorbed) {
+  EnqueueMany(2, 10, 10);
+  StartConsumer();
+  Subprocess& a = StartRelay(Fast(), {{"OUTBOX_FAULTS", "Relay::AfterPublishBeforeMarkSent=crash@1"}});
+  EXPECT_EQ(a.Wait(Scaled(30s)), 70) << a.Log();
+  EXPECT_EQ(CountStatus("SENT"), 0) << "acked, but no position moved";
+  Subprocess& b = StartRelay(Fast());
+  ExpectBooksBalance(200);
+  WaitForAbsorbedDuplicate();
+  EXPECT_GT(Duplicates(), 0) << "the crashed relay's page was published twice";
+  ExpectLogWrittenOnce(200);
+  b.Signal(SIGTERM);
+  EXPECT_EQ(b.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(CrashMatrixLogTest, ThePositionsWriteFails_RepublishedAfterTheLeaseAndAbsorbed) {
+  EnqueueMany(2, 10, 10);
+  StartConsumer();
+  Subprocess& a = StartRelay(Fast(), {{"OUTBOX_FAULTS", "Relay::MarkSent=error@1"}});
+  ExpectBooksBalance(200);
+  WaitForAbsorbedDuplicate();
+  EXPECT_GT(Duplicates(), 0) << "the page whose end failed was published again";
+  EXPECT_NE(a.Log().find("could not record transition"), std::string::npos) << a.Log();
+  a.Signal(SIGTERM);
+  EXPECT_EQ(a.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(CrashMatrixLogTest, LeaseExpiresWhileTheFirstRelayStalls_ItsLatePositionIsFenced) {
+  EnqueueMany(1, 5, 4);  // 20 events: one page
+  StartConsumer();
+  Subprocess& a = StartRelay(Fast({"relay.workers=1", "relay.id=relay-A"}),
+                             {{"OUTBOX_FAULTS", "Relay::AfterPublishBeforeMarkSent=delay:9000@1"}});
+  const int port_a = HttpPort(a);
+  ASSERT_TRUE(WaitFor([&] { return OwnersOfSlotsWithEvents() == "relay-A"; }, 30s));
+  Subprocess& b = StartRelay(Fast({"relay.id=relay-B"}));
+  ExpectBooksBalance(20);
+  EXPECT_EQ(OwnersOfSlotsWithEvents(), "relay-B") << "B took the slots over";
+  // A wakes up: its page's end is refused and counted; the positions stay B's.
+  EXPECT_TRUE(WaitFor([&] {
+    return Metric(Get(port_a, "/metrics"), "outbox_relay_transitions_fenced_total") == 20;
+  }, 30s)) << a.Log();
+  EXPECT_EQ(OwnersOfSlotsWithEvents(), "relay-B");
+  EXPECT_EQ(CountStatus("SENT"), 20);
+  WaitForAbsorbedDuplicate();
+  EXPECT_GT(Duplicates(), 0);
+  for (Subprocess* r : {&a, &b}) {
+    r->Signal(SIGTERM);
+    EXPECT_EQ(r->Wait(Scaled(30s)), 0) << r->Log();
+  }
+}
+
+TEST_F(CrashMatrixLogTest, MarkFailedFails_EventEndsFailedAfterMaxAttemptsNotInALoop) {
+  ASSERT_TRUE(EnqueueOne("big", std::string(20000, 'x')));
+  EnqueueMany(1, 5, 2);  // 10 deliverable events
+  StartConsumer();
+  Subprocess& a = StartRelay(Fast({"kafka.properties.message.max.bytes=10000", "relay.max_attempts=3"}),
+                             {{"OUTBOX_FAULTS", "Relay::MarkFailed=error"}});
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("FAILED") == 1; }, 90s)) << a.Log();
+  const std::string row = Exec(admin_.get(), "SELECT attempts || ' ' || last_error FROM " + schema_ +
+                                                 ".outbox WHERE aggregate_id = 'big'");
+  EXPECT_EQ(row.rfind("3 ", 0), 0u) << row;
+  EXPECT_NE(row.find("max_attempts"), std::string::npos) << row;
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 10; }, 60s));
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(CountStatus("PROCESSING"), 0);
+  (void)Duplicates();
+  a.Signal(SIGTERM);
+  EXPECT_EQ(a.Wait(Scaled(30s)), 0);
+}
+
+TEST_F(CrashMatrixLogTest, AcksLostToBrokerDelay_NoPositionMovesUntilAckedAndAbsorbed) {
+  EnqueueMany(2, 10, 10);
+  StartConsumer();
+  ASSERT_EQ(kafka_->Control("rtt -1 1500"), "ok");
+  Subprocess& a = StartRelay(Fast({"relay.backoff_base_ms=200"}));
+  const int port = HttpPort(a);
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_relay_rows_rescheduled_total") > 0;
+  }, 30s)) << a.Log();
+  EXPECT_EQ(CountStatus("FAILED"), 0) << "an outage fails nothing";
+  ASSERT_EQ(kafka_->Control("rtt -1 0"), "ok");
+  ExpectBooksBalance(200);
+  (void)Duplicates();  // may be > 0: the mock does not de-duplicate re-sends
+  ExpectLogWrittenOnce(200);
+  a.Signal(SIGTERM);
+  EXPECT_EQ(a.Wait(Scaled(30s)), 0);
+}
+
 // --- The change stream's rows (relay.source = cdc). ---
 
 // `depth`: cdc.batches_in_flight (the relay dies with up to that many
