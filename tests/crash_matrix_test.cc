@@ -239,7 +239,7 @@ class CrashMatrixLogTest : public CrashMatrixTest {
     EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".log"), std::to_string(events));
     EXPECT_EQ(Exec(admin_.get(), "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM "
                                  "pg_stat_user_tables WHERE schemaname = '" + schema_ +
-                                     "' AND relname LIKE 'log\\_%'"),
+                                     "' AND relname ~ '^log_[0-9]+$'"),
               "0");
   }
 };
