@@ -539,7 +539,9 @@ int main(int argc, char** argv) {
                      "lease_token IS NULL").c_str());
   }
   // The log: no event row is ever updated or deleted (progress lives in the
-  // slots; the statistics survive the clean restart).
+  // slots; the statistics survive the clean restart). The relays have exited;
+  // their backends sent their counters at exit: wait for that.
+  if (a.log) std::this_thread::sleep_for(1500ms);
   const long log_writes =
       a.log ? std::atol(oq("SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables "
                            "WHERE schemaname = '" + schema + "' AND relname ~ '^log_[0-9]+$'").c_str())

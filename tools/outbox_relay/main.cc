@@ -11,14 +11,17 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
-#include <functional>
-#include <optional>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "relay_config.h"
 #include "signals.h"
@@ -76,13 +79,12 @@ std::optional<outbox::Status> UntilAnswered(const std::function<outbox::Status()
   }
 }
 
-// The versions a newer release recorded in the schema, which this binary does
-// not know (read from the versions tables only); nullopt once a signal ended
-// the wait for the database. A schema that cannot be checked (never migrated,
-// say) is logged and left to the relay, which reports it as before.
-std::optional<std::vector<int>> NewerSchemaVersions(const outbox::StoreOptions& db,
-                                                    const std::atomic<bool>& stop,
-                                                    outbox::Logger& logger) {
+// Refuses a schema a newer release migrated (a version in its versions tables
+// this binary does not know): it may hold what this binary would break
+// (another layout, columns it does not fill). Waits for the database with
+// backoff. nullopt to go on; otherwise the exit code, nothing written.
+std::optional<int> RefuseANewerSchema(const outbox::StoreOptions& db,
+                                      const std::atomic<bool>& stop, outbox::Logger& logger) {
   std::vector<int> newer;
   auto st = UntilAnswered(
       [&] {
@@ -91,42 +93,25 @@ std::optional<std::vector<int>> NewerSchemaVersions(const outbox::StoreOptions& 
         return check.status();
       },
       stop, logger, "schema check");
-  if (!st) return std::nullopt;
-  if (!st->ok()) logger.Warn("schema check: not checked", {{"error", st->ToString()}});
-  return newer;
-}
-
-// Runs --migrate if asked, then refuses a schema a newer release migrated: it
-// may hold what this binary would break (another layout, columns it does not
-// fill). nullopt to go on; otherwise the exit code, nothing written.
-std::optional<int> PrepareSchema(bool migrate, const outbox::StoreFactory& factory,
-                                 const outbox::StoreOptions& db, const std::atomic<bool>& stop,
-                                 outbox::Logger& logger) {
-  if (migrate) {
-    auto st = UntilAnswered(
-        [&] {
-          auto store = factory();
-          return store.ok() ? (*store)->Migrate().status() : store.status();
-        },
-        stop, logger, "migration");
-    if (!st) {
-      logger.Info("stopped before the migration could run");
-      return kExitOk;
-    }
-    if (!st->ok()) {  // a refused privilege too: run --migrate as the schema's owner
-      logger.Error("migration failed", {{"error", st->ToString()}});
-      return kExitRuntime;
-    }
-    logger.Info("schema up to date", {{"schema", db.schema}});
-  }
-  const auto newer = NewerSchemaVersions(db, stop, logger);
-  if (!newer) {
+  if (!st) {
     logger.Info("stopped before the schema could be checked");
     return kExitOk;
   }
-  if (newer->empty()) return std::nullopt;
+  if (!st->ok()) {
+    // Never migrated (--migrate comes next, or the relay reports it), or a
+    // privilege missing (the relay retries until it is granted): left to the
+    // relay. Anything else (both layouts in one schema): no binary may run.
+    if (st->code() == outbox::Code::kFailedPrecondition &&
+        st->message().find("has no outbox migrations") == std::string::npos) {
+      logger.Error("schema check failed (nothing was written)", {{"error", st->ToString()}});
+      return kExitRuntime;
+    }
+    logger.Warn("schema check: not checked", {{"error", st->ToString()}});
+    return std::nullopt;
+  }
+  if (newer.empty()) return std::nullopt;
   std::string versions;
-  for (int v : *newer) {  // not `"," + to_string(v)`: gcc 12 -O2 warns (-Wrestrict)
+  for (int v : newer) {  // not `"," + to_string(v)`: gcc 12 -O2 warns (-Wrestrict)
     if (!versions.empty()) versions += ',';
     versions += std::to_string(v);
   }
@@ -136,6 +121,31 @@ std::optional<int> PrepareSchema(bool migrate, const outbox::StoreFactory& facto
                 {"versions", versions},
                 {"exit_code", std::to_string(kExitSchemaNewer)}});
   return kExitSchemaNewer;
+}
+
+// Refuses a newer schema first, then runs --migrate if asked. nullopt to go
+// on; otherwise the exit code.
+std::optional<int> PrepareSchema(bool migrate, const outbox::StoreFactory& factory,
+                                 const outbox::StoreOptions& db, const std::atomic<bool>& stop,
+                                 outbox::Logger& logger) {
+  if (auto code = RefuseANewerSchema(db, stop, logger)) return code;
+  if (!migrate) return std::nullopt;
+  auto st = UntilAnswered(
+      [&] {
+        auto store = factory();
+        return store.ok() ? (*store)->Migrate().status() : store.status();
+      },
+      stop, logger, "migration");
+  if (!st) {
+    logger.Info("stopped before the migration could run");
+    return kExitOk;
+  }
+  if (!st->ok()) {  // a refused privilege too: run --migrate as the schema's owner
+    logger.Error("migration failed", {{"error", st->ToString()}});
+    return kExitRuntime;
+  }
+  logger.Info("schema up to date", {{"schema", db.schema}});
+  return std::nullopt;
 }
 
 }  // namespace
