@@ -267,7 +267,8 @@ TEST_F(RelayEnvelopeTest, ALeaseShorterThanTheDeliveryTimeoutExitsTwoNamingBothK
 }
 
 // Issue #10.9: --migrate while the database is down answers /healthz (and 503
-// on /readyz) and stops on the first signal.
+// on /readyz) and stops on the first signal. The first wait is the schema
+// check's, which runs before the migration (a newer schema is refused first).
 TEST_F(RelayEnvelopeTest, MigrateWaitingForADeadDatabaseServesHealthAndStopsOnSigterm) {
   std::vector<std::string> argv = {OUTBOX_RELAY_BIN, "--db", "postgresql://postgres@127.0.0.1:1/x",
                                    "--bootstrap", kafka_->bootstrap(), "--migrate", "--set",
@@ -277,7 +278,7 @@ TEST_F(RelayEnvelopeTest, MigrateWaitingForADeadDatabaseServesHealthAndStopsOnSi
       (std::filesystem::temp_directory_path() / ("outbox-relay-" + schema_ + "-mig.log")).string()));
   Subprocess& relay = *relays_.back();
   const int port = HttpPort(relay);
-  ASSERT_TRUE(WaitFor([&] { return relay.Log().find("migration: database unavailable") !=
+  ASSERT_TRUE(WaitFor([&] { return relay.Log().find("schema check: database unavailable") !=
                                    std::string::npos; }, 10s)) << relay.Log();
   int status = 0;
   EXPECT_EQ(Get(port, "/healthz", &status), "ok\n");
