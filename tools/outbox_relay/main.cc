@@ -4,8 +4,9 @@
 //                [--log-json] [--print-config] [--migrate] [--version]
 //
 // Exit codes (docs/relay.md): 0 stopped cleanly after SIGTERM/SIGINT;
-// 1 runtime failure (HTTP port unavailable, shutdown deadline passed with
-// batches in flight — safe, their leases expire); 2 bad configuration or usage;
+// 1 runtime failure (HTTP port unavailable, migration failed, both layouts in
+// one schema, shutdown deadline passed with batches in flight — safe, their
+// leases expire); 2 bad configuration or usage;
 // 3 the schema was migrated by a newer release (nothing written);
 // 130 second signal: immediate exit (safe for the same reason).
 #include <signal.h>
