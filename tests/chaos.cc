@@ -56,6 +56,7 @@ struct Args {
   bool mariadb = false;  // --store mariadb: the outbox on MariaDB
   bool inbox_mariadb = false;  // --inbox mariadb: the consumers' inbox and effects on MariaDB
   bool log = false;  // --layout log: the PostgreSQL outbox as a log (issue 42)
+  int pg_restarts = 1;  // --pg-restarts N: PostgreSQL restarted N times, spread over the run
 };
 
 std::string Env(const char* n) {
@@ -172,10 +173,12 @@ int main(int argc, char** argv) {
       a.inbox_mariadb = std::string(argv[i + 1]) == "mariadb";
     else if (k == "--layout" && (std::string(argv[i + 1]) == "rows" || std::string(argv[i + 1]) == "log"))
       a.log = std::string(argv[i + 1]) == "log";
+    else if (k == "--pg-restarts" && std::atoi(argv[i + 1]) >= 0 && std::atoi(argv[i + 1]) <= 20)
+      a.pg_restarts = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: chaos [--events N] [--seconds S | --minutes M] [--seed N] "
                            "[--source poll|cdc] [--store postgres|mariadb] [--inbox postgres|mariadb] "
-                           "[--layout rows|log]\n");
+                           "[--layout rows|log] [--pg-restarts 0..20]\n");
       return 2;
     }
   }
@@ -378,7 +381,6 @@ int main(int argc, char** argv) {
   bool mysql_restarted = !a.mariadb && !a.inbox_mariadb;
   const auto t0 = std::chrono::steady_clock::now();
   const auto end = t0 + std::chrono::seconds(a.seconds);
-  bool pg_restarted = false;
   std::uniform_int_distribution<int> pause_ms(1000, 4000), action(0, 9);
   while (std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
@@ -389,10 +391,11 @@ int main(int argc, char** argv) {
       if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: MariaDB restart failed\n");
       mysql_restarted = true;
       ++mysql_restarts;
-    } else if (!pg_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 2)) {
+    } else if (pg_restarts < a.pg_restarts &&
+               std::chrono::steady_clock::now() >
+                   t0 + std::chrono::seconds(a.seconds) * (pg_restarts + 1) / (a.pg_restarts + 1)) {
       const std::string cmd = outbox::testing::PostgresRestartCommand(bin, data);
       if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: pg restart failed\n");
-      pg_restarted = true;
       ++pg_restarts;
     } else if (act < 4) {
       const int i = act % 3;

@@ -172,6 +172,14 @@ TEST(LogPage, AnOutageWritesNothingAndAnyImplicatedEventWrites) {
   ASSERT_EQ(x.size(), 2u);  // the retry and the held event, not the sent one
   EXPECT_EQ(x[0].pos, 2);
   EXPECT_EQ(x[1].outcome, pg::log::Outcome::kHeld);
+  // A settlement whose statement failed is reopened (a held event stays held).
+  q.Reopen(2);
+  q.Reopen(3);
+  EXPECT_FALSE(q.Complete());
+  EXPECT_EQ(q.Find(2)->error, "");
+  EXPECT_EQ(q.Find(3)->outcome, pg::log::Outcome::kHeld);
+  EXPECT_TRUE(q.Settle(2, pg::log::Outcome::kSent));
+  EXPECT_TRUE(q.Complete());
 }
 
 TEST_F(LogStoreTest, EachEventIsWrittenOnceAndNeverUpdated) {
@@ -432,6 +440,119 @@ TEST_F(LogStoreTest, APurgeThatCannotLockItsPartitionFailsAndLeavesTheSessionUsa
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(Current(), "1");
   EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 150);
+}
+
+// Two events of one aggregate become exceptions (the first failed, the second
+// waits behind it); the first is handed out again and stays in flight (its
+// claimer gave the page up). The second, due, must not go before it: an
+// exception in flight holds its aggregate's later events as a waiting one
+// does, until its lease ends.
+TEST_F(LogStoreTest, AnExceptionStillInFlightHoldsItsAggregatesLaterExceptions) {
+  Shape(/*slots=*/1);
+  const std::string first = Enqueue(conn_.get(), "a");
+  const std::string second = Enqueue(conn_.get(), "a");
+  auto s = Open();
+  auto page = s->Claim(Opts());
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->events.size(), 2u);
+  std::vector<RescheduleItem> back(2);
+  back[0].ticket = page->events[0].ticket;
+  back[0].error = "broker said no";
+  back[1].ticket = page->events[1].ticket;
+  back[1].error = "held behind an earlier event of its aggregate";
+  back[1].attempt_counts = false;
+  auto r = s->Reschedule(back);
+  ASSERT_TRUE(r.ok() && r->refused.empty()) << r.status().ToString();
+
+  ClaimOptions one = Opts(/*batch=*/1);
+  one.lease = std::chrono::milliseconds(1500);
+  auto retry = s->Claim(one);
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  ASSERT_EQ(retry->events.size(), 1u);
+  EXPECT_EQ(retry->events[0].event_id, first);
+  // Given up after a shorter lease than the one the first retry holds.
+  ClaimOptions quick = Opts();
+  quick.lease = std::chrono::milliseconds(50);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto next = s->Claim(quick);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  for (const auto& e : next->events) {
+    EXPECT_NE(e.event_id, second) << "handed out while the first retry is in flight";
+  }
+  // Once the first retry's lease ends, both go, in order.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+  ClaimOptions later = Opts();
+  later.lease = std::chrono::milliseconds(5000);
+  EXPECT_EQ(Drain(*s, later), (std::vector<std::string>{first, second}));
+}
+
+// A relay whose lease ran out while it worked takes its slot back with a new
+// token; that is no restart (a crash loop counts the holders that died), and
+// the page it held is read again.
+TEST_F(LogStoreTest, ASlotTakenBackByItsOwnHolderCountsNoRestart) {
+  Shape(/*slots=*/1);
+  const std::string id = Enqueue(conn_.get(), "a");
+  auto s = Open();
+  ClaimOptions quick = Opts();
+  quick.lease = std::chrono::milliseconds(50);
+  auto first = s->Claim(quick);
+  ASSERT_TRUE(first.ok() && first->events.size() == 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  auto again = s->Claim(quick);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(again->events.size(), 1u);
+  EXPECT_EQ(again->events[0].event_id, id);
+  EXPECT_NE(again->events[0].ticket.token, first->events[0].ticket.token);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT restarts FROM " + schema_ + ".slots"), "0");
+  const Ticket stale[] = {first->events[0].ticket};
+  auto refused = s->MarkSent(stale);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->refused.size(), 1u);
+}
+
+// A settlement whose statement failed (the session was killed under it) is
+// applied by the caller's retry, not refused: the relay retries a mark on a
+// database error, and a refused one left an exception leased and unsettled.
+TEST_F(LogStoreTest, ASettlementWhoseStatementFailedIsAppliedByItsRetry) {
+  Shape(/*slots=*/1);
+  const std::string id = Enqueue(conn_.get(), "a");
+  auto s = Open();
+  auto page = s->Claim(Opts());
+  ASSERT_TRUE(page.ok() && page->events.size() == 1u);
+  std::vector<RescheduleItem> back(1);
+  back[0].ticket = page->events[0].ticket;
+  back[0].error = "broker said no";
+  auto r = s->Reschedule(back);
+  ASSERT_TRUE(r.ok() && r->refused.empty());
+  auto kill = [&] {
+    Exec(conn_.get(),
+         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+         "WHERE application_name = 'outbox-store' AND pid <> pg_backend_pid() "
+         "AND query LIKE '%" + schema_ + ".%'");
+  };
+  // An exception's settlement, then a log page's end.
+  for (const char* what : {"exception", "log"}) {
+    SCOPED_TRACE(what);
+    if (std::string(what) == "log") Enqueue(conn_.get(), "b");
+    auto c = s->Claim(Opts());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->events.size(), 1u);
+    const Ticket t[] = {c->events[0].ticket};
+    kill();
+    auto failed = s->MarkSent(t);
+    EXPECT_FALSE(failed.ok());
+    auto again = s->MarkSent(t);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->applied, 1u) << "the retry was refused";
+    EXPECT_TRUE(again->refused.empty());
+  }
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
+                                  ".outbox"),
+            "SENT,SENT");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT event_id FROM " + schema_ +
+                                  ".outbox WHERE aggregate_id = 'a'"),
+            id);
+  EXPECT_TRUE(Drain(*s).empty());
 }
 
 }  // namespace

@@ -44,6 +44,17 @@ bool Page::Settle(std::int64_t pos, Outcome outcome, bool attempt_counts,
   return true;
 }
 
+void Page::Reopen(std::int64_t pos) {
+  auto it = entries_.find(pos);
+  if (it != entries_.end() && it->second.outcome != Outcome::kHeld) {
+    Entry& e = it->second;
+    e.outcome = Outcome::kOpen;
+    e.attempt_counts = true;
+    e.delay_ms = 0;
+    e.error.clear();
+  }
+}
+
 bool Page::Complete() const {
   return std::none_of(entries_.begin(), entries_.end(),
                       [](const auto& kv) { return kv.second.outcome == Outcome::kOpen; });

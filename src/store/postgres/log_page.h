@@ -79,6 +79,8 @@ class Page {
   bool Settle(std::int64_t pos, Outcome outcome, bool attempt_counts = true,
               std::int64_t delay_ms = 0, std::string error = {});
 
+  // A settled event back to open (the statement that recorded it failed).
+  void Reopen(std::int64_t pos);
   // Every handed-out event is settled: the end may be written.
   bool Complete() const;
   // Nothing was sent, failed or held, and no retry counted an attempt: the end

@@ -29,8 +29,10 @@ namespace {
 
 // $1 reader, $2 lease ms, $3 tokens held, $4 renew: renews the held slots and
 // the reader's presence (when $4), then takes free or expired slots up to the
-// fair share. A slot taken from a holder that never released it counts a
-// restart. Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
+// fair share. A slot taken from another holder that never released it (a
+// reader is one store of one process: a relay that died) counts a restart; one
+// taken back by its own holder, whose lease ran out while it worked, does not.
+// Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
 // restarts) taken; ('s', share).
 constexpr const char* kLease = R"SQL(
 WITH me AS (
@@ -56,7 +58,7 @@ free AS (
 taken AS (
   UPDATE {S}.slots s SET owner = $1, token = nextval('{S}.lease_token_seq'),
     expires_at = now() + $2::bigint * interval '1 millisecond',
-    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND (
+    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND s.owner <> $1 AND (
       EXISTS (SELECT 1 FROM {S}.log l
               WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(s.lo)
                 AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos))
@@ -102,8 +104,10 @@ std::string EventColumns(const std::string& t) {
 // $1 slots, $2 tokens, $3 batch, $4 reader, $5 max_attempts, $6 failed holds,
 // $7 ordered, $8 lease ms: the due exceptions of the held slots (a retry, or an event
 // held behind one), in pos order, each only when no earlier exception of its aggregate
-// must go first; one claimed max_attempts times becomes FAILED. Rows: the event columns,
-// then attempts and whether it expired to FAILED.
+// must go first: one not due yet, one still in flight under this slot's token (its
+// claimer gave its page up, its lease runs on), or a FAILED one when it holds; one
+// claimed max_attempts times becomes FAILED. Rows: the event columns, then attempts
+// and whether it expired to FAILED.
 const std::string kClaimExceptions = std::string(R"SQL(
 WITH cand AS (
   SELECT x.pos, x.aggregate_type, x.aggregate_id, x.attempts >= $5 AS expire, m.token
@@ -116,7 +120,8 @@ WITH cand AS (
       SELECT 1 FROM {S}.exceptions y
       WHERE y.aggregate_type = x.aggregate_type AND y.aggregate_id = x.aggregate_id
         AND y.pos < x.pos AND y.status <> 'SENT'
-        AND ((y.status IN ('RETRY', 'HELD') AND y.next_attempt_at > now())
+        AND ((y.status IN ('RETRY', 'HELD') AND
+              (y.next_attempt_at > now() OR (y.lease_until > now() AND y.lease_token = m.token)))
              OR (y.status = 'FAILED' AND $6))))
   ORDER BY x.pos LIMIT $3
   FOR UPDATE OF x),
@@ -1112,6 +1117,7 @@ Result<TransitionResult> LogStore::Settle(const std::vector<Settlement>& items) 
   static constexpr const char* kOutcomes[] = {"open", "sent", "retry", "failed", "held"};
   TransitionResult out;
   nlohmann::json xs = nlohmann::json::array();
+  std::vector<const Settlement*> exceptions;  // settled in the page once their statement ran
   std::vector<Ticket> log_tickets;
   std::map<std::int64_t, int> slot_of;  // a log ticket's slot
   for (const Settlement& s : items) {
@@ -1122,10 +1128,8 @@ Result<TransitionResult> LogStore::Settle(const std::vector<Settlement>& items) 
       out.refused.push_back(s.ticket);
       continue;
     }
-    const bool exception = e->exception;
-    const int slot = e->slot;
-    page_.Settle(s.ticket.seq, s.outcome, s.counts, s.delay_ms, s.error);
-    if (exception) {
+    if (e->exception) {
+      exceptions.push_back(&s);
       xs.push_back({{"pos", s.ticket.seq},
                     {"token", s.ticket.token},
                     {"outcome", kOutcomes[static_cast<int>(s.outcome)]},
@@ -1133,23 +1137,34 @@ Result<TransitionResult> LogStore::Settle(const std::vector<Settlement>& items) 
                     {"delay_ms", s.delay_ms},
                     {"error", s.error}});
     } else {
+      slot_of[s.ticket.seq] = e->slot;
+      page_.Settle(s.ticket.seq, s.outcome, s.counts, s.delay_ms, s.error);
       log_tickets.push_back(s.ticket);
-      slot_of[s.ticket.seq] = slot;
     }
   }
+  // A statement that fails leaves this call's settlements open: the caller's
+  // retry of the same call applies them (its end may have been written; writing
+  // it again is harmless), instead of finding them settled and refusing them.
+  auto reopen = [&] {
+    for (const Ticket& t : log_tickets) page_.Reopen(t.seq);
+  };
   if (!xs.empty()) {
     auto res = session_->Exec("settle exceptions", S(kSettleExceptions),
                               {Param::Text(xs.dump())});
-    if (!res.ok()) return res.status();
+    if (!res.ok()) {
+      reopen();
+      return res.status();
+    }
     std::set<std::int64_t> done;
     for (int i = 0; i < PQntuples(res->get()); ++i)
       done.insert(GetInt64(res->get(), i, 0));
-    for (const auto& x : xs) {
-      const Ticket t{x["pos"].get<std::int64_t>(), x["token"].get<std::int64_t>()};
-      if (done.count(t.seq)) {
+    for (const Settlement* s : exceptions) {
+      // Refused ones too: the slot went to another relay, this page is done with them.
+      page_.Settle(s->ticket.seq, s->outcome, s->counts, s->delay_ms, s->error);
+      if (done.count(s->ticket.seq)) {
         ++out.applied;
       } else {
-        out.refused.push_back(t);
+        out.refused.push_back(s->ticket);
       }
     }
   }
@@ -1158,7 +1173,10 @@ Result<TransitionResult> LogStore::Settle(const std::vector<Settlement>& items) 
   std::set<int> slots;
   for (const auto& [seq, slot] : slot_of) slots.insert(slot);
   Result<std::set<int>> live = page_.Complete() ? EndPage() : Fenced(slots);
-  if (!live.ok()) return live.status();
+  if (!live.ok()) {
+    reopen();
+    return live.status();
+  }
   for (const Ticket& t : log_tickets) {
     if (live->count(slot_of[t.seq])) {
       ++out.applied;
