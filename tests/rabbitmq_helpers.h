@@ -1,0 +1,132 @@
+// A small blocking AMQP client for tests (rabbitmq-c): declares what a test
+// needs on the testenv's RabbitMQ node and reads messages back with basic.get.
+// Not thread-safe; one per test.
+#ifndef OUTBOX_TESTS_RABBITMQ_HELPERS_H_
+#define OUTBOX_TESTS_RABBITMQ_HELPERS_H_
+
+#include <amqp.h>
+#include <amqp_framing.h>
+#include <amqp_tcp_socket.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace outbox::testing {
+
+struct AmqpMessage {
+  std::string exchange, routing_key, body, message_id, content_type;
+  int delivery_mode = 0;
+  std::uint64_t timestamp = 0;
+  std::map<std::string, std::string> headers;  // string-valued ones
+};
+
+class AmqpClient {
+ public:
+  // `url`: amqp://user:password@host:port/vhost. ok() is false when it failed.
+  explicit AmqpClient(const std::string& url) {
+    std::vector<char> buf(url.begin(), url.end());
+    buf.push_back('\0');
+    amqp_connection_info info;
+    if (amqp_parse_url(buf.data(), &info) != AMQP_STATUS_OK) return;
+    conn_ = amqp_new_connection();
+    amqp_socket_t* s = amqp_tcp_socket_new(conn_);
+    if (amqp_socket_open(s, info.host, info.port) != AMQP_STATUS_OK) return;
+    if (amqp_login(conn_, info.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user,
+                   info.password)
+            .reply_type != AMQP_RESPONSE_NORMAL) {
+      return;
+    }
+    amqp_channel_open(conn_, 1);
+    ok_ = amqp_get_rpc_reply(conn_).reply_type == AMQP_RESPONSE_NORMAL;
+  }
+  ~AmqpClient() {
+    if (!conn_) return;
+    if (ok_) {
+      amqp_channel_close(conn_, 1, AMQP_REPLY_SUCCESS);
+      amqp_connection_close(conn_, AMQP_REPLY_SUCCESS);
+    }
+    amqp_destroy_connection(conn_);
+  }
+  AmqpClient(const AmqpClient&) = delete;
+  AmqpClient& operator=(const AmqpClient&) = delete;
+
+  bool ok() const { return ok_; }
+
+  bool DeclareExchange(const std::string& name, const std::string& type = "topic") {
+    amqp_exchange_declare(conn_, 1, amqp_cstring_bytes(name.c_str()),
+                          amqp_cstring_bytes(type.c_str()), 0, 1, 0, 0, amqp_empty_table);
+    return Reply();
+  }
+  // A durable queue bound to `exchange` with `binding`.
+  bool DeclareQueue(const std::string& queue, const std::string& exchange,
+                    const std::string& binding = "#") {
+    amqp_queue_declare(conn_, 1, amqp_cstring_bytes(queue.c_str()), 0, 1, 0, 0,
+                       amqp_empty_table);
+    if (!Reply()) return false;
+    amqp_queue_bind(conn_, 1, amqp_cstring_bytes(queue.c_str()),
+                    amqp_cstring_bytes(exchange.c_str()), amqp_cstring_bytes(binding.c_str()),
+                    amqp_empty_table);
+    return Reply();
+  }
+  void Delete(const std::string& queue, const std::string& exchange) {
+    amqp_queue_delete(conn_, 1, amqp_cstring_bytes(queue.c_str()), 0, 0);
+    (void)Reply();
+    amqp_exchange_delete(conn_, 1, amqp_cstring_bytes(exchange.c_str()), 0);
+    (void)Reply();
+  }
+
+  // The next message of `queue` (acknowledged), or nothing when it is empty.
+  std::optional<AmqpMessage> Get(const std::string& queue) {
+    amqp_rpc_reply_t r = amqp_basic_get(conn_, 1, amqp_cstring_bytes(queue.c_str()), 1);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL || r.reply.id != AMQP_BASIC_GET_OK_METHOD) {
+      return std::nullopt;
+    }
+    auto* ok = static_cast<amqp_basic_get_ok_t*>(r.reply.decoded);
+    AmqpMessage m;
+    m.exchange = Str(ok->exchange);
+    m.routing_key = Str(ok->routing_key);
+    amqp_message_t msg;
+    if (amqp_read_message(conn_, 1, &msg, 0).reply_type != AMQP_RESPONSE_NORMAL) {
+      return std::nullopt;
+    }
+    m.body = Str(msg.body);
+    const amqp_basic_properties_t& p = msg.properties;
+    if (p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) m.message_id = Str(p.message_id);
+    if (p._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) m.content_type = Str(p.content_type);
+    if (p._flags & AMQP_BASIC_DELIVERY_MODE_FLAG) m.delivery_mode = p.delivery_mode;
+    if (p._flags & AMQP_BASIC_TIMESTAMP_FLAG) m.timestamp = p.timestamp;
+    if (p._flags & AMQP_BASIC_HEADERS_FLAG) {
+      for (int i = 0; i < p.headers.num_entries; ++i) {
+        const amqp_table_entry_t& e = p.headers.entries[i];
+        if (e.value.kind == AMQP_FIELD_KIND_UTF8 || e.value.kind == AMQP_FIELD_KIND_BYTES) {
+          m.headers[Str(e.key)] = Str(e.value.value.bytes);
+        }
+      }
+    }
+    amqp_destroy_message(&msg);
+    amqp_maybe_release_buffers(conn_);
+    return m;
+  }
+
+  // Every message of `queue`, in order.
+  std::vector<AmqpMessage> Drain(const std::string& queue) {
+    std::vector<AmqpMessage> out;
+    while (auto m = Get(queue)) out.push_back(std::move(*m));
+    return out;
+  }
+
+ private:
+  static std::string Str(amqp_bytes_t b) {
+    return std::string(static_cast<const char*>(b.bytes), b.len);
+  }
+  bool Reply() { return amqp_get_rpc_reply(conn_).reply_type == AMQP_RESPONSE_NORMAL; }
+
+  amqp_connection_state_t conn_ = nullptr;
+  bool ok_ = false;
+};
+
+}  // namespace outbox::testing
+
+#endif  // OUTBOX_TESTS_RABBITMQ_HELPERS_H_
