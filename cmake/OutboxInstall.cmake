@@ -11,7 +11,7 @@ include(CMakePackageConfigHelpers)
 
 set(OUTBOX_LIBRARIES outbox_core outbox_store_common outbox_store_postgres outbox_store_mariadb
     outbox_stores
-    outbox_transport_kafka outbox_transport_http outbox_http outbox_relay outbox_inbox)
+    outbox_transport_kafka outbox_transport_http outbox_transport_rabbitmq outbox_http outbox_relay outbox_inbox)
 foreach(lib IN LISTS OUTBOX_LIBRARIES)
   string(REGEX REPLACE "^outbox_" "" export_name "${lib}")
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})

@@ -33,7 +33,7 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME liboutbox-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-    "libpq-dev, librdkafka-dev, libmariadb-dev, nlohmann-json3-dev (>= 3.11), libcpp-httplib-dev, pkg-config")
+    "libpq-dev, librdkafka-dev, libmariadb-dev, librabbitmq-dev, nlohmann-json3-dev (>= 3.11), libcpp-httplib-dev, pkg-config")
 set(CPACK_DEBIAN_DEV_DESCRIPTION
     "transactional outbox and idempotent inbox: C++ development files\n Headers, static libraries, a CMake package (find_package(outbox)) and a\n pkg-config file for the outbox stores, relay engine, Kafka transport and inbox.")
 include(CPack)

@@ -55,8 +55,24 @@ void WarnIgnoredKeys(const outbox::daemon::Config& cfg, outbox::Logger& logger) 
   std::string keys;
   for (const auto& k : ignored) keys += (keys.empty() ? "" : ",") + k;
   logger.Warn("keys of the other transport are set and ignored",
-              {{"transport", cfg.transport == outbox::daemon::TransportKind::kHttp ? "http" : "kafka"},
+              {{"transport", outbox::daemon::TransportName(cfg.transport)},
                {"keys", keys}});
+}
+
+// The transport relay.transport names (a bad setting: InvalidArgument naming it).
+outbox::Result<std::unique_ptr<outbox::Transport>> OpenTransport(const outbox::daemon::Config& cfg,
+                                                                 outbox::Logger& logger) {
+  switch (cfg.transport) {
+    case outbox::daemon::TransportKind::kHttp:
+      return outbox::OpenHttpTransport(cfg.http_delivery);
+    case outbox::daemon::TransportKind::kRabbitMq:
+      return outbox::OpenRabbitMqTransport(cfg.rabbitmq);
+    case outbox::daemon::TransportKind::kKafka:
+      break;
+  }
+  outbox::KafkaTransportOptions kafka_options = cfg.kafka;
+  kafka_options.logger = &logger;  // librdkafka's lines and errors, in our format
+  return outbox::OpenKafkaTransport(kafka_options);
 }
 
 // Runs `step` until it succeeds or fails for good, waiting with a growing
@@ -183,14 +199,7 @@ int main(int argc, char** argv) {
   outbox::StreamLogger logger(cfg->log_json, cfg->log_level);
   WarnIgnoredKeys(*cfg, logger);
 
-  outbox::Result<std::unique_ptr<outbox::Transport>> transport = outbox::Status::Internal("none");
-  if (cfg->transport == outbox::daemon::TransportKind::kHttp) {
-    transport = outbox::OpenHttpTransport(cfg->http_delivery);
-  } else {
-    outbox::KafkaTransportOptions kafka_options = cfg->kafka;
-    kafka_options.logger = &logger;  // librdkafka's lines and errors, in our format
-    transport = outbox::OpenKafkaTransport(kafka_options);
-  }
+  outbox::Result<std::unique_ptr<outbox::Transport>> transport = OpenTransport(*cfg, logger);
   if (!transport.ok()) {
     std::cerr << "outbox-relay: configuration error: " << transport.status().message() << "\n";
     return kExitConfig;
@@ -201,7 +210,7 @@ int main(int argc, char** argv) {
 
   outbox::MetricsRegistry registry;
   outbox::RelayMetrics metrics(registry, cfg->database.schema,
-                               cfg->transport == outbox::daemon::TransportKind::kHttp ? "http" : "kafka");
+                               outbox::daemon::TransportName(cfg->transport));
   outbox::ChangeSource source;
   outbox::RelayOptions relay_options = cfg->relay;
   if (relay_options.source == outbox::RelaySource::kCdc) {

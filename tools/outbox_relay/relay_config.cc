@@ -118,7 +118,9 @@ void AddRelayKeys(config::Schema<Config>& s) {
 void AddDeliveryKeys(config::Schema<Config>& s) {
   s.keys.push_back(config::Choice<Config, TransportKind>(
       "relay.transport", "OUTBOX_RELAY_TRANSPORT",
-      {{"kafka", TransportKind::kKafka}, {"http", TransportKind::kHttp}},
+      {{"kafka", TransportKind::kKafka},
+       {"http", TransportKind::kHttp},
+       {"rabbitmq", TransportKind::kRabbitMq}},
       [](Config& c) -> TransportKind& { return c.transport; }));
   // Printed without its query string, which may carry a token.
   config::Key<Config> url = config::String<Config>(
@@ -152,6 +154,35 @@ void AddDeliveryKeys(config::Schema<Config>& s) {
                       }
                       return lower;
                     }});
+}
+
+// relay.transport = rabbitmq: rabbitmq.*.
+void AddRabbitMqKeys(config::Schema<Config>& s) {
+  // Printed without its password.
+  config::Key<Config> url = config::String<Config>(
+      "rabbitmq.url", "OUTBOX_RABBITMQ_URL",
+      [](Config& c) -> std::string& { return c.rabbitmq.url; });
+  url.get = [](const Config& c) { return RedactAmqpUrl(c.rabbitmq.url); };
+  s.keys.push_back(url);
+  s.keys.push_back(config::String<Config>(
+      "rabbitmq.exchange_template", "OUTBOX_RABBITMQ_EXCHANGE_TEMPLATE",
+      [](Config& c) -> std::string& { return c.rabbitmq.exchange_template; }));
+  s.keys.push_back(config::String<Config>(
+      "rabbitmq.exchange_type", "OUTBOX_RABBITMQ_EXCHANGE_TYPE",
+      [](Config& c) -> std::string& { return c.rabbitmq.exchange_type; }));
+  s.keys.push_back(config::Boolean<Config>("rabbitmq.declare", "OUTBOX_RABBITMQ_DECLARE",
+                   [](Config& c) -> bool& { return c.rabbitmq.declare; }));
+  s.keys.push_back(config::Span<Config, std::chrono::milliseconds>(
+      "rabbitmq.timeout_ms", "OUTBOX_RABBITMQ_TIMEOUT_MS", 1, kMaxMs,
+      [](Config& c) -> std::chrono::milliseconds& { return c.rabbitmq.timeout; }));
+  s.keys.push_back(config::Boolean<Config>("rabbitmq.tls_verify", "OUTBOX_RABBITMQ_TLS_VERIFY",
+                   [](Config& c) -> bool& { return c.rabbitmq.tls_verify; }));
+  s.keys.push_back(config::String<Config>("rabbitmq.tls_ca_file", "OUTBOX_RABBITMQ_TLS_CA_FILE",
+                  [](Config& c) -> std::string& { return c.rabbitmq.tls_ca_file; }));
+  s.keys.push_back(config::String<Config>("rabbitmq.tls_cert_file", "OUTBOX_RABBITMQ_TLS_CERT_FILE",
+                  [](Config& c) -> std::string& { return c.rabbitmq.tls_cert_file; }));
+  s.keys.push_back(config::String<Config>("rabbitmq.tls_key_file", "OUTBOX_RABBITMQ_TLS_KEY_FILE",
+                  [](Config& c) -> std::string& { return c.rabbitmq.tls_key_file; }));
 }
 
 // relay.source = cdc: cdc.*.
@@ -234,6 +265,7 @@ const config::Schema<Config>& RelaySchema() {
     config::AddDatabaseKeys<Config>(s, [](Config& c) -> StoreOptions& { return c.database; });
     AddRelayKeys(s);
     AddDeliveryKeys(s);
+    AddRabbitMqKeys(s);
     AddCdcKeys(s);
     AddDaemonKeys(s);
     config::AddKafkaProperties<Config>(
@@ -306,6 +338,31 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   return cl;
 }
 
+namespace {
+
+// relay.transport = rabbitmq: the URL set and valid, the template and the
+// exchange type known (the TLS files are checked when the transport opens).
+Status CheckRabbitMq(const RabbitMqTransportOptions& o) {
+  if (o.url.empty()) {
+    return Status::InvalidArgument(
+        "config key rabbitmq.url is required with relay.transport = rabbitmq (or "
+        "OUTBOX_RABBITMQ_URL)");
+  }
+  if (Status st = ValidateAmqpUrl(o.url); !st.ok()) {
+    return Status::InvalidArgument("config key rabbitmq.url: " + st.message());
+  }
+  if (Status st = ValidateExchangeTemplate(o.exchange_template); !st.ok()) {
+    return Status::InvalidArgument("config key rabbitmq." + st.message());
+  }
+  for (const char* t : {"direct", "topic", "fanout", "headers", "x-consistent-hash"}) {
+    if (o.exchange_type == t) return Status::Ok();
+  }
+  return Status::InvalidArgument("config key rabbitmq.exchange_type: \"" + o.exchange_type +
+                                 "\" must be direct, topic, fanout, headers or x-consistent-hash");
+}
+
+}  // namespace
+
 std::map<std::string, std::string> OutboxEnvironment() { return config::OutboxEnvironment(); }
 
 Result<std::string> ReadConfigFile(const std::string& path) { return config::ReadFile(path); }
@@ -316,15 +373,28 @@ std::string DefaultRelayId() {
   return std::string(host) + ":" + std::to_string(getpid());
 }
 
+const char* TransportName(TransportKind k) {
+  switch (k) {
+    case TransportKind::kHttp: return "http";
+    case TransportKind::kRabbitMq: return "rabbitmq";
+    case TransportKind::kKafka: break;
+  }
+  return "kafka";
+}
+
 std::vector<std::string> IgnoredTransportKeys(const Config& c) {
   std::vector<std::string> out;
-  if (c.transport == TransportKind::kHttp) {
+  if (c.transport != TransportKind::kKafka) {
     for (const auto& [name, value] : c.kafka.properties) out.push_back("kafka.properties." + name);
     if (c.kafka.topic_template != KafkaTransportOptions{}.topic_template) {
       out.push_back("kafka.topic_template");
     }
-  } else if (!c.http_delivery.url_template.empty()) {
+  }
+  if (c.transport != TransportKind::kHttp && !c.http_delivery.url_template.empty()) {
     out.push_back("http_delivery.url");
+  }
+  if (c.transport != TransportKind::kRabbitMq && !c.rabbitmq.url.empty()) {
+    out.push_back("rabbitmq.url");
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -371,6 +441,8 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
     if (Status st = ValidateHttpUrlTemplate(c.http_delivery.url_template); !st.ok()) {
       return Status::InvalidArgument("config key http_delivery.url: " + st.message());
     }
+  } else if (c.transport == TransportKind::kRabbitMq) {
+    OUTBOX_RETURN_IF_ERROR(CheckRabbitMq(c.rabbitmq));
   } else if (required.bootstrap && !c.kafka.properties.count("bootstrap.servers")) {
     return Status::InvalidArgument(
         "config key kafka.properties.bootstrap.servers is required (or OUTBOX_KAFKA_BOOTSTRAP / "

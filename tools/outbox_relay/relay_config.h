@@ -12,18 +12,23 @@
 #include "outbox/kafka.h"
 #include "outbox/log.h"
 #include "outbox/open.h"
+#include "outbox/rabbitmq.h"
 #include "outbox/relay.h"
 
 namespace outbox::daemon {
 
-// Where the relay delivers: Kafka (the default) or HTTP (docs/relay.md, "HTTP delivery").
-enum class TransportKind { kKafka, kHttp };
+// Where the relay delivers: Kafka (the default), HTTP (docs/relay.md, "HTTP
+// delivery") or RabbitMQ ("RabbitMQ delivery").
+enum class TransportKind { kKafka, kHttp, kRabbitMq };
+// relay.transport's value: "kafka", "http", "rabbitmq" (also the metrics' label).
+const char* TransportName(TransportKind k);
 
 struct Config {
   StoreOptions database;
   TransportKind transport = TransportKind::kKafka;
   KafkaTransportOptions kafka;
   HttpTransportOptions http_delivery;
+  RabbitMqTransportOptions rabbitmq;
   RelayOptions relay;
   std::string cdc_slot;         // "" = outbox_<schema> (relay.cdc.slot is resolved from it)
   std::string cdc_publication;  // "" = outbox_<schema>
@@ -46,9 +51,9 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
                           const std::vector<std::pair<std::string, std::string>>& overrides,
                           ConfigNeeds required = {});
 
-// Keys set for the transport this configuration does not use (kafka.properties.*
-// and kafka.topic_template with relay.transport = http; http_delivery.url with
-// kafka): accepted, and ignored, so the relay names them in one warning at
+// Keys set for a transport this configuration does not use (kafka.properties.*
+// and kafka.topic_template unless relay.transport = kafka; http_delivery.url
+// unless http; rabbitmq.url unless rabbitmq): accepted, and ignored, so the relay names them in one warning at
 // start (docs/relay.md, "HTTP delivery"). Sorted; empty when none.
 std::vector<std::string> IgnoredTransportKeys(const Config& c);
 

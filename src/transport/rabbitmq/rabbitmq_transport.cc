@@ -610,8 +610,9 @@ class RabbitMqTransport final : public Transport {
 
   void NoteOutage(const std::string& why) {
     down_ = true;
+    const std::string where = "rabbitmq " + url_.host + ":" + std::to_string(url_.port);
     MutexLock l(mu_);
-    last_outage_ = why;
+    last_outage_ = why.rfind(where, 0) == 0 ? why : where + ": " + why;
   }
   void NoteSuccess() { down_ = false; }
 
