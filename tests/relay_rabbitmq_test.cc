@@ -3,6 +3,15 @@
 // order into a queue bound to its exchange, an unroutable event FAILED naming
 // the exchange and the key with its aggregate held, an unreachable broker
 // failing nothing, and bad settings refused with exit 2 before anything runs.
+// And the crash matrix's relay rows that name the broker, on RabbitMQ: a relay
+// killed between the confirms and its mark, and the broker SIGKILLed with
+// messages unconfirmed (RabbitMqBrokerFaultRelayTest: it needs the node to
+// itself; scripts/test runs it alone).
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "outbox/rabbitmq.h"
 #include "rabbitmq_helpers.h"
 #include "relay_fixture.h"
@@ -33,9 +42,81 @@ class RelayRabbitMqTest : public RelayE2ETest {
     return s;
   }
 
+  // Every event "agg-P-A#n" of EnqueueMany(producers, aggregates, per) in the
+  // queue at least once, the first copies of each aggregate in order. Returns
+  // how many copies were there beyond the first.
+  int ExpectEachOnceInOrder(int producers, int aggregates_each, int per_aggregate) {
+    std::map<std::string, int> next;
+    std::set<std::string> seen;
+    int copies = 0;
+    for (const AmqpMessage& m : rabbit_->Drain(queue_)) {
+      if (!seen.insert(m.message_id).second) {
+        ++copies;
+        continue;
+      }
+      const int n = std::stoi(m.body.substr(m.body.find('#') + 1));
+      EXPECT_EQ(n, next[m.routing_key]) << m.routing_key << ": #" << n << " came first";
+      next[m.routing_key] = n + 1;
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(producers * aggregates_each * per_aggregate));
+    for (const auto& [agg, n] : next) EXPECT_EQ(n, per_aggregate) << agg;
+    return copies;
+  }
+
   std::string amqp_, exchange_, queue_;
   std::unique_ptr<AmqpClient> rabbit_;
 };
+
+// Crash matrix: the relay dies after the broker confirmed a batch and before
+// it marked the rows. Another relay publishes them again; the queue holds every
+// event, the first copies in order, and the copies a consumer dedups by
+// message_id.
+TEST_F(RelayRabbitMqTest, CrashMatrix_RelayDiesBetweenConfirmAndMark_RepublishedInOrder) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
+  ASSERT_TRUE(rabbit_->DeclareExchange(exchange_));
+  ASSERT_TRUE(rabbit_->DeclareQueue(queue_, exchange_));
+  EnqueueMany(2, 10, 10);
+  Subprocess& a = StartRelay(Rabbit({"relay.batch_size=50"}),
+                             {{"OUTBOX_FAULTS", "Relay::AfterPublishBeforeMarkSent=crash@1"}});
+  EXPECT_EQ(a.Wait(Scaled(30s)), 70) << a.Log();
+  EXPECT_EQ(CountStatus("SENT"), 0);
+  Subprocess& b = StartRelay(Rabbit({"relay.batch_size=50"}));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 200; }, Scaled(30s))) << b.Log();
+  EXPECT_GT(ExpectEachOnceInOrder(2, 10, 10), 0) << "the crashed relay's batch went twice";
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+}
+
+// The node to itself: it is SIGKILLed and started again.
+class RabbitMqBrokerFaultRelayTest : public RelayRabbitMqTest {};
+
+// Crash matrix: the broker dies (SIGKILL) while the relay has messages
+// unconfirmed. Nothing is FAILED; once it is back every event is in the
+// (durable) queue, the first copies in order: what was confirmed was on disk,
+// and what was not is published again.
+TEST_F(RabbitMqBrokerFaultRelayTest, CrashMatrix_BrokerKilledWithUnconfirmedMessages_NothingLost) {
+  const std::string dir = std::filesystem::path(EnvOr("OUTBOX_PG_DATA")).parent_path().string();
+  std::string pid;
+  std::ifstream(dir + "/rabbitmq/pid") >> pid;
+  ASSERT_FALSE(pid.empty()) << "no pid file in " << dir << "/rabbitmq";
+  ASSERT_TRUE(rabbit_->DeclareExchange(exchange_));
+  ASSERT_TRUE(rabbit_->DeclareQueue(queue_, exchange_));
+  rabbit_.reset();
+  EnqueueMany(4, 10, 50);  // 2,000 events
+  Subprocess& relay = StartRelay(Rabbit({"relay.batch_size=100", "relay.max_attempts=2"}));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") >= 200; }, Scaled(30s))) << relay.Log();
+  ASSERT_EQ(::kill(std::stoi(pid), SIGKILL), 0);
+  const std::int64_t sent_at_kill = CountStatus("SENT");
+  ASSERT_EQ(std::system((std::string(OUTBOX_TESTENV_SCRIPT) + " restart-rabbitmq '" + dir +
+                         "' >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 2000; }, Scaled(60s))) << relay.Log();
+  EXPECT_EQ(CountStatus("FAILED"), 0);
+  EXPECT_LT(sent_at_kill, 2000) << "the kill came after the last batch: it proved nothing";
+  rabbit_ = std::make_unique<AmqpClient>(amqp_);
+  ASSERT_TRUE(rabbit_->ok());
+  ExpectEachOnceInOrder(4, 10, 50);
+}
 
 TEST_F(RelayRabbitMqTest, DeliversEveryEventOnceInOrderToTheBoundQueue) {
   ASSERT_TRUE(rabbit_->DeclareExchange(exchange_));
