@@ -18,6 +18,8 @@
 //               [--producer-sql "SET outbox.notify = on"] (the producer's session)
 //               [--http-drain 1]  (also drain with relay.transport = http to a
 //                                  receiver in this process that answers 200)
+//               [--rabbitmq URL]  (also drain with relay.transport = rabbitmq to that
+//                                  node, and time a bare publisher there: the ceiling)
 //               [--warmup 0]      (seconds of the same load before the measured one)
 //               [--idle 0]        (seconds with no load between the warm-up and the
 //                                  measured load: the relay's idle poll backs off, and
@@ -38,6 +40,7 @@
 #include "http_receiver.h"
 #include "relay_http.h"
 #include "mock_broker.h"
+#include "rabbitmq_publisher.h"
 
 namespace {
 
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
                        {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
-                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"warmup", "0"}, {"idle", "0"},
+                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"rabbitmq", ""}, {"warmup", "0"}, {"idle", "0"},
                        {"keep-schema", "0"}, {"log", "0"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
@@ -187,6 +190,26 @@ int main(int argc, char** argv) {
                                                   {"relay.transport=http",
                                                    "http_delivery.url=" + receiver.url("/events")})
                                 .rate;
+                          }, {}});
+  }
+  // --rabbitmq URL: the relay to RabbitMQ (a durable queue bound to the
+  // exchange, purged before each run: what is measured is publishing), and a
+  // bare publisher to the same exchange with confirms.
+  const std::string amqp = f.Str("rabbitmq");
+  if (!amqp.empty()) {
+    const std::string exchange = "outbox.event.bench", queue = "bench.relay";
+    methods.insert(methods.begin() + 1,
+                   Method{"outbox-relay → RabbitMQ (confirms), sent_mode=update", [&, exchange, queue] {
+                            PrepareRabbitMq(amqp, exchange, queue);
+                            return DrainWithRelay(f, admin, url, bootstrap, "update", rows,
+                                                  {"relay.transport=rabbitmq", "rabbitmq.url=" + amqp})
+                                .rate;
+                          }, {}});
+    methods.insert(methods.begin() + 2,
+                   Method{"bare publisher → RabbitMQ: 1 connection, confirms per 500 (no outbox)",
+                          [&, exchange, queue] {
+                            PrepareRabbitMq(amqp, exchange, queue);
+                            return BarePublishRate(amqp, exchange, rows, batch, 200);
                           }, {}});
   }
   for (int r = 0; r < (rows > 0 ? runs : 0); ++r) {
