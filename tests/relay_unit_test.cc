@@ -793,5 +793,24 @@ TEST(PickStreamed, FailedBlocksUnderHoldNotUnderPassAndUnorderedNeverBlocks) {
   EXPECT_EQ(Seqs(unordered.publish), (std::vector<std::int64_t>{2}));
 }
 
+// relay.transport = rabbitmq: the URL from OUTBOX_RABBITMQ_URL_FILE, never
+// printed with its password; a missing URL is an error naming the key.
+TEST(RelayConfig, RabbitMqUrlComesFromAFileAndIsPrintedWithoutItsPassword) {
+  const std::string file = ::testing::TempDir() + "/amqp_url";
+  { std::ofstream(file) << "amqps://outbox:pa55word@rabbit.internal/orders\n"; }
+  std::map<std::string, std::string> env = {{"OUTBOX_RELAY_TRANSPORT", "rabbitmq"},
+                                            {"OUTBOX_RABBITMQ_URL_FILE", file}};
+  auto c = daemon::LoadConfig("", "x", env, {{"database.url", "postgresql://db/x"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rabbitmq.url, "amqps://outbox:pa55word@rabbit.internal/orders");
+  const std::string printed = daemon::PrintConfig(*c);
+  EXPECT_EQ(printed.find("pa55word"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("amqps://outbox:***@rabbit.internal/orders"), std::string::npos) << printed;
+  env.erase("OUTBOX_RABBITMQ_URL_FILE");
+  auto missing = daemon::LoadConfig("", "x", env, {{"database.url", "postgresql://db/x"}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("rabbitmq.url is required"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace outbox
