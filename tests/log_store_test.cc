@@ -465,7 +465,7 @@ TEST_F(LogStoreTest, AnExceptionStillInFlightHoldsItsAggregatesLaterExceptions) 
   ASSERT_TRUE(r.ok() && r->refused.empty()) << r.status().ToString();
 
   ClaimOptions one = Opts(/*batch=*/1);
-  one.lease = std::chrono::milliseconds(1500);
+  one.lease = std::chrono::milliseconds(60000);  // ends below, by hand: no race with time
   auto retry = s->Claim(one);
   ASSERT_TRUE(retry.ok()) << retry.status().ToString();
   ASSERT_EQ(retry->events.size(), 1u);
@@ -480,34 +480,10 @@ TEST_F(LogStoreTest, AnExceptionStillInFlightHoldsItsAggregatesLaterExceptions) 
     EXPECT_NE(e.event_id, second) << "handed out while the first retry is in flight";
   }
   // Once the first retry's lease ends, both go, in order.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+  Exec(conn_.get(), "UPDATE " + schema_ + ".exceptions SET lease_until = now() WHERE lease_until IS NOT NULL");
   ClaimOptions later = Opts();
   later.lease = std::chrono::milliseconds(5000);
   EXPECT_EQ(Drain(*s, later), (std::vector<std::string>{first, second}));
-}
-
-// A relay whose lease ran out while it worked takes its slot back with a new
-// token; that is no restart (a crash loop counts the holders that died), and
-// the page it held is read again.
-TEST_F(LogStoreTest, ASlotTakenBackByItsOwnHolderCountsNoRestart) {
-  Shape(/*slots=*/1);
-  const std::string id = Enqueue(conn_.get(), "a");
-  auto s = Open();
-  ClaimOptions quick = Opts();
-  quick.lease = std::chrono::milliseconds(50);
-  auto first = s->Claim(quick);
-  ASSERT_TRUE(first.ok() && first->events.size() == 1u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  auto again = s->Claim(quick);
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  ASSERT_EQ(again->events.size(), 1u);
-  EXPECT_EQ(again->events[0].event_id, id);
-  EXPECT_NE(again->events[0].ticket.token, first->events[0].ticket.token);
-  EXPECT_EQ(Exec(conn_.get(), "SELECT restarts FROM " + schema_ + ".slots"), "0");
-  const Ticket stale[] = {first->events[0].ticket};
-  auto refused = s->MarkSent(stale);
-  ASSERT_TRUE(refused.ok());
-  EXPECT_EQ(refused->refused.size(), 1u);
 }
 
 // A settlement whose statement failed (the session was killed under it) is

@@ -155,11 +155,13 @@ TEST_F(RelayRabbitMqTest, AnUnroutableEventIsFailedNamingTheExchangeAndKeyAndHol
       Exec(admin_.get(), "SELECT last_error FROM " + schema_ + ".outbox WHERE status = 'FAILED'");
   EXPECT_NE(error.find("exchange '" + exchange_ + "'"), std::string::npos) << error;
   EXPECT_NE(error.find("routing key 'stray'"), std::string::npos) << error;
-  // The aggregate's next event waits behind its FAILED one (relay.on_failed = hold).
+  // The aggregate's next event waits behind its FAILED one (relay.on_failed =
+  // hold), while an event of another aggregate enqueued after it goes.
   ASSERT_TRUE(EnqueueOne("stray", "stray#1"));
-  std::this_thread::sleep_for(Scaled(1s));
+  ASSERT_TRUE(EnqueueOne("bound", "bound#1"));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 2; }, Scaled(30s))) << relay.Log();
   EXPECT_EQ(CountStatus("PENDING"), 1) << "stray#1 is held behind its FAILED event";
-  EXPECT_EQ(rabbit_->Drain(queue_).size(), 1u);
+  EXPECT_EQ(rabbit_->Drain(queue_).size(), 2u);
 }
 
 TEST_F(RelayRabbitMqTest, AnUnreachableBrokerFailsNothingAndIsOnReadyz) {
@@ -167,7 +169,10 @@ TEST_F(RelayRabbitMqTest, AnUnreachableBrokerFailsNothingAndIsOnReadyz) {
   Subprocess& relay = StartRelay(
       Rabbit({"rabbitmq.url=amqp://guest:hidden-pw@127.0.0.1:1/%2F", "relay.max_attempts=2"}));
   const int port = HttpPort(relay);
-  std::this_thread::sleep_for(Scaled(3s));
+  // More claims than max_attempts, each an outage: none counts.
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_relay_claims_total") >= 4;
+  }, Scaled(30s))) << relay.Log();
   EXPECT_EQ(CountStatus("FAILED"), 0) << relay.Log();
   EXPECT_EQ(CountStatus("PENDING"), 10);
   int status = 0;

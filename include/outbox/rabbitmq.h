@@ -26,11 +26,14 @@
 //   - an exchange that does not exist (with `declare` off) is kRetryable, not an
 //     outage (it counts toward max_attempts), naming the exchange; the later
 //     events of its aggregates in the call are kNotSent;
+//   - an event AMQP cannot carry (content-type or aggregate id over 255 bytes,
+//     headers over one header frame) is kFatal before it is sent;
 //   - order: a call publishes on one channel, in the call's order; RabbitMQ
 //     routes a channel's messages in publication order, so an aggregate's
-//     events reach its queue in order. A basic.nack of an earlier event with a
-//     later one acked (the broker's internal error) is the one case of an
-//     overtake, and the relay counts it (outbox_relay_events_acked_out_of_order_total).
+//     events reach its queue in order. Not covered: a basic.nack of an earlier
+//     event with a later one acked (the broker's internal error; the relay
+//     counts it: outbox_relay_events_acked_out_of_order_total), and a kFatal
+//     event with later ones acked (transport.h).
 //   - a call ends within MaxPublishTime(): a connection whose call passed its
 //     deadline (a send blocked by a broker that stopped reading) is shut down
 //     by a watchdog.

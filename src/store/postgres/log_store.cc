@@ -29,10 +29,10 @@ namespace {
 
 // $1 reader, $2 lease ms, $3 tokens held, $4 renew: renews the held slots and
 // the reader's presence (when $4), then takes free or expired slots up to the
-// fair share. A slot taken from another holder that never released it (a
-// reader is one store of one process: a relay that died) counts a restart; one
-// taken back by its own holder, whose lease ran out while it worked, does not.
-// Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
+// fair share. A slot taken from a holder that never released it counts a
+// restart (its own holder too, taking it back after its lease ran out: as a
+// row store's claim counts an attempt, the store cannot tell a holder that
+// died from one that stalled). Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
 // restarts) taken; ('s', share).
 constexpr const char* kLease = R"SQL(
 WITH me AS (
@@ -58,7 +58,7 @@ free AS (
 taken AS (
   UPDATE {S}.slots s SET owner = $1, token = nextval('{S}.lease_token_seq'),
     expires_at = now() + $2::bigint * interval '1 millisecond',
-    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND s.owner <> $1 AND (
+    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND (
       EXISTS (SELECT 1 FROM {S}.log l
               WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(s.lo)
                 AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos))

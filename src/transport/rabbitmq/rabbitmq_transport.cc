@@ -26,6 +26,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The frame size asked for at login (RabbitMQ's default maximum): the
+// properties and headers of a message must fit in one header frame.
+constexpr int kFrameMax = 131072;
+
 bool IsExchangeChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
          c == '.' || c == '_' || c == '-' || c == ':';
@@ -123,15 +127,15 @@ struct Conn {
   std::uint64_t next_tag = 1;         // the next publish's delivery tag on `channel`
   std::set<std::string> exchanges;    // checked (or declared) on this connection
   bool blocked = false;               // connection.blocked seen, not unblocked yet
+  bool reused = false;                // taken from the pool (it may have died idle)
   std::string blocked_reason;
   std::atomic<int> fd{-1};
   std::atomic<std::int64_t> deadline_ns{0};  // 0: not in a call
 
   ~Conn() {
-    if (!state) return;
-    // A clean close is tried only on a connection that is not mid-frame; the
-    // destroy closes the socket either way.
-    amqp_destroy_connection(state);
+    // Closes the socket without the protocol's close (a connection dropped
+    // after an error; the pool's healthy ones are closed cleanly first).
+    if (state) amqp_destroy_connection(state);
   }
 };
 
@@ -162,8 +166,15 @@ class RabbitMqTransport final : public Transport {
     const auto deadline = Clock::now() + options_.timeout;
     std::unique_ptr<Conn> c = Acquire(deadline, &out);
     if (!c) return out;
+    // A pooled connection the broker closed while it sat idle (a restart) is
+    // found before anything is sent: the call goes on with a new one.
+    if (std::string why; c->reused && !Poll(*c, &why)) {
+      Release(std::move(c), false);
+      c = Acquire(deadline, &out, /*pooled=*/false);
+      if (!c) return out;
+    }
     const bool reuse = PublishOn(*c, events, deadline, &out);
-    Release(std::move(c), reuse);
+    Release(std::move(c), reuse && Clock::now() < deadline);
     return out;
   }
 
@@ -183,13 +194,15 @@ class RabbitMqTransport final : public Transport {
  private:
   // A pooled connection, or a new one. Null with every result an outage when
   // the broker cannot be reached.
-  std::unique_ptr<Conn> Acquire(Clock::time_point deadline, std::vector<PublishResult>* out) {
+  std::unique_ptr<Conn> Acquire(Clock::time_point deadline, std::vector<PublishResult>* out,
+                                bool pooled = true) {
     std::unique_ptr<Conn> c;
-    {
+    if (pooled) {
       MutexLock l(mu_);
       if (!idle_.empty()) {
         c = std::move(idle_.back());
         idle_.pop_back();
+        c->reused = true;
       }
     }
     std::string error;
@@ -273,7 +286,7 @@ class RabbitMqTransport final : public Transport {
     props[1].value.value.bytes = amqp_cstring_bytes("outbox-relay");
     const amqp_table_t client{2, props};
     amqp_rpc_reply_t r = amqp_login_with_properties(
-        c->state, url_.vhost.c_str(), 0, 131072, 0, &client, AMQP_SASL_METHOD_PLAIN,
+        c->state, url_.vhost.c_str(), 0, kFrameMax, 0, &client, AMQP_SASL_METHOD_PLAIN,
         url_.user.c_str(), url_.password.c_str());
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
       *error = ReplyText(r, (where + ": login as " + url_.user + " to vhost " + url_.vhost).c_str());
@@ -289,8 +302,8 @@ class RabbitMqTransport final : public Transport {
     return c;
   }
 
-  // Opens the connection's channel (the next number after a closed one) in
-  // confirm mode.
+  // Opens the connection's channel in confirm mode (again, after the broker
+  // closed it).
   static bool OpenChannel(Conn& c, std::string* error) {
     amqp_channel_open(c.state, c.channel);
     amqp_rpc_reply_t r = amqp_get_rpc_reply(c.state);
@@ -333,8 +346,7 @@ class RabbitMqTransport final : public Transport {
       } else {
         *error = "exchange '" + exchange + "': " + std::to_string(code) + " " + text;
       }
-      ++c.channel;
-      std::string why;
+      std::string why;  // the same channel number again, after its close-ok
       if (!OpenChannel(c, &why)) {
         *lost = true;
         *error += "; then " + why;
@@ -438,13 +450,52 @@ class RabbitMqTransport final : public Transport {
         failed.insert(agg);
         continue;
       }
+      if (std::string why = Unfit(events[i]); !why.empty()) {
+        (*out)[i] = PublishResult{PublishOutcome::kFatal, why};
+        settled[i] = true;
+        failed.insert(agg);
+        continue;
+      }
       if (int rc = Send(c, events[i], exchange[i]); rc != AMQP_STATUS_OK) {
+        if (rc == AMQP_STATUS_BAD_AMQP_DATA || rc == AMQP_STATUS_TABLE_TOO_BIG) {
+          // The event's own (a check above missed it); the connection may be
+          // mid-frame: the rest of the call is an outage on it.
+          (*out)[i] = PublishResult{PublishOutcome::kFatal,
+                                    std::string("AMQP cannot carry this event: ") +
+                                        amqp_error_string2(rc)};
+          settled[i] = true;
+        }
         return Lost(std::string("publish: ") + amqp_error_string2(rc), out, &settled);
       }
       tag_of[c.next_tag++] = i;
       by_id[events[i].event_id] = i;
     }
     return AwaitConfirms(c, deadline, &tag_of, by_id, &settled, out);
+  }
+
+  // Why AMQP cannot carry an event as a message, or "": a content type over
+  // 255 bytes (a short string), or properties and headers over one header
+  // frame (kFrameMax; each header costs its name, its value and 6 bytes).
+  static std::string Unfit(const ClaimedEvent& ce) {
+    std::size_t bytes = 512 + ce.event_id.size() + ce.event.aggregate_id.size() +
+                        ce.event.aggregate_type.size() + ce.event.event_type.size() +
+                        (ce.event.dedup_key ? ce.event.dedup_key->size() : 0);
+    for (const Header& h : ce.event.headers) {
+      bytes += h.name.size() + h.value.size() + 6;
+      if (EqualsIgnoreCase(h.name, "content-type") && h.value.size() > 255) {
+        return "its content-type header is " + std::to_string(h.value.size()) +
+               " bytes: AMQP's content_type holds at most 255";
+      }
+    }
+    if (ce.event.aggregate_id.size() > 255) {
+      return "its aggregate id is " + std::to_string(ce.event.aggregate_id.size()) +
+             " bytes: an AMQP routing key holds at most 255";
+    }
+    if (bytes > kFrameMax - 1024) {
+      return "its headers and properties take about " + std::to_string(bytes) +
+             " bytes: more than one AMQP header frame (" + std::to_string(kFrameMax) + ")";
+    }
+    return "";
   }
 
   int Send(Conn& c, const ClaimedEvent& ce, const std::string& exchange) {
@@ -546,10 +597,13 @@ class RabbitMqTransport final : public Transport {
           std::string id;
           std::string error;
           if (!ReadReturnedId(c, deadline, &id, &error)) return Lost(error, out, settled);
-          if (auto it = by_id.find(id); it != by_id.end()) {
-            returned.insert(it->second);
-            (*out)[it->second] = PublishResult{PublishOutcome::kFatal, why};
+          auto it = by_id.find(id);
+          if (it == by_id.end()) {  // cannot tell which event: none counts as sent
+            return Lost("a returned message without a known message_id (" + why + ")", out,
+                        settled);
           }
+          returned.insert(it->second);
+          (*out)[it->second] = PublishResult{PublishOutcome::kFatal, why};
           break;
         }
         default: {
@@ -657,8 +711,10 @@ class RabbitMqTransport final : public Transport {
 std::string RedactAmqpUrl(const std::string& url) {
   const auto scheme = url.find("://");
   if (scheme == std::string::npos) return url;
-  const auto at = url.find('@', scheme + 3);
-  if (at == std::string::npos) return url;
+  // The user-info ends at the last '@' before the path (a password may hold '@').
+  const auto path = url.find('/', scheme + 3);
+  const auto at = url.rfind('@', path == std::string::npos ? std::string::npos : path);
+  if (at == std::string::npos || at < scheme + 3) return url;
   const auto colon = url.find(':', scheme + 3);
   if (colon == std::string::npos || colon > at) return url;
   return url.substr(0, colon + 1) + "***" + url.substr(at);
