@@ -193,6 +193,36 @@ TEST_F(RabbitMqTransportTest, AnUnreachableBrokerIsAnOutageAndThePasswordIsNever
   EXPECT_EQ(wr[0].error.find("wrong-pw"), std::string::npos) << wr[0].error;
 }
 
+// amqps:// against the node's TLS listener (a certificate from the testenv's
+// throwaway CA, naming localhost): verified against rabbitmq.tls_ca_file it
+// goes; against the system's CAs it is refused as an outage naming TLS; with
+// tls_verify off it goes without a CA.
+TEST_F(RabbitMqTransportTest, AmqpsVerifiesTheBrokerAgainstTheConfiguredCa) {
+  const std::string amqps = EnvOr("OUTBOX_AMQPS_URL"), ca = EnvOr("OUTBOX_AMQPS_CA");
+  ASSERT_FALSE(amqps.empty() || ca.empty()) << "scripts/testenv writes OUTBOX_AMQPS_URL/_CA";
+  ASSERT_TRUE(admin_->DeclareExchange(exchange_));
+  ASSERT_TRUE(admin_->DeclareQueue(queue_, exchange_));
+  auto open = [&](const std::string& ca_file, bool verify) {
+    RabbitMqTransportOptions o;
+    o.url = amqps;
+    o.tls_ca_file = ca_file;
+    o.tls_verify = verify;
+    o.timeout = milliseconds(5000);
+    auto t = OpenRabbitMqTransport(o);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return std::move(t).value();
+  };
+  auto verified = open(ca, true)->Publish(std::vector<ClaimedEvent>{Ev(type_, "a", 1)});
+  EXPECT_EQ(verified[0].outcome, PublishOutcome::kAcked) << verified[0].error;
+  auto unknown = open("", true)->Publish(std::vector<ClaimedEvent>{Ev(type_, "a", 2)});
+  EXPECT_EQ(unknown[0].outcome, PublishOutcome::kRetryable);
+  EXPECT_TRUE(unknown[0].broker_unavailable);
+  EXPECT_NE(unknown[0].error.find("SSL"), std::string::npos) << unknown[0].error;
+  auto unverified = open("", false)->Publish(std::vector<ClaimedEvent>{Ev(type_, "a", 3)});
+  EXPECT_EQ(unverified[0].outcome, PublishOutcome::kAcked) << unverified[0].error;
+  EXPECT_EQ(admin_->Drain(queue_).size(), 2u);
+}
+
 TEST(RabbitMqOptions, BadOptionsAreRefusedNamingTheKeyWithoutThePassword) {
   auto open = [](RabbitMqTransportOptions o) { return OpenRabbitMqTransport(o).status(); };
   RabbitMqTransportOptions o;
