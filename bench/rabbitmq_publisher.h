@@ -92,10 +92,11 @@ inline double BarePublishRate(const std::string& url, const std::string& exchang
   return rows / secs;
 }
 
-// Declares the exchange (topic, durable) and a durable queue bound to it with
-// '#', then purges the queue (what the previous run left).
+// Declares the exchange (topic, durable) and a queue bound to it with '#'
+// (durable, or not: then RabbitMQ writes no message of it to disk), then purges
+// the queue (what the previous run left).
 inline void PrepareRabbitMq(const std::string& url, const std::string& exchange,
-                            const std::string& queue) {
+                            const std::string& queue, bool durable = true) {
   std::vector<char> buf(url.begin(), url.end());
   buf.push_back('\0');
   amqp_connection_info info;
@@ -110,7 +111,8 @@ inline void PrepareRabbitMq(const std::string& url, const std::string& exchange,
     amqp_channel_open(c, 1);
     amqp_exchange_declare(c, 1, amqp_cstring_bytes(exchange.c_str()), amqp_cstring_bytes("topic"),
                           0, 1, 0, 0, amqp_empty_table);
-    amqp_queue_declare(c, 1, amqp_cstring_bytes(queue.c_str()), 0, 1, 0, 0, amqp_empty_table);
+    amqp_queue_declare(c, 1, amqp_cstring_bytes(queue.c_str()), 0, durable ? 1 : 0, 0, 0,
+                       amqp_empty_table);
     amqp_queue_bind(c, 1, amqp_cstring_bytes(queue.c_str()), amqp_cstring_bytes(exchange.c_str()),
                     amqp_cstring_bytes("#"), amqp_empty_table);
     amqp_queue_purge(c, 1, amqp_cstring_bytes(queue.c_str()));

@@ -20,6 +20,7 @@
 //                                  receiver in this process that answers 200)
 //               [--rabbitmq URL]  (also drain with relay.transport = rabbitmq to that
 //                                  node, and time a bare publisher there: the ceiling)
+//               [--rabbitmq-queue durable|transient] (the latency run's queue)
 //               [--warmup 0]      (seconds of the same load before the measured one)
 //               [--idle 0]        (seconds with no load between the warm-up and the
 //                                  measured load: the relay's idle poll backs off, and
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"relay", ""}, {"mock", ""}, {"rows", "200000"},
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
                        {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
-                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"rabbitmq", ""}, {"warmup", "0"}, {"idle", "0"},
+                       {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"rabbitmq", ""}, {"rabbitmq-queue", "durable"}, {"warmup", "0"}, {"idle", "0"},
                        {"keep-schema", "0"}, {"log", "0"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
@@ -239,6 +240,14 @@ int main(int argc, char** argv) {
 
   // ---- latency at a steady offered load ----
   MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
+  // A relay set to RabbitMQ (--relay-set) publishes to the bench's bound queue.
+  // --rabbitmq-queue transient: a non-durable queue instead (no disk write per
+  // message: what the fsync before each confirm costs).
+  if (!amqp.empty()) {
+    const bool durable = f.Str("rabbitmq-queue") != "transient";
+    PrepareRabbitMq(amqp, "outbox.event.bench", durable ? "bench.relay" : "bench.relay.transient",
+                    durable);
+  }
   const fs::path log = fs::temp_directory_path() / "relay_bench_latency.log";
   const int port = FreePort();
   auto relay = StartRelay(f, url, bootstrap, "update", log, port);
