@@ -20,6 +20,11 @@ bench_env() {
   fi
 }
 
+# The testenv's RabbitMQ node (scripts/testenv writes OUTBOX_AMQP_URL), or exit 2.
+require_amqp() {
+  [ -n "${OUTBOX_AMQP_URL:-}" ] || { echo "OUTBOX_AMQP_URL is not set (scripts/testenv writes it)" >&2; exit 2; }
+}
+
 machine_line() {
   local cpu pg
   cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "rabbitmq_helpers.h"  // tests/: the AMQP client the tests use
+
 namespace outbox::bench {
 
 inline double BarePublishRate(const std::string& url, const std::string& exchange, int rows,
@@ -97,30 +99,9 @@ inline double BarePublishRate(const std::string& url, const std::string& exchang
 // the queue (what the previous run left).
 inline void PrepareRabbitMq(const std::string& url, const std::string& exchange,
                             const std::string& queue, bool durable = true) {
-  std::vector<char> buf(url.begin(), url.end());
-  buf.push_back('\0');
-  amqp_connection_info info;
-  if (amqp_parse_url(buf.data(), &info) != AMQP_STATUS_OK) std::exit(1);
-  amqp_connection_state_t c = amqp_new_connection();
-  amqp_socket_t* s = amqp_tcp_socket_new(c);
-  bool ok = amqp_socket_open(s, info.host, info.port) == AMQP_STATUS_OK &&
-            amqp_login(c, info.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user,
-                       info.password)
-                    .reply_type == AMQP_RESPONSE_NORMAL;
-  if (ok) {
-    amqp_channel_open(c, 1);
-    amqp_exchange_declare(c, 1, amqp_cstring_bytes(exchange.c_str()), amqp_cstring_bytes("topic"),
-                          0, 1, 0, 0, amqp_empty_table);
-    amqp_queue_declare(c, 1, amqp_cstring_bytes(queue.c_str()), 0, durable ? 1 : 0, 0, 0,
-                       amqp_empty_table);
-    amqp_queue_bind(c, 1, amqp_cstring_bytes(queue.c_str()), amqp_cstring_bytes(exchange.c_str()),
-                    amqp_cstring_bytes("#"), amqp_empty_table);
-    amqp_queue_purge(c, 1, amqp_cstring_bytes(queue.c_str()));
-    ok = amqp_get_rpc_reply(c).reply_type == AMQP_RESPONSE_NORMAL;
-    amqp_connection_close(c, AMQP_REPLY_SUCCESS);
-  }
-  amqp_destroy_connection(c);
-  if (!ok) {
+  outbox::testing::AmqpClient c(url);
+  if (!c.ok() || !c.DeclareExchange(exchange) || !c.DeclareQueue(queue, exchange, "#", durable) ||
+      !c.Purge(queue)) {
     std::fprintf(stderr, "relay_bench: cannot prepare RabbitMQ (%s)\n", exchange.c_str());
     std::exit(1);
   }

@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
 done
 bench_build
 bench_env
-[ -n "${OUTBOX_AMQP_URL:-}" ] || { echo "OUTBOX_AMQP_URL is not set (scripts/testenv writes it)" >&2; exit 2; }
+require_amqp
 B="$ROOT/build/release"
 machine="$(machine_line)"
 out="$("$B/bench/relay_bench" --relay "$B/tools/outbox_relay/outbox-relay" \

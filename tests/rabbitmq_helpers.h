@@ -59,15 +59,19 @@ class AmqpClient {
                           amqp_cstring_bytes(type.c_str()), 0, 1, 0, 0, amqp_empty_table);
     return Reply();
   }
-  // A durable queue bound to `exchange` with `binding`.
+  // A queue (durable unless told) bound to `exchange` with `binding`.
   bool DeclareQueue(const std::string& queue, const std::string& exchange,
-                    const std::string& binding = "#") {
-    amqp_queue_declare(conn_, 1, amqp_cstring_bytes(queue.c_str()), 0, 1, 0, 0,
+                    const std::string& binding = "#", bool durable = true) {
+    amqp_queue_declare(conn_, 1, amqp_cstring_bytes(queue.c_str()), 0, durable ? 1 : 0, 0, 0,
                        amqp_empty_table);
     if (!Reply()) return false;
     amqp_queue_bind(conn_, 1, amqp_cstring_bytes(queue.c_str()),
                     amqp_cstring_bytes(exchange.c_str()), amqp_cstring_bytes(binding.c_str()),
                     amqp_empty_table);
+    return Reply();
+  }
+  bool Purge(const std::string& queue) {
+    amqp_queue_purge(conn_, 1, amqp_cstring_bytes(queue.c_str()));
     return Reply();
   }
   void Delete(const std::string& queue, const std::string& exchange) {

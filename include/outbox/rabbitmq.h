@@ -89,8 +89,11 @@ Status ValidateExchangeTemplate(const std::string& tmpl);
 // The exchange for an event (REQUIRES: a valid template), at most 255 bytes.
 std::string RenderExchange(const std::string& tmpl, const Event& event);
 
-// Checks the options (URL, template, exchange type, timeout > 0, readable TLS
-// files); opens no connection (an unreachable broker surfaces as kRetryable
+// Checks the options: URL, template, exchange type, timeout > 0, readable TLS
+// files. InvalidArgument naming the key (rabbitmq.*), without the password.
+Status ValidateRabbitMqOptions(const RabbitMqTransportOptions& options);
+
+// ValidateRabbitMqOptions, then the transport; opens no connection (an unreachable broker surfaces as kRetryable
 // outcomes and !Healthy()).
 Result<std::unique_ptr<Transport>> OpenRabbitMqTransport(const RabbitMqTransportOptions& options);
 

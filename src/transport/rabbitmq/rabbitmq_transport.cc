@@ -767,10 +767,12 @@ std::string RenderExchange(const std::string& tmpl, const Event& event) {
   return out.substr(0, 255);
 }
 
-Result<std::unique_ptr<Transport>> OpenRabbitMqTransport(const RabbitMqTransportOptions& options) {
+Status ValidateRabbitMqOptions(const RabbitMqTransportOptions& options) {
   auto url = ParseAmqpUrl(options.url);
   if (!url.ok()) return Status::InvalidArgument("rabbitmq.url: " + url.status().message());
-  OUTBOX_RETURN_IF_ERROR(ValidateExchangeTemplate(options.exchange_template));
+  if (Status st = ValidateExchangeTemplate(options.exchange_template); !st.ok()) {
+    return Status::InvalidArgument("rabbitmq." + st.message());
+  }
   static const std::set<std::string> kTypes = {"direct", "topic", "fanout", "headers",
                                                "x-consistent-hash"};
   if (!kTypes.count(options.exchange_type)) {
@@ -791,6 +793,13 @@ Result<std::unique_ptr<Transport>> OpenRabbitMqTransport(const RabbitMqTransport
     return Status::InvalidArgument(
         "rabbitmq.tls_cert_file and rabbitmq.tls_key_file go together");
   }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Transport>> OpenRabbitMqTransport(const RabbitMqTransportOptions& options) {
+  OUTBOX_RETURN_IF_ERROR(ValidateRabbitMqOptions(options));
+  auto url = ParseAmqpUrl(options.url);
+  if (!url.ok()) return url.status();
   return std::unique_ptr<Transport>(new RabbitMqTransport(options, std::move(url).value()));
 }
 
