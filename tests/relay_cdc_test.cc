@@ -433,5 +433,60 @@ TEST_F(RelayCdcTest, PastTheWalCapStreamingStopsTheSlotIsDroppedAndPollingDrains
   for (const auto& [key, n] : next) EXPECT_EQ(n, 30) << key;
 }
 
+// The slot over the cap is held by a reader that is not this relay (a
+// pg_recvlogical, another tool, or this relay's own walsender still exiting
+// after an outage closed the stream: the clean-clone gate at 9eab828 saw the
+// cap never fire that way). "In use" must not end the episode: the relay
+// drops the slot as soon as the reader lets go.
+TEST_F(RelayCdcTest, ASlotOverTheCapHeldByAnotherReaderIsDroppedOnceItLetsGo) {
+  {
+    Subprocess& first = StartRelay(CdcSets());
+    ASSERT_TRUE(WaitForLog(first, "streaming")) << first.Log();  // the slot exists
+    first.Signal(SIGTERM);
+    ASSERT_EQ(first.Wait(Scaled(30s)), 0) << first.Log();
+  }
+  // A reader that holds the slot and never confirms.
+  const char* keys[] = {"dbname", "replication", nullptr};
+  const char* values[] = {url_.c_str(), "database", nullptr};
+  PgConn reader(PQconnectdbParams(keys, values, 1));
+  ASSERT_EQ(PQstatus(reader.get()), CONNECTION_OK) << PQerrorMessage(reader.get());
+  {
+    PGresult* r = PQexec(reader.get(), ("START_REPLICATION SLOT " + Slot() +
+                                        " LOGICAL 0/0 (proto_version '1', publication_names '" +
+                                        Slot() + "')").c_str());
+    ASSERT_EQ(PQresultStatus(r), PGRES_COPY_BOTH) << PQerrorMessage(reader.get());
+    PQclear(r);
+  }
+  Subprocess& relay = StartRelay(CdcSets({"cdc.max_retained_wal_bytes=2000000"}));
+  const int port = HttpPort(relay);
+  ASSERT_TRUE(WaitForLog(relay, "standing by")) << relay.Log();
+  // ~3 MB of WAL past the slot's position (random text: not compressible).
+  Exec(admin_.get(), "CREATE TABLE " + schema_ + ".busy (x text)");
+  Exec(admin_.get(), "INSERT INTO " + schema_ + ".busy SELECT string_agg(chr(97 + (random() * "
+                     "25)::int), '') FROM generate_series(1, 300) g, generate_series(1, 10000) c "
+                     "GROUP BY g");
+  ASSERT_TRUE(WaitForLog(relay, "is in use by another reader", 30s))
+      << relay.Log() << "\nretained: "
+      << Metric(Get(port, "/metrics"), "outbox_cdc_slot_retained_wal_bytes");
+  EXPECT_EQ(Metric(Get(port, "/metrics"), "outbox_cdc_wal_cap_stops_total"), 0)
+      << "the slot is held: nothing dropped yet";
+  reader.reset();  // the reader lets go
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_cdc_wal_cap_stops_total") >= 1;
+  }, 30s)) << relay.Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
+                                   Slot() + "' AND pg_wal_lsn_diff(pg_current_wal_lsn(), "
+                                   "restart_lsn) > 2000000"),
+            "0") << "the slot that pinned the WAL is gone";
+  // The outbox is empty, so the cap lifts and a new slot streams.
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_cdc_streaming") == 1;
+  }, 30s)) << relay.Log();
+  ASSERT_TRUE(EnqueueOne("agg-after", "agg-after#0"));
+  EXPECT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, 30s)) << relay.Log();
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
+
 }  // namespace
 }  // namespace outbox::testing

@@ -86,9 +86,10 @@ using ChangeStreamFactory = std::function<Result<std::unique_ptr<ChangeStream>>(
 // again). Both are called from the relay's stream thread only.
 struct ChangeSource {
   ChangeStreamFactory open;
-  // Drops the slot so that it stops pinning WAL. OK when there is no such
-  // slot; Fenced while a reader (maybe this relay's own, still exiting) holds
-  // it. Empty: the relay never drops the slot (the cap only stops streaming).
+  // Drops the slot so that it stops pinning WAL. NotFound when there is no
+  // such slot (another relay dropped it); Fenced while a reader (maybe this
+  // relay's own, still exiting) holds it. Empty: the relay never drops the
+  // slot (the cap only stops streaming).
   std::function<Status()> retire_slot;
 };
 

@@ -126,7 +126,8 @@ class StreamPump {
   std::deque<Publish> in_flight_;           // aligned with the book's batches
   Steady::time_point last_status_, last_activity_;
   bool logged_standby_ = false, logged_down_ = false, logged_outage_ = false;
-  bool cap_handled_ = false;  // this cap episode's slot drop is done (or another relay's)
+  bool cap_handled_ = false;      // this cap episode's slot is dropped (by us or another relay)
+  bool logged_cap_held_ = false;  // this cap episode's "slot in use" is logged
   milliseconds backoff_{200};
   // A stream that fails soon after each opening (say its slot's position
   // precedes the publication: every read fails) must not keep announcing
@@ -153,7 +154,7 @@ void StreamPump::Run() {
       HandleWalCap();
       continue;
     }
-    cap_handled_ = false;
+    cap_handled_ = logged_cap_held_ = false;
     if (!EnsureStream() || !SettleReady() || !ReadCheckPublish()) continue;
     MaybeReport();
   }
@@ -179,12 +180,15 @@ bool StreamPump::EnsureLedger() {
 
 // The slot retains more WAL than the cap: stop streaming and retire the slot
 // (the sweepers drain by polling; a new slot starts once housekeeping clears
-// the cap).
+// the cap). Tried every cdc.standby_retry until the slot is dropped or gone:
+// a reader holding it may be another relay (which sees the cap and drops it
+// too), a reader without the cap, or this relay's own walsender still
+// exiting after an outage closed the stream — so "in use" is never taken as
+// "someone else will drop it".
 void StreamPump::HandleWalCap() {
   if (!cap_handled_) {
     // Our own walsender may take a moment to exit after the disconnect: while
-    // it does, the slot is still "in use". Another relay's is its business
-    // (it sees the cap too); an idle slot is anyone's to drop.
+    // it does, the slot is still "in use".
     const bool had = StopStreaming();
     Status dropped = Status::Ok();
     for (int i = 0; i < (had ? 50 : 1) && ctx_.source.retire_slot && !host_.Stopping(); ++i) {
@@ -202,8 +206,18 @@ void StreamPump::HandleWalCap() {
                         {"max_retained_wal_bytes", std::to_string(cdc_.max_retained_wal_bytes)},
                         {"progress", forgot.ok() ? "cleared" : forgot.ToString()}});
       cap_handled_ = true;
-    } else if (dropped.code() == Code::kFenced && !had) {
-      cap_handled_ = true;  // the relay reading it drops it
+    } else if (dropped.code() == Code::kNotFound) {
+      ctx_.logger.Info("replication slot over cdc.max_retained_wal_bytes is already dropped "
+                      "(by another relay); the sweepers drain the outbox by polling",
+                      {{"slot", cdc_.slot}});
+      cap_handled_ = true;
+    } else if (dropped.code() == Code::kFenced) {
+      if (!logged_cap_held_) {
+        ctx_.logger.Warn("replication slot over cdc.max_retained_wal_bytes is in use by another "
+                        "reader; it is dropped as soon as the reader lets go",
+                        {{"slot", cdc_.slot}, {"error", dropped.ToString()}});
+        logged_cap_held_ = true;
+      }
     } else {
       ctx_.logger.Warn("could not drop the replication slot over the WAL cap; retrying",
                       {{"slot", cdc_.slot}, {"error", dropped.ToString()}});

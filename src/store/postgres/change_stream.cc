@@ -328,7 +328,7 @@ Status DropPostgresSlot(const PostgresChangeStreamOptions& o) {
   pg::ResultPtr r(PQexec(conn->get(), ("DROP_REPLICATION_SLOT " + names->slot).c_str()));
   if (r && PQresultStatus(r.get()) == PGRES_COMMAND_OK) return Status::Ok();
   const std::string state = r ? SqlState(r.get()) : "";
-  if (state == "42704") return Status::Ok();
+  if (state == "42704") return Status::NotFound("cdc: slot " + names->slot + " does not exist");
   if (state == "55006") return Status::Fenced("cdc: slot " + names->slot + " is in use");
   return pg::StatusFromResult(conn->get(), r.get(), "cdc: drop slot");
 }
