@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/consumer.h"
+#include "outbox/inbox_source.h"
 #include "outbox/log.h"
 #include "outbox/status.h"
 #include "outbox/transport.h"
