@@ -1,9 +1,5 @@
 // RabbitMQ transport on rabbitmq-c. All librabbitmq calls, and the
 // classification of what the broker says into PublishOutcome, live in this file.
-#include <amqp.h>
-#include <amqp_framing.h>
-#include <amqp_ssl_socket.h>
-#include <amqp_tcp_socket.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -17,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "amqp_common.h"
 #include "outbox/rabbitmq.h"
 #include "outbox/thread_annotations.h"
 #include "outbox/time.h"
@@ -24,86 +21,7 @@
 namespace outbox {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// The frame size asked for at login (RabbitMQ's default maximum): the
-// properties and headers of a message must fit in one header frame.
-constexpr int kFrameMax = 131072;
-
-bool IsExchangeChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-' || c == ':';
-}
-
-// The parts of an AMQP URL (amqp_parse_url works in place on its copy).
-struct AmqpUrl {
-  std::string user, password, host, vhost;
-  int port = 0;
-  bool tls = false;
-};
-
-Result<AmqpUrl> ParseAmqpUrl(const std::string& url) {
-  const std::string shown = RedactAmqpUrl(url);
-  if (url.rfind("amqp://", 0) != 0 && url.rfind("amqps://", 0) != 0) {
-    return Status::InvalidArgument("\"" + shown + "\" must start with amqp:// or amqps://");
-  }
-  std::vector<char> buf(url.begin(), url.end());
-  buf.push_back('\0');
-  amqp_connection_info info;
-  amqp_default_connection_info(&info);
-  if (amqp_parse_url(buf.data(), &info) != AMQP_STATUS_OK) {
-    return Status::InvalidArgument("\"" + shown +
-                                   "\" is not amqp[s]://USER:PASSWORD@HOST[:PORT]/VHOST (PORT in 1..65535, the "
-                                   "VHOST percent-encoded)");
-  }
-  AmqpUrl u;
-  u.user = info.user ? info.user : "";
-  u.password = info.password ? info.password : "";
-  u.host = info.host ? info.host : "";
-  u.vhost = info.vhost ? info.vhost : "/";
-  u.port = info.port;
-  u.tls = info.ssl != 0;
-  if (u.host.empty()) return Status::InvalidArgument("\"" + shown + "\" has no host");
-  if (u.port < 1 || u.port > 65535) {
-    return Status::InvalidArgument("\"" + shown + "\": the port must be 1..65535");
-  }
-  if (u.vhost.empty()) u.vhost = "/";
-  return u;
-}
-
-// ---- Frames and the outcome of one call ----
-
-amqp_bytes_t Bytes(const std::string& s) {
-  return amqp_bytes_t{s.size(), const_cast<char*>(s.data())};
-}
-
-std::string Text(amqp_bytes_t b) {
-  return std::string(static_cast<const char*>(b.bytes), b.len);
-}
-
-std::string ReplyText(const amqp_rpc_reply_t& r, const char* what) {
-  switch (r.reply_type) {
-    case AMQP_RESPONSE_NORMAL:
-      return "";
-    case AMQP_RESPONSE_NONE:
-      return std::string(what) + ": no reply (missing RPC reply type)";
-    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-      return std::string(what) + ": " + amqp_error_string2(r.library_error);
-    case AMQP_RESPONSE_SERVER_EXCEPTION:
-      if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-        auto* m = static_cast<amqp_connection_close_t*>(r.reply.decoded);
-        return std::string(what) + ": the broker closed the connection: " +
-               std::to_string(m->reply_code) + " " + Text(m->reply_text);
-      }
-      if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        auto* m = static_cast<amqp_channel_close_t*>(r.reply.decoded);
-        return std::string(what) + ": the broker closed the channel: " +
-               std::to_string(m->reply_code) + " " + Text(m->reply_text);
-      }
-      return std::string(what) + ": unexpected reply from the broker";
-  }
-  return std::string(what) + ": unknown reply";
-}
+using namespace amqp_internal;  // NOLINT: this file is the library's RabbitMQ side
 
 PublishResult Unavailable(std::string why) {
   PublishResult r;
@@ -112,12 +30,6 @@ PublishResult Unavailable(std::string why) {
   r.broker_unavailable = true;
   r.outage_for_event = true;
   return r;
-}
-
-timeval Tv(Clock::duration d) {
-  const auto us = std::max<std::int64_t>(
-      0, std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-  return timeval{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
 }
 
 // One connection and its one channel in confirm mode; used by one call at a time.
@@ -231,94 +143,19 @@ class RabbitMqTransport final : public Transport {
       *error = where + ": out of memory";
       return nullptr;
     }
-    amqp_socket_t* socket = nullptr;
-    if (url_.tls) {
-      socket = amqp_ssl_socket_new(c->state);
-      if (socket) {
-        amqp_ssl_socket_set_verify_peer(socket, options_.tls_verify ? 1 : 0);
-        amqp_ssl_socket_set_verify_hostname(socket, options_.tls_verify ? 1 : 0);
-        if (!options_.tls_ca_file.empty() &&
-            amqp_ssl_socket_set_cacert(socket, options_.tls_ca_file.c_str()) != AMQP_STATUS_OK) {
-          *error = where + ": cannot read rabbitmq.tls_ca_file " + options_.tls_ca_file;
-          return nullptr;
-        }
-        if (!options_.tls_cert_file.empty() &&
-            amqp_ssl_socket_set_key(socket, options_.tls_cert_file.c_str(),
-                                    options_.tls_key_file.c_str()) != AMQP_STATUS_OK) {
-          *error = where + ": cannot use rabbitmq.tls_cert_file / tls_key_file";
-          return nullptr;
-        }
-      }
-    } else {
-      socket = amqp_tcp_socket_new(c->state);
-    }
-    if (!socket) {
-      *error = where + ": cannot create a socket";
-      return nullptr;
-    }
-    timeval tv = Tv(deadline - Clock::now());
-    if (int rc = amqp_socket_open_noblock(socket, url_.host.c_str(), url_.port, &tv);
-        rc != AMQP_STATUS_OK) {
-      *error = where + ": connect: " + amqp_error_string2(rc);
-      return nullptr;
-    }
-    c->fd = amqp_socket_get_sockfd(socket);
-    Enter(*c, deadline);  // the watchdog bounds the handshake too
-    tv = Tv(deadline - Clock::now());
-    amqp_set_handshake_timeout(c->state, &tv);
-    amqp_set_rpc_timeout(c->state, &tv);
-    // Capabilities: connection.blocked (alarms are told, not only felt),
-    // authentication_failure_close (a bad password is said as such).
-    amqp_table_entry_t caps[4];
-    const char* const kCaps[] = {"connection.blocked", "authentication_failure_close",
-                                 "publisher_confirms", "basic.nack"};
-    for (int i = 0; i < 4; ++i) {
-      caps[i].key = amqp_cstring_bytes(kCaps[i]);
-      caps[i].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-      caps[i].value.value.boolean = 1;
-    }
-    amqp_table_entry_t props[2];
-    props[0].key = amqp_cstring_bytes("capabilities");
-    props[0].value.kind = AMQP_FIELD_KIND_TABLE;
-    props[0].value.value.table = amqp_table_t{4, caps};
-    props[1].key = amqp_cstring_bytes("connection_name");
-    props[1].value.kind = AMQP_FIELD_KIND_UTF8;
-    props[1].value.value.bytes = amqp_cstring_bytes("outbox-relay");
-    const amqp_table_t client{2, props};
-    amqp_rpc_reply_t r = amqp_login_with_properties(
-        c->state, url_.vhost.c_str(), 0, kFrameMax, 0, &client, AMQP_SASL_METHOD_PLAIN,
-        url_.user.c_str(), url_.password.c_str());
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-      *error = ReplyText(r, (where + ": login as " + url_.user + " to vhost " + url_.vhost).c_str());
-      Leave(*c);
-      return nullptr;
-    }
-    if (!OpenChannel(*c, error)) {
+    Conn* raw = c.get();
+    // The watchdog bounds the handshake too, from the socket's opening.
+    const bool opened = OpenAndLogin(c->state, url_, options_, "outbox-relay", 0, deadline,
+                                     [&](int fd) { raw->fd = fd; Enter(*raw, deadline); }, error);
+    if (opened && !OpenChannel(c->state, c->channel, /*confirms=*/true, error)) {
       *error = where + ": " + *error;
       Leave(*c);
       return nullptr;
     }
     Leave(*c);
+    if (!opened) return nullptr;
+    c->next_tag = 1;
     return c;
-  }
-
-  // Opens the connection's channel in confirm mode (again, after the broker
-  // closed it).
-  static bool OpenChannel(Conn& c, std::string* error) {
-    amqp_channel_open(c.state, c.channel);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(c.state);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-      *error = ReplyText(r, "channel.open");
-      return false;
-    }
-    amqp_confirm_select(c.state, c.channel);
-    r = amqp_get_rpc_reply(c.state);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-      *error = ReplyText(r, "confirm.select");
-      return false;
-    }
-    c.next_tag = 1;
-    return true;
   }
 
   // Checks (or declares) `exchange` on the connection. False with `error` when
@@ -347,10 +184,11 @@ class RabbitMqTransport final : public Transport {
         *error = "exchange '" + exchange + "': " + std::to_string(code) + " " + text;
       }
       std::string why;  // the same channel number again, after its close-ok
-      if (!OpenChannel(c, &why)) {
+      if (!OpenChannel(c.state, c.channel, /*confirms=*/true, &why)) {
         *lost = true;
         *error += "; then " + why;
       }
+      c.next_tag = 1;
       return false;
     }
     *lost = true;
@@ -738,7 +576,7 @@ Status ValidateExchangeTemplate(const std::string& tmpl) {
                                        "} (known: {aggregate_type}, {event_type})");
       }
       i = end + 1;
-    } else if (!IsExchangeChar(tmpl[i])) {
+    } else if (!IsNameChar(tmpl[i])) {
       return Status::InvalidArgument("exchange_template \"" + tmpl + "\": character '" +
                                      std::string(1, tmpl[i]) +
                                      "' is not allowed in a RabbitMQ exchange name");
@@ -758,7 +596,7 @@ std::string RenderExchange(const std::string& tmpl, const Event& event) {
       const std::string& v = tmpl.compare(i + 1, end - i - 1, "event_type") == 0
                                  ? event.event_type
                                  : event.aggregate_type;
-      for (char ch : v) out += IsExchangeChar(ch) ? ch : '_';
+      for (char ch : v) out += IsNameChar(ch) ? ch : '_';
       i = end + 1;
     } else {
       out += tmpl[i++];
