@@ -12,8 +12,9 @@
 //   "permanent-long:..." permanent, with a 9,000-byte error
 //   "orphan"             breaks a deferred foreign key (<schema>.child): fails at COMMIT
 //   a NULL value         permanent
-// Arguments: --db URL --bootstrap B --schema S --topic T --group G
+// Arguments: --db URL (--bootstrap B | --amqp URL) --schema S --topic T --group G
 //            [--retry-delays MS,MS,...] [--batch N] [--batch-wait-ms MS] [--ordered 1]
+//            [--prefetch N]  (RabbitMQ: basic.qos; ordered: single active consumer)
 //            [--metrics-port N]  (serve /metrics on 127.0.0.1:N, 0: any free port;
 //                                 logs "metrics port=P")
 // With a mysql:// --db the inbox is MariaDB's (tables in the URL's database,
@@ -37,6 +38,7 @@
 #include "outbox/mariadb.h"
 #include "outbox/mariadb_inbox.h"
 #include "outbox/postgres_inbox.h"
+#include "outbox/rabbitmq.h"
 
 #include <mysql.h>
 
@@ -200,10 +202,23 @@ int main(int argc, char** argv) {
     std::cerr << "inbox: " << inbox.status().ToString() << "\n";
     return 1;
   }
-  outbox::KafkaInboxSourceOptions so;
-  so.properties = {{"bootstrap.servers", a["bootstrap"]}, {"group.id", a["group"]},
-                   {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"}};
-  auto source = outbox::OpenKafkaInboxSource(so, logger);
+  outbox::Result<std::unique_ptr<outbox::InboxSource>> source = outbox::Status::Internal("no source");
+  const bool ordered = a.count("ordered") && a["ordered"] == "1";
+  if (a.count("amqp")) {
+    outbox::RabbitMqInboxSourceOptions ro;
+    ro.broker.url = a["amqp"];
+    ro.broker.declare = true;
+    ro.broker.timeout = std::chrono::milliseconds(3000);
+    ro.group = a["group"];
+    ro.single_active_consumer = ordered;
+    if (a.count("prefetch")) ro.prefetch = std::atoi(a["prefetch"].c_str());
+    source = outbox::OpenRabbitMqInboxSource(ro, logger);
+  } else {
+    outbox::KafkaInboxSourceOptions so;
+    so.properties = {{"bootstrap.servers", a["bootstrap"]}, {"group.id", a["group"]},
+                     {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "500"}};
+    source = outbox::OpenKafkaInboxSource(so, logger);
+  }
   if (!source.ok()) {
     std::cerr << "source: " << source.status().ToString() << "\n";
     return 2;
@@ -219,7 +234,8 @@ int main(int argc, char** argv) {
   }
   if (a.count("batch")) co.batch_size = std::atoi(a["batch"].c_str());
   if (a.count("batch-wait-ms")) co.batch_wait = std::chrono::milliseconds(std::atol(a["batch-wait-ms"].c_str()));
-  co.ordered = a.count("ordered") && a["ordered"] == "1";
+  co.ordered = ordered;
+  if (a.count("amqp")) co.group = a["group"];
   outbox::MetricsRegistry registry;
   auto consumer =
       outbox::Consumer::Create(co, **source, **inbox, outbox::DedupByEventId(), logger, &registry);

@@ -81,6 +81,26 @@ class AmqpClient {
     (void)Reply();
   }
 
+  void DeleteQueue(const std::string& queue) {
+    amqp_queue_delete(conn_, 1, amqp_cstring_bytes(queue.c_str()), 0, 0);
+    (void)Reply();
+  }
+  // Messages ready in `queue`; -1 when it does not exist (the broker closed
+  // the channel for that: it is opened again).
+  long Depth(const std::string& queue) {
+    amqp_queue_declare_ok_t* ok = amqp_queue_declare(conn_, 1, amqp_cstring_bytes(queue.c_str()), 1,
+                                                     0, 0, 0, amqp_empty_table);
+    if (ok) return static_cast<long>(ok->message_count);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(conn_);
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+      amqp_channel_close_ok_t close_ok{};
+      (void)amqp_send_method(conn_, 1, AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok);
+      amqp_channel_open(conn_, 1);
+      ok_ = Reply();
+    }
+    return -1;
+  }
+
   // The next message of `queue` (acknowledged), or nothing when it is empty.
   std::optional<AmqpMessage> Get(const std::string& queue) {
     amqp_rpc_reply_t r = amqp_basic_get(conn_, 1, amqp_cstring_bytes(queue.c_str()), 1);

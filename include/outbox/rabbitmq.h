@@ -50,6 +50,8 @@
 #include <string>
 
 #include "outbox/event.h"
+#include "outbox/inbox_source.h"
+#include "outbox/log.h"
 #include "outbox/status.h"
 #include "outbox/transport.h"
 
@@ -96,6 +98,64 @@ Status ValidateRabbitMqOptions(const RabbitMqTransportOptions& options);
 // ValidateRabbitMqOptions, then the transport; opens no connection (an unreachable broker surfaces as kRetryable
 // outcomes and !Healthy()).
 Result<std::unique_ptr<Transport>> OpenRabbitMqTransport(const RabbitMqTransportOptions& options);
+
+// ---- The inbox source: the C++ Consumer and outbox-consumer on RabbitMQ ----
+//
+// A handler's topic is an exchange; its group reads it through queues of its
+// own, all durable, declared at each connection:
+//   <group>.<topic>              bound to the exchange for every key ("#" on a
+//                                topic exchange, "" on fanout/headers, weight
+//                                "1" on x-consistent-hash); with
+//                                x-single-active-consumer when
+//                                single_active_consumer (ordered handlers)
+//   <group>.<topic>.retry.N      one per retry delay; a copy waits there until
+//                                due (its per-message expiration), then
+//                                dead-letters back to <group>.<topic>
+//   <group>.<topic><dlt_suffix>  the dead-letter queue
+// Several processes with the same group share the queue (competing consumers;
+// with single_active_consumer, one reads and the others stand by).
+//
+// In the engine's words (inbox_source.h): the partition is the consuming
+// session (a new number at each connection), the offset the delivery tag.
+// Commit acks (multiple) up to the last offset of the current session; a
+// session that ended gives its unacked deliveries back to the queue, so an
+// offset of an earlier session is never acked. Rewind ends the session for the
+// same reason. Forwarded copies are persistent, published with confirms on a
+// connection of their own; the message's key travels in the header
+// kRabbitMqKeyHeader (a copy from a retry queue arrives with the queue's name
+// as its routing key), a retry copy's topic in kRabbitMqRetryTopicHeader. A
+// retry copy delivered before its due time (clocks apart) ends the session
+// until it is due (Pause), so nothing after it is acked. Lag is the main queue's depth (messages ready), read at
+// most once a second. An unreachable broker or a refused declare (say a queue
+// that exists with other arguments) is retried with backoff and said by
+// NotReadyReason, naming the queue or exchange.
+//
+// Thread-safety: as InboxSource (one thread; NotReadyReason from any).
+// Ownership: owns its two connections; borrows `logger`, which must outlive it.
+inline constexpr char kRabbitMqKeyHeader[] = "outbox-message-key";
+// On a copy in a retry queue: the retry topic (<topic>.retry.N) it is
+// delivered as when it comes back, so that the engine counts its attempts.
+inline constexpr char kRabbitMqRetryTopicHeader[] = "outbox-retry-topic";
+
+struct RabbitMqInboxSourceOptions {
+  // The connection (url, tls_*, timeout: each connect and each forward) and
+  // the exchanges (exchange_type; declare: declare them, else they must
+  // exist). exchange_template is not used. Queues are always declared.
+  RabbitMqTransportOptions broker;
+  std::string group;  // required: names the queues
+  std::string dlt_suffix = ".dlt";
+  int prefetch = 500;  // unacked deliveries the broker sends ahead (basic.qos), 1..65535
+  bool single_active_consumer = false;  // ordered handlers: one reader per queue at a time
+};
+
+// "<group>.<topic>": the group's queue for a topic.
+std::string RabbitMqQueueName(const std::string& group, const std::string& topic);
+
+// Validates the options (InvalidArgument naming the key, never the password;
+// exchange_type direct is refused: it cannot route every key to one queue)
+// and creates the source; it connects at the first Poll or Forward.
+Result<std::unique_ptr<InboxSource>> OpenRabbitMqInboxSource(const RabbitMqInboxSourceOptions& options,
+                                                             Logger& logger);
 
 }  // namespace outbox
 

@@ -1,0 +1,191 @@
+// The inbox on RabbitMQ end to end, every part a real process: outbox-relay
+// publishes to the testenv's RabbitMQ node, inbox_test_consumer (the C++
+// Consumer with the RabbitMQ source and the PostgreSQL inbox) applies one
+// effect row per event (effects has no unique key: a double effect shows as
+// two rows). Each event once and in order per aggregate, the retry queues
+// and the dead-letter queue with Kafka's failure headers, the crash-matrix
+// rows of the consumer (killed after the inbox commit and before the ack),
+// and ordered handlers sharing one queue through a single active consumer.
+#include <signal.h>
+
+#include <filesystem>
+
+#include "outbox/rabbitmq.h"
+#include "rabbitmq_helpers.h"
+#include "relay_fixture.h"
+
+namespace outbox::testing {
+namespace {
+
+class InboxRabbitMqTest : public RelayE2ETest {
+ protected:
+  void SetUp() override {
+    RelayE2ETest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    OUTBOX_REQUIRE_ENV(amqp_, "OUTBOX_AMQP_URL");
+    exchange_ = "ex." + schema_ + ".order";
+    group_ = "g-" + schema_;
+    queue_ = RabbitMqQueueName(group_, exchange_);
+    rabbit_ = std::make_unique<AmqpClient>(amqp_);
+    ASSERT_TRUE(rabbit_->ok());
+    Exec(admin_.get(), "CREATE TABLE " + schema_ +
+                           ".effects (id bigserial PRIMARY KEY, k text, payload text)");
+    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".attempts (k text PRIMARY KEY, n int)");
+    Exec(admin_.get(), "CREATE TABLE " + schema_ + ".blocklist (k text PRIMARY KEY)");
+  }
+  void TearDown() override {
+    consumers_.clear();
+    if (rabbit_ && rabbit_->ok()) {
+      for (const char* q : {"", ".retry.1", ".retry.2", ".dlt"}) rabbit_->DeleteQueue(queue_ + q);
+      rabbit_->Delete("", exchange_);
+    }
+    RelayE2ETest::TearDown();
+  }
+
+  Subprocess& StartRabbitRelay() {
+    return StartRelay({"relay.transport=rabbitmq", "rabbitmq.url=" + amqp_,
+                       "rabbitmq.exchange_template=ex." + schema_ + ".{aggregate_type}",
+                       "rabbitmq.declare=true", "rabbitmq.timeout_ms=3000"});
+  }
+
+  Subprocess& StartConsumer(const std::string& faults = "", bool ordered = false,
+                            const std::string& retry = "300,300") {
+    std::vector<std::string> argv = {OUTBOX_INBOX_CONSUMER_BIN, "--db", url_, "--amqp", amqp_,
+                                     "--schema", schema_, "--topic", exchange_, "--group", group_,
+                                     "--retry-delays", retry, "--prefetch", "50"};
+    if (ordered) {
+      argv.push_back("--ordered");
+      argv.push_back("1");
+    }
+    std::map<std::string, std::string> env;
+    if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
+    const std::string log = (std::filesystem::temp_directory_path() /
+                             ("inbox-rabbitmq-" + schema_ + "-" + std::to_string(consumers_.size())))
+                                .string();
+    consumers_.push_back(std::make_unique<Subprocess>(argv, env, log));
+    // The relay's messages are unroutable (FAILED) until the group's queue is
+    // bound: wait for the consumer to declare it.
+    EXPECT_TRUE(WaitFor([&] { return rabbit_->Depth(queue_) >= 0; }, 20s)) << consumers_.back()->Log();
+    return *consumers_.back();
+  }
+
+  long Num(const std::string& sql) { return std::stol(Exec(admin_.get(), sql)); }
+  long Effects() { return Num("SELECT count(*) FROM " + schema_ + ".effects"); }
+  long DoubleEffects() {
+    return Num("SELECT count(*) FROM (SELECT payload FROM " + schema_ +
+               ".effects GROUP BY payload HAVING count(*) > 1) d");
+  }
+  // Per aggregate, the effects' payloads "agg#n" in n order (by effect id).
+  long OutOfOrder() {
+    return Num("SELECT count(*) FROM (SELECT k, split_part(payload, '#', 2)::int AS n, "
+               "lag(split_part(payload, '#', 2)::int) OVER (PARTITION BY k ORDER BY id) AS prev "
+               "FROM " + schema_ + ".effects WHERE payload LIKE '%#%') e WHERE prev IS NOT NULL "
+               "AND n < prev");
+  }
+  std::string Logs() {
+    std::string s;
+    for (auto& c : consumers_) s += "--- consumer\n" + c->Log();
+    return s;
+  }
+
+  std::string amqp_, exchange_, group_, queue_;
+  std::unique_ptr<AmqpClient> rabbit_;
+  std::vector<std::unique_ptr<Subprocess>> consumers_;
+};
+
+TEST_F(InboxRabbitMqTest, EveryEventIsAppliedOnceInOrderAndAcked) {
+  Subprocess& c = StartConsumer();
+  StartRabbitRelay();
+  EnqueueMany(2, 10, 20);  // 400 events
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 400; }, 60s))
+      << Logs() << "\nsent " << CountStatus("SENT") << " effects " << Effects() << " ready "
+      << rabbit_->Depth(queue_);
+  EXPECT_EQ(Effects(), 400);
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(OutOfOrder(), 0);
+  EXPECT_TRUE(WaitFor([&] { return rabbit_->Depth(queue_) == 0; }, 10s)) << "every message acked";
+  c.Signal(SIGTERM);
+  EXPECT_EQ(c.Wait(Scaled(20s)), 0) << c.Log();
+  EXPECT_NE(c.Log().find("counters applied=400"), std::string::npos) << c.Log();
+}
+
+// Transient failures go through the group's retry queues (a copy waits there
+// until due, then comes back through the main queue); permanent ones and
+// those past the last retry go to the dead-letter queue with Kafka's headers.
+TEST_F(InboxRabbitMqTest, RetryQueuesThenTheDeadLetterQueueWithTheFailureHeaders) {
+  StartConsumer();
+  StartRabbitRelay();
+  ASSERT_TRUE(EnqueueOne("once-1", "transient-once"));
+  ASSERT_TRUE(EnqueueOne("perm-1", "permanent"));
+  ASSERT_TRUE(EnqueueOne("forever-1", "transient-forever"));
+  ASSERT_TRUE(EnqueueOne("ok-1", "ok"));
+  ASSERT_TRUE(WaitFor([&] {
+    return Effects() == 2 && rabbit_->Depth(queue_ + ".dlt") == 2;
+  }, 30s)) << Logs();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(k, ',' ORDER BY k) FROM " + schema_ + ".effects"),
+            "ok-1,once-1");
+  std::map<std::string, AmqpMessage> dead;
+  for (AmqpMessage& m : rabbit_->Drain(queue_ + ".dlt")) dead[m.body] = std::move(m);
+  ASSERT_EQ(dead.size(), 2u);
+  const AmqpMessage& perm = dead.at("permanent");
+  EXPECT_EQ(perm.headers.at("outbox-error-class"), "permanent");
+  EXPECT_EQ(perm.headers.at("outbox-error-message"), "contract violation");
+  EXPECT_EQ(perm.headers.at("outbox-original-topic"), exchange_);
+  EXPECT_EQ(perm.headers.at("outbox-attempt"), "1");
+  EXPECT_EQ(perm.headers.at(kRabbitMqKeyHeader), "perm-1") << "the key travels with the copy";
+  EXPECT_FALSE(perm.message_id.empty());
+  EXPECT_EQ(perm.delivery_mode, 2) << "persistent";
+  const AmqpMessage& forever = dead.at("transient-forever");
+  EXPECT_EQ(forever.headers.at("outbox-error-class"), "transient");
+  EXPECT_EQ(forever.headers.at("outbox-attempt"), "3") << "two retries, then the dead letter";
+  EXPECT_EQ(forever.headers.at(kRabbitMqKeyHeader), "forever-1");
+  EXPECT_EQ(rabbit_->Depth(queue_ + ".retry.1"), 0);
+  EXPECT_EQ(rabbit_->Depth(queue_ + ".retry.2"), 0);
+}
+
+// Crash matrix, consumer side: killed after the inbox committed and before
+// the ack. The broker gives the unacked messages to the next consumer; the
+// inbox absorbs them: each effect once.
+TEST_F(InboxRabbitMqTest, CrashMatrix_ConsumerDiesAfterCommitBeforeAck_EffectsOnce) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
+  Subprocess& first = StartConsumer("Inbox::AfterCommitBeforeOffsetCommit=crash@1");
+  StartRabbitRelay();
+  EnqueueMany(1, 10, 10);  // 100 events
+  first.Wait(Scaled(30s));
+  ASSERT_GT(Effects(), 0) << first.Log();
+  Subprocess& second = StartConsumer();
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 100 && rabbit_->Depth(queue_) == 0; }, 30s)) << Logs();
+  EXPECT_EQ(Effects(), 100);
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(OutOfOrder(), 0);
+  second.Signal(SIGTERM);
+  EXPECT_EQ(second.Wait(Scaled(20s)), 0);
+  EXPECT_EQ(second.Log().find("duplicates=0"), std::string::npos)
+      << "the redelivered batch was absorbed: " << second.Log();
+}
+
+// Ordered handlers share the queue through x-single-active-consumer: one
+// reads, the other stands by and takes over when the first is SIGKILLed;
+// per-aggregate order and each effect once hold across the takeover.
+TEST_F(InboxRabbitMqTest, OrderedConsumersTakeOverInOrderWithASingleActiveConsumer) {
+  Subprocess& a = StartConsumer("", /*ordered=*/true);
+  Subprocess& b = StartConsumer("", /*ordered=*/true);
+  StartRabbitRelay();
+  EnqueueMany(2, 5, 20);  // 200 events
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 60; }, 30s)) << Logs();
+  EXPECT_EQ(b.Log().find("batch done"), std::string::npos) << "one consumer reads at a time";
+  a.Signal(SIGKILL);
+  a.Wait(Scaled(10s));
+  EnqueueMany(2, 5, 40, /*from=*/20);  // 200 more, after the takeover
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 400; }, 60s))
+      << Logs() << "\nsent " << CountStatus("SENT") << " effects " << Effects() << " ready "
+      << rabbit_->Depth(queue_);
+  EXPECT_EQ(Effects(), 400);
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(OutOfOrder(), 0);
+  b.Signal(SIGTERM);
+  EXPECT_EQ(b.Wait(Scaled(20s)), 0);
+}
+
+}  // namespace
+}  // namespace outbox::testing
