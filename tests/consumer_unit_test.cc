@@ -120,6 +120,55 @@ TEST(ConsumerConfig, EveryRefusalNamesTheKey) {
   EXPECT_NE(no_db.status().message().find("database.url is required"), std::string::npos);
 }
 
+// Issue 43: a handler reads Kafka or RabbitMQ. The default is the broker
+// configured; with both, each handler says which; a broker named without its
+// connection, a bad URL or a direct exchange is refused naming the key; the
+// password is never printed.
+TEST(ConsumerConfig, TheBrokerIsTheOneConfiguredOrTheHandlersChoice) {
+  const std::string db = "[database]\nurl = \"postgresql://app:secret@db/app\"\n";
+  const std::string rabbit = "[rabbitmq]\nurl = \"amqp://app:s3cret@mq:5672/%2F\"\n";
+  const std::string h = "[[handler]]\ntopic = \"outbox.event.order\"\ngroup = \"billing\"\nsql = \"x\"\n";
+  auto load = [](const std::string& toml, std::vector<std::pair<std::string, std::string>> sets = {}) {
+    return LoadConfig(toml, "c.toml", {}, sets);
+  };
+  auto only_rabbit = load(db + rabbit + h);
+  ASSERT_TRUE(only_rabbit.ok()) << only_rabbit.status().message();
+  EXPECT_EQ(only_rabbit->handlers[0].broker, "rabbitmq");
+  EXPECT_TRUE(only_rabbit->rabbitmq.declare) << "the consumer declares its queues and exchanges";
+  EXPECT_EQ(only_rabbit->rabbitmq_prefetch, 500);
+  const std::string printed = PrintConfig(*only_rabbit);
+  EXPECT_EQ(printed.find("s3cret"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("amqp://app:***@mq:5672/%2F"), std::string::npos) << printed;
+  auto only_kafka = Load(h);
+  ASSERT_TRUE(only_kafka.ok());
+  EXPECT_EQ(only_kafka->handlers[0].broker, "kafka");
+  auto both = load(db + rabbit + "[kafka]\nbootstrap = \"k:9092\"\n" + h);
+  EXPECT_NE(both.status().message().find("handler.0.broker is required when both"), std::string::npos)
+      << both.status().message();
+  auto chosen = load(db + rabbit + "[kafka]\nbootstrap = \"k:9092\"\n" + h + "broker = \"rabbitmq\"\n");
+  ASSERT_TRUE(chosen.ok()) << chosen.status().message();
+  EXPECT_EQ(chosen->handlers[0].broker, "rabbitmq");
+  EXPECT_NE(Error(h + "broker = \"rabbitmq\"\n").find("handler.0.broker = \"rabbitmq\" needs rabbitmq.url"),
+            std::string::npos);
+  EXPECT_NE(load(db + rabbit + h + "broker = \"kafka\"\n").status().message().find("needs kafka.bootstrap"),
+            std::string::npos);
+  EXPECT_NE(Error(h + "broker = \"sqs\"\n").find("config key handler.0.broker: invalid value"),
+            std::string::npos);
+  EXPECT_NE(load(db + h).status().message().find("kafka.bootstrap (or OUTBOX_KAFKA_BOOTSTRAP) or rabbitmq.url"),
+            std::string::npos);
+  const std::string bad_url = load(db + "[rabbitmq]\nurl = \"amqp://app:s3cret@mq:99999/%2F\"\n" + h).status().message();
+  EXPECT_NE(bad_url.find("rabbitmq.url"), std::string::npos) << bad_url;
+  EXPECT_EQ(bad_url.find("s3cret"), std::string::npos) << bad_url;
+  EXPECT_NE(load(db + rabbit + h, {{"rabbitmq.exchange_type", "direct"}}).status().message()
+                .find("rabbitmq.exchange_type: direct cannot route"),
+            std::string::npos);
+  EXPECT_NE(load(db + rabbit + h, {{"rabbitmq.prefetch", "0"}}).status().message().find("rabbitmq.prefetch"),
+            std::string::npos);
+  EXPECT_NE(load(db + rabbit + h, {{"handler.0.group", std::string(250, 'g')}}).status().message()
+                .find("within 255 bytes"),
+            std::string::npos);
+}
+
 // Issue 41: values of the wrong TOML type were coerced (`ordered = "yes"`,
 // `ordered = 1`, `batch_size = "500"`); a --set past the last handler named
 // another handler; `timeout_ms` on an sql handler did nothing.

@@ -9,6 +9,8 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "outbox/rabbitmq.h"
 #include "rabbitmq_helpers.h"
@@ -37,7 +39,7 @@ class InboxRabbitMqTest : public RelayE2ETest {
     consumers_.clear();
     if (rabbit_ && rabbit_->ok()) {
       for (const char* q : {"", ".retry.1", ".retry.2", ".dlt"}) rabbit_->DeleteQueue(queue_ + q);
-      rabbit_->Delete("", exchange_);
+      rabbit_->DeleteExchange(exchange_);
     }
     RelayE2ETest::TearDown();
   }
@@ -185,6 +187,104 @@ TEST_F(InboxRabbitMqTest, OrderedConsumersTakeOverInOrderWithASingleActiveConsum
   EXPECT_EQ(OutOfOrder(), 0);
   b.Signal(SIGTERM);
   EXPECT_EQ(b.Wait(Scaled(20s)), 0);
+}
+
+// The source by itself, in process: the queue's depth as lag (messages ready:
+// the prefetched ones are not), and Rewind gives the unacked deliveries back
+// in their place (the next session starts with the same first message).
+TEST_F(InboxRabbitMqTest, TheSourceReportsTheQueueDepthAndRewindsInPlace) {
+  StreamLogger logger(false, LogLevel::kWarn);
+  RabbitMqInboxSourceOptions o;
+  o.broker.url = amqp_;
+  o.broker.declare = true;
+  o.group = group_;
+  o.prefetch = 10;
+  auto source = OpenRabbitMqInboxSource(o, logger);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  InboxSource& src = **source;
+  ASSERT_TRUE(src.Subscribe({exchange_}).ok());
+  EXPECT_TRUE(src.Poll(1, 10ms).empty());  // connects, declares: nothing yet
+  EXPECT_EQ(src.NotReadyReason(), "");
+  StartRabbitRelay();
+  EnqueueMany(1, 10, 10);  // 100 events
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 100; }, 30s));
+  std::vector<InboundMessage> first = src.Poll(5, 50ms);
+  ASSERT_EQ(first.size(), 5u);
+  EXPECT_EQ(first[0].topic, exchange_);
+  EXPECT_FALSE(first[0].key.empty());
+  ASSERT_NE(first[0].Header("outbox-event-id"), nullptr);
+  std::this_thread::sleep_for(1100ms);  // the depth is read at most once a second
+  (void)src.Poll(1, 0ms);
+  const std::vector<PartitionLag> lag = src.Lag();
+  ASSERT_EQ(lag.size(), 1u);
+  EXPECT_EQ(lag[0].tp.topic, exchange_);
+  EXPECT_GE(lag[0].lag, 80) << "100 sent, at most 10 + 10 delivered ahead";
+  EXPECT_LE(lag[0].lag, 90);
+  // Nothing acked: a rewind gives everything back, the first message first.
+  src.Rewind({{{first[0].topic, first[0].partition}, first[0].offset}});
+  std::vector<InboundMessage> again;
+  ASSERT_TRUE(WaitFor([&] {
+    auto m = src.Poll(1, 0ms);
+    again.insert(again.end(), m.begin(), m.end());
+    return !again.empty();
+  }, 10s));
+  EXPECT_EQ(*again[0].Header("outbox-event-id"), *first[0].Header("outbox-event-id"));
+  EXPECT_NE(again[0].partition, first[0].partition) << "a new session";
+  // Acks of the ended session are dropped (its deliveries came back).
+  EXPECT_TRUE(src.Commit({{{first[0].topic, first[0].partition}, first[4].offset + 1}}).ok());
+  EXPECT_TRUE(src.Commit({{{again[0].topic, again[0].partition}, again[0].offset + 1}}).ok());
+  std::this_thread::sleep_for(1100ms);
+  (void)src.Poll(1, 0ms);
+  EXPECT_GE(src.Lag()[0].lag, 78) << "only one message acked";
+}
+
+// outbox-consumer with a handler on RabbitMQ (broker = "rabbitmq": the
+// environment names the testenv's Kafka too): an sql handler applies each event once, /readyz is
+// 200, and an unreachable broker is said on /readyz without the password.
+TEST_F(InboxRabbitMqTest, OutboxConsumerAppliesEachEventOnceFromRabbitMq) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / ("outbox-consumer-" + schema_ + ".toml")).string();
+  std::ofstream(path) << "[http]\nlisten = \"127.0.0.1:0\"\n[[handler]]\ntopic = \"" << exchange_
+                      << "\"\ngroup = \"" << group_ << "\"\nbroker = \"rabbitmq\"\nordered = true\nsql = \"INSERT INTO "
+                      << schema_ << ".effects (k, payload) VALUES ($4, convert_from($1, 'UTF8'))\"\n";
+  auto start = [&](const std::string& amqp, const std::string& name) {
+    std::vector<std::string> argv = {OUTBOX_CONSUMER_BIN, "--config", path, "--migrate",
+                                     "--set", "database.url=" + url_,
+                                     "--set", "database.inbox_schema=" + schema_,
+                                     "--set", "rabbitmq.url=" + amqp};
+    consumers_.push_back(std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{}, (dir / ("outbox-consumer-" + schema_ + name)).string()));
+    return consumers_.back().get();
+  };
+  // A broker that does not answer: not ready, naming it, the password hidden.
+  Subprocess* down = start("amqp://guest:s3cret-pw@127.0.0.1:1/%2F", "-down.log");
+  const int down_port = HttpPort(*down);
+  int status = 0;
+  std::string why;
+  EXPECT_TRUE(WaitFor([&] {
+    why = Get(down_port, "/readyz", &status);
+    return status == 503 && why.find("broker unreachable") != std::string::npos;
+  }, 20s)) << why << down->Log();
+  EXPECT_EQ(why.find("s3cret-pw"), std::string::npos);
+  EXPECT_EQ(down->Log().find("s3cret-pw"), std::string::npos);
+  down->Signal(SIGTERM);
+  EXPECT_EQ(down->Wait(Scaled(20s)), 0) << down->Log();
+
+  Subprocess* c = start(amqp_, ".log");
+  const int port = HttpPort(*c);
+  ASSERT_TRUE(WaitFor([&] { Get(port, "/readyz", &status); return status == 200; }, 30s)) << c->Log();
+  StartRabbitRelay();
+  EnqueueMany(2, 5, 20);  // 200 events
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 200; }, 60s)) << c->Log();
+  EXPECT_EQ(Effects(), 200);
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(OutOfOrder(), 0);
+  // The lag gauge is the queue's depth: 0 once drained.
+  EXPECT_TRUE(WaitFor([&] {
+    return Metric(Get(port, "/metrics"), "outbox_inbox_consumer_lag_messages") == 0;
+  }, 10s)) << Get(port, "/metrics");
+  c->Signal(SIGTERM);
+  EXPECT_EQ(c->Wait(Scaled(20s)), 0) << c->Log();
 }
 
 }  // namespace

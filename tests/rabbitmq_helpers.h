@@ -38,6 +38,8 @@ class AmqpClient {
             .reply_type != AMQP_RESPONSE_NORMAL) {
       return;
     }
+    timeval rpc{10, 0};  // a test that waits on a broken channel fails, never hangs
+    amqp_set_rpc_timeout(conn_, &rpc);
     amqp_channel_open(conn_, 1);
     ok_ = amqp_get_rpc_reply(conn_).reply_type == AMQP_RESPONSE_NORMAL;
   }
@@ -81,6 +83,10 @@ class AmqpClient {
     (void)Reply();
   }
 
+  void DeleteExchange(const std::string& exchange) {
+    amqp_exchange_delete(conn_, 1, amqp_cstring_bytes(exchange.c_str()), 0);
+    (void)Reply();
+  }
   void DeleteQueue(const std::string& queue) {
     amqp_queue_delete(conn_, 1, amqp_cstring_bytes(queue.c_str()), 0, 0);
     (void)Reply();

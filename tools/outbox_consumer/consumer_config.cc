@@ -6,6 +6,7 @@
 #include <set>
 
 #include "config.h"
+#include "rabbitmq_keys.h"
 #include "outbox/http_transport.h"
 #include "outbox/open.h"
 #include "outbox/parse.h"
@@ -25,6 +26,13 @@ std::vector<config::Key<HandlerConfig>> HandlerKeys() {
   k.push_back(config::String<H>("sql", "", [](H& h) -> std::string& { return h.sql; }));
   k.push_back(config::String<H>("http", "", [](H& h) -> std::string& { return h.http; }));
   k.push_back(config::Boolean<H>("ordered", "", [](H& h) -> bool& { return h.ordered; }));
+  k.push_back({"broker", "",
+               [](H& h, const std::string& v) -> Status {
+                 if (v != "kafka" && v != "rabbitmq") return config::BadValue("broker", v, "kafka or rabbitmq");
+                 h.broker = v;
+                 return Status::Ok();
+               },
+               [](const H& h) { return h.broker; }, true});
   k.push_back({"retries", "",
                [](H& h, const std::string& v) -> Status {
                  auto r = ParseRetries("retries", v);
@@ -79,6 +87,10 @@ const config::Schema<Config>& TheSchema() {
                         return it == c.kafka.end() ? std::string() : it->second;
                       },
                       true});
+    config::AddRabbitMqKeys<Config>(s, [](Config& c) -> RabbitMqTransportOptions& { return c.rabbitmq; },
+                                    /*exchange_template=*/false);
+    s.keys.push_back(config::Integer<Config, int>("rabbitmq.prefetch", "OUTBOX_RABBITMQ_PREFETCH", 1, 65535,
+                                                  [](Config& c) -> int& { return c.rabbitmq_prefetch; }));
     s.keys.push_back(config::Integer<Config, int>("consumer.batch_size", "OUTBOX_CONSUMER_BATCH_SIZE", 1,
                                                   10000, [](Config& c) -> int& { return c.batch_size; }));
     s.keys.push_back(config::Span<Config, std::chrono::milliseconds>(
@@ -233,8 +245,21 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
   if (Status st = ValidateSchemaName(c.inbox_schema); !st.ok()) {
     return Status::InvalidArgument("config key database.inbox_schema: " + st.message());
   }
-  if (!c.kafka.count("bootstrap.servers")) {
-    return Status::InvalidArgument("config key kafka.bootstrap is required (or OUTBOX_KAFKA_BOOTSTRAP)");
+  const bool kafka = c.kafka.count("bootstrap.servers") > 0;
+  const bool rabbitmq = !c.rabbitmq.url.empty();
+  if (!kafka && !rabbitmq) {
+    return Status::InvalidArgument("config key kafka.bootstrap (or OUTBOX_KAFKA_BOOTSTRAP) or "
+                                   "rabbitmq.url (or OUTBOX_RABBITMQ_URL) is required");
+  }
+  if (rabbitmq) {
+    if (Status st = ValidateRabbitMqOptions(c.rabbitmq); !st.ok()) {
+      return Status::InvalidArgument("config key " + st.message());
+    }
+    if (c.rabbitmq.exchange_type == "direct") {
+      return Status::InvalidArgument("config key rabbitmq.exchange_type: direct cannot route every "
+                                     "aggregate's key to a handler's queue; use topic (the default), "
+                                     "fanout or headers");
+    }
   }
   if (c.kafka.count("group.id")) {
     return Status::InvalidArgument("config key kafka.properties.group.id: set each handler's group instead");
@@ -244,7 +269,25 @@ Result<Config> LoadConfig(const std::string& file_text, const std::string& file_
   }
   std::set<std::string> groups;
   for (std::size_t i = 0; i < c.handlers.size(); ++i) {
-    OUTBOX_RETURN_IF_ERROR(CheckHandler(c.handlers[i], i, groups));
+    HandlerConfig& h = c.handlers[i];
+    OUTBOX_RETURN_IF_ERROR(CheckHandler(h, i, groups));
+    const std::string at = "config key handler." + std::to_string(i) + ".broker";
+    if (h.broker.empty()) {
+      if (kafka && rabbitmq) {
+        return Status::InvalidArgument(at + " is required when both kafka.bootstrap and rabbitmq.url "
+                                       "are set (\"kafka\" or \"rabbitmq\")");
+      }
+      h.broker = kafka ? "kafka" : "rabbitmq";
+    } else if (h.broker == "kafka" && !kafka) {
+      return Status::InvalidArgument(at + " = \"kafka\" needs kafka.bootstrap (or OUTBOX_KAFKA_BOOTSTRAP)");
+    } else if (h.broker == "rabbitmq" && !rabbitmq) {
+      return Status::InvalidArgument(at + " = \"rabbitmq\" needs rabbitmq.url (or OUTBOX_RABBITMQ_URL)");
+    }
+    if (h.broker == "rabbitmq" && RabbitMqQueueName(h.group, h.topic).size() + 20 > 255) {
+      return Status::InvalidArgument("config key handler." + std::to_string(i) +
+                                     ".group / topic: the queue \"" + RabbitMqQueueName(h.group, h.topic) +
+                                     "\" and its retry queues must stay within 255 bytes");
+    }
   }
   const auto colon = c.http_listen.rfind(':');
   if (colon == std::string::npos ||

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "outbox/log.h"
+#include "outbox/rabbitmq.h"
 #include "outbox/status.h"
 
 namespace outbox::consumer_daemon {
@@ -29,7 +30,9 @@ struct DedupRule {
 // One [[handler]] table.
 struct HandlerConfig {
   std::string topic;
-  std::string group;  // the Kafka consumer group, and the inbox's consumer name
+  std::string group;  // the Kafka consumer group (RabbitMQ: the queues' prefix), and the inbox's consumer name
+  // "kafka" or "rabbitmq"; LoadConfig resolves "" to the one configured.
+  std::string broker;
   std::string sql;    // $1 payload bytea, $2 headers jsonb, $3 event id text, $4 key text
   std::string http;   // the URL POSTed to
   HandlerKind kind() const { return sql.empty() ? HandlerKind::kHttp : HandlerKind::kSql; }
@@ -48,6 +51,14 @@ struct Config {
   std::chrono::milliseconds statement_timeout{30'000};
   std::chrono::seconds connect_timeout{5};
   std::map<std::string, std::string> kafka;  // librdkafka consumer properties
+  // rabbitmq.*: the connection and the exchanges (declared by default here);
+  // exchange_template is the relay's and unused.
+  RabbitMqTransportOptions rabbitmq = [] {
+    RabbitMqTransportOptions o;
+    o.declare = true;
+    return o;
+  }();
+  int rabbitmq_prefetch = 500;
   int batch_size = 500;
   std::chrono::milliseconds batch_wait{20};
   std::chrono::seconds stamp_retention{0};  // 0: keep the stamps

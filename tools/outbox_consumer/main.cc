@@ -26,6 +26,7 @@
 #include "outbox/consumer.h"
 #include "outbox/http.h"
 #include "outbox/kafka.h"
+#include "outbox/rabbitmq.h"
 #include "outbox/mariadb_inbox.h"
 #include "outbox/metrics.h"
 #include "outbox/postgres_inbox.h"
@@ -210,10 +211,20 @@ outbox::Status BuildPipelines(const cd::Config& c, outbox::Logger& logger, std::
       if (!e.ok()) return e.status();
       p.http = std::move(*e);
     }
-    outbox::KafkaInboxSourceOptions so;
-    so.properties = c.kafka;
-    so.properties["group.id"] = p.handler->group;
-    auto source = outbox::OpenKafkaInboxSource(so, logger);
+    outbox::Result<std::unique_ptr<outbox::InboxSource>> source = outbox::Status::Internal("no broker");
+    if (p.handler->broker == "rabbitmq") {
+      outbox::RabbitMqInboxSourceOptions ro;
+      ro.broker = c.rabbitmq;
+      ro.group = p.handler->group;
+      ro.prefetch = c.rabbitmq_prefetch;
+      ro.single_active_consumer = p.handler->ordered;  // one reader per queue: per-key order
+      source = outbox::OpenRabbitMqInboxSource(ro, logger);
+    } else {
+      outbox::KafkaInboxSourceOptions so;
+      so.properties = c.kafka;
+      so.properties["group.id"] = p.handler->group;
+      source = outbox::OpenKafkaInboxSource(so, logger);
+    }
     if (!source.ok()) {
       return outbox::Status::InvalidArgument("handler." + std::to_string(i) + ": " + source.status().message());
     }

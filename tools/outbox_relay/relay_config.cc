@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "config.h"
+#include "rabbitmq_keys.h"
 #include "outbox/mariadb.h"
 #include "outbox/parse.h"
 #include "outbox/postgres.h"
@@ -156,35 +157,6 @@ void AddDeliveryKeys(config::Schema<Config>& s) {
                     }});
 }
 
-// relay.transport = rabbitmq: rabbitmq.*.
-void AddRabbitMqKeys(config::Schema<Config>& s) {
-  // Printed without its password.
-  config::Key<Config> url = config::String<Config>(
-      "rabbitmq.url", "OUTBOX_RABBITMQ_URL",
-      [](Config& c) -> std::string& { return c.rabbitmq.url; });
-  url.get = [](const Config& c) { return RedactAmqpUrl(c.rabbitmq.url); };
-  s.keys.push_back(url);
-  s.keys.push_back(config::String<Config>(
-      "rabbitmq.exchange_template", "OUTBOX_RABBITMQ_EXCHANGE_TEMPLATE",
-      [](Config& c) -> std::string& { return c.rabbitmq.exchange_template; }));
-  s.keys.push_back(config::String<Config>(
-      "rabbitmq.exchange_type", "OUTBOX_RABBITMQ_EXCHANGE_TYPE",
-      [](Config& c) -> std::string& { return c.rabbitmq.exchange_type; }));
-  s.keys.push_back(config::Boolean<Config>("rabbitmq.declare", "OUTBOX_RABBITMQ_DECLARE",
-                   [](Config& c) -> bool& { return c.rabbitmq.declare; }));
-  s.keys.push_back(config::Span<Config, std::chrono::milliseconds>(
-      "rabbitmq.timeout_ms", "OUTBOX_RABBITMQ_TIMEOUT_MS", 1, kMaxMs,
-      [](Config& c) -> std::chrono::milliseconds& { return c.rabbitmq.timeout; }));
-  s.keys.push_back(config::Boolean<Config>("rabbitmq.tls_verify", "OUTBOX_RABBITMQ_TLS_VERIFY",
-                   [](Config& c) -> bool& { return c.rabbitmq.tls_verify; }));
-  s.keys.push_back(config::String<Config>("rabbitmq.tls_ca_file", "OUTBOX_RABBITMQ_TLS_CA_FILE",
-                  [](Config& c) -> std::string& { return c.rabbitmq.tls_ca_file; }));
-  s.keys.push_back(config::String<Config>("rabbitmq.tls_cert_file", "OUTBOX_RABBITMQ_TLS_CERT_FILE",
-                  [](Config& c) -> std::string& { return c.rabbitmq.tls_cert_file; }));
-  s.keys.push_back(config::String<Config>("rabbitmq.tls_key_file", "OUTBOX_RABBITMQ_TLS_KEY_FILE",
-                  [](Config& c) -> std::string& { return c.rabbitmq.tls_key_file; }));
-}
-
 // relay.source = cdc: cdc.*.
 void AddCdcKeys(config::Schema<Config>& s) {
   s.keys.push_back(config::String<Config>("cdc.slot", "OUTBOX_CDC_SLOT",
@@ -265,7 +237,8 @@ const config::Schema<Config>& RelaySchema() {
     config::AddDatabaseKeys<Config>(s, [](Config& c) -> StoreOptions& { return c.database; });
     AddRelayKeys(s);
     AddDeliveryKeys(s);
-    AddRabbitMqKeys(s);
+    config::AddRabbitMqKeys<Config>(s, [](Config& c) -> RabbitMqTransportOptions& { return c.rabbitmq; },
+                                    /*exchange_template=*/true);
     AddCdcKeys(s);
     AddDaemonKeys(s);
     config::AddKafkaProperties<Config>(
