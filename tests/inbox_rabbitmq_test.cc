@@ -189,6 +189,39 @@ TEST_F(InboxRabbitMqTest, OrderedConsumersTakeOverInOrderWithASingleActiveConsum
   EXPECT_EQ(b.Wait(Scaled(20s)), 0);
 }
 
+class RabbitMqBrokerFaultInboxTest : public InboxRabbitMqTest {};
+
+// Crash matrix, the broker on the consumer's side: the node is SIGKILLed
+// while the consumer has deliveries unacked (and the relay publishes), then
+// restarted with its data. The consumer reconnects; what it had not acked
+// comes again and the inbox absorbs it: every effect once, in order per
+// aggregate. (It needs the node to itself: scripts/test runs it alone.)
+TEST_F(RabbitMqBrokerFaultInboxTest, CrashMatrix_BrokerKilledWhileConsuming_EffectsOnceInOrder) {
+  const std::string dir = std::filesystem::path(EnvOr("OUTBOX_PG_DATA")).parent_path().string();
+  std::string pid;
+  std::ifstream(dir + "/rabbitmq/pid") >> pid;
+  ASSERT_FALSE(pid.empty()) << "no pid file in " << dir << "/rabbitmq";
+  Subprocess& c = StartConsumer();
+  StartRabbitRelay();
+  EnqueueMany(2, 10, 50);  // 1,000 events
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 100; }, Scaled(30s))) << Logs();
+  rabbit_.reset();
+  ASSERT_EQ(::kill(std::stoi(pid), SIGKILL), 0);
+  const long at_kill = Effects();
+  ASSERT_EQ(std::system((std::string(OUTBOX_TESTENV_SCRIPT) + " restart-rabbitmq '" + dir +
+                         "' >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 1000; }, Scaled(90s)))
+      << Logs() << "\neffects " << Effects() << " sent " << CountStatus("SENT");
+  EXPECT_LT(at_kill, 1000) << "the kill came after the last effect: it proved nothing";
+  EXPECT_EQ(Effects(), 1000);
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(OutOfOrder(), 0);
+  EXPECT_NE(c.Log().find("rabbitmq consumer session ended"), std::string::npos) << c.Log();
+  rabbit_ = std::make_unique<AmqpClient>(amqp_);  // for TearDown
+}
+
 // The source by itself, in process: the queue's depth as lag (messages ready:
 // the prefetched ones are not), and Rewind gives the unacked deliveries back
 // in their place (the next session starts with the same first message).
