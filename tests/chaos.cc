@@ -11,12 +11,18 @@
 // failing run prints the seed to replay it with --seed.
 //
 //   chaos [--events 50000] [--seconds 90] [--seed N] [--source poll|cdc]
-//         [--store postgres|mariadb] [--inbox postgres|mariadb]
+//         [--store postgres|mariadb] [--inbox postgres|mariadb] [--broker kafka|rabbitmq]
 // Needs OUTBOX_PG_URL, OUTBOX_PG_DATA, OUTBOX_PG_BIN (scripts/testenv's env);
 // --store mariadb puts the outbox, --inbox mariadb the consumers' inbox and
 // effects, on OUTBOX_MYSQL_URL's server (each in a database of its own), which
 // is then restarted a third of the way in (scripts/testenv restart-mysql; needs
-// OUTBOX_MYSQL_DATA); PostgreSQL is restarted half-way.
+// OUTBOX_MYSQL_DATA); PostgreSQL is restarted half-way. --broker rabbitmq
+// publishes to the testenv's RabbitMQ node (OUTBOX_AMQP_URL, OUTBOX_RABBITMQCTL)
+// and the consumers read it (ordered: one queue, a single active consumer);
+// the broker chaos is then memory alarms (rabbitmqctl
+// set_vm_memory_high_watermark) and the node SIGKILLed and restarted on its
+// data (scripts/testenv restart-rabbitmq) two thirds of the way in; the
+// topic check reads nothing (the consumers drained the queue).
 #include <libpq-fe.h>
 #include <mysql.h>
 #include <signal.h>
@@ -37,6 +43,7 @@
 #include <vector>
 
 #include "kafka_helpers.h"
+#include "rabbitmq_helpers.h"
 #include "outbox/mariadb.h"
 #include "outbox/postgres.h"
 #include "subprocess.h"
@@ -57,6 +64,7 @@ struct Args {
   bool inbox_mariadb = false;  // --inbox mariadb: the consumers' inbox and effects on MariaDB
   bool log = false;  // --layout log: the PostgreSQL outbox as a log (issue 42)
   int pg_restarts = 1;  // --pg-restarts N: PostgreSQL restarted N times, spread over the run
+  bool rabbitmq = false;  // --broker rabbitmq
 };
 
 std::string Env(const char* n) {
@@ -175,10 +183,12 @@ int main(int argc, char** argv) {
       a.log = std::string(argv[i + 1]) == "log";
     else if (k == "--pg-restarts" && std::atoi(argv[i + 1]) >= 0 && std::atoi(argv[i + 1]) <= 20)
       a.pg_restarts = std::atoi(argv[i + 1]);
+    else if (k == "--broker" && (std::string(argv[i + 1]) == "kafka" || std::string(argv[i + 1]) == "rabbitmq"))
+      a.rabbitmq = std::string(argv[i + 1]) == "rabbitmq";
     else {
       std::fprintf(stderr, "usage: chaos [--events N] [--seconds S | --minutes M] [--seed N] "
                            "[--source poll|cdc] [--store postgres|mariadb] [--inbox postgres|mariadb] "
-                           "[--layout rows|log] [--pg-restarts 0..20]\n");
+                           "[--layout rows|log] [--pg-restarts 0..20] [--broker kafka|rabbitmq]\n");
       return 2;
     }
   }
@@ -196,14 +206,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "chaos: --store mariadb needs --source poll\n");
     return 2;
   }
+  const std::string amqp = Env("OUTBOX_AMQP_URL"), rabbitmqctl = Env("OUTBOX_RABBITMQCTL");
+  if (a.rabbitmq && (amqp.empty() || rabbitmqctl.empty())) {
+    std::fprintf(stderr, "chaos: --broker rabbitmq needs OUTBOX_AMQP_URL and OUTBOX_RABBITMQCTL\n");
+    return 2;
+  }
   if (a.log && (a.mariadb || a.cdc)) {
     std::fprintf(stderr, "chaos: --layout log needs --store postgres and --source poll\n");
     return 2;
   }
-  std::printf("chaos: seed %llu, %ld events, %ld s, source %s, store %s, layout %s, inbox %s\n",
+  std::printf("chaos: seed %llu, %ld events, %ld s, source %s, store %s, layout %s, inbox %s, broker %s\n",
               static_cast<unsigned long long>(a.seed), a.events, a.seconds, a.cdc ? "cdc" : "poll",
               a.mariadb ? "mariadb" : "postgres", a.log ? "log" : "rows",
-              a.inbox_mariadb ? "mariadb" : "postgres");
+              a.inbox_mariadb ? "mariadb" : "postgres", a.rabbitmq ? "rabbitmq" : "kafka");
   std::fflush(stdout);
   std::mt19937_64 rng(a.seed);
   const std::string tag = std::to_string(a.seed % 1000000);
@@ -273,9 +288,11 @@ int main(int argc, char** argv) {
   const std::string effects_table = a.inbox_mariadb ? "effects" : cschema + ".effects";
   auto eq = [&](const std::string& sql) { return a.inbox_mariadb ? idb->Q(sql) : db.Q(sql); };
 
-  const char* topic = "outbox.event.order";
+  // RabbitMQ: an exchange of this run's own, read through the group's queue.
+  const std::string topic = a.rabbitmq ? "chaos." + tag + ".order" : "outbox.event.order";
+  const std::string group = "chaos-" + tag;
   // 64 partitions: the mock keeps only ~5 MiB per partition (docs/testing.md).
-  MockKafka kafka(3, {std::string(topic) + ":64"});
+  MockKafka kafka(3, {topic + ":64"});
   if (kafka.bootstrap().empty()) return 3;
 
   auto relay_argv = [&](int i) {
@@ -286,6 +303,14 @@ int main(int argc, char** argv) {
         "relay.lease_ms=6500", "--set", "relay.batch_size=200", "--set", "relay.backoff_base_ms=100",
         "--set", "relay.backoff_max_ms=1000", "--set", "relay.max_attempts=1000", "--set",
         "relay.db_retry_max_ms=500"};
+    if (a.rabbitmq) {
+      for (const std::string& s : {std::string("relay.transport=rabbitmq"), "rabbitmq.url=" + amqp,
+                                   "rabbitmq.exchange_template=chaos." + tag + ".{aggregate_type}",
+                                   std::string("rabbitmq.declare=true"), std::string("rabbitmq.timeout_ms=2000")}) {
+        v.push_back("--set");
+        v.push_back(s);
+      }
+    }
     if (a.cdc) {
       for (const char* s : {"relay.source=cdc", "cdc.sweep_after_ms=1000", "cdc.status_interval_ms=200",
                             "cdc.stream_stale_after_ms=3000", "cdc.standby_retry_ms=300"}) {
@@ -296,10 +321,20 @@ int main(int argc, char** argv) {
     return v;
   };
   auto consumer_argv = [&] {
-    return std::vector<std::string>{OUTBOX_INBOX_CONSUMER_BIN, "--db", a.inbox_mariadb ? iurl : url, "--bootstrap",
-                                    kafka.bootstrap(), "--schema", cschema, "--topic", topic,
-                                    "--group", "chaos-" + tag};
+    std::vector<std::string> v{OUTBOX_INBOX_CONSUMER_BIN, "--db", a.inbox_mariadb ? iurl : url,
+                               "--schema", cschema, "--topic", topic, "--group", group};
+    if (a.rabbitmq) {
+      // Ordered: the two consumers share one queue, one reading at a time.
+      for (const std::string& s : {std::string("--amqp"), amqp, std::string("--ordered"), std::string("1")}) {
+        v.push_back(s);
+      }
+    } else {
+      v.push_back("--bootstrap");
+      v.push_back(kafka.bootstrap());
+    }
+    return v;
   };
+  const std::string queue = group + "." + topic;  // RabbitMqQueueName
   std::vector<std::unique_ptr<Subprocess>> relays(3), consumers(2);
   int starts = 0;
   auto start_relay = [&](int i) {
@@ -312,8 +347,18 @@ int main(int argc, char** argv) {
         consumer_argv(), std::map<std::string, std::string>{},
         (dir / ("consumer-" + std::to_string(i) + "-" + std::to_string(starts++) + ".log")).string());
   };
-  for (int i = 0; i < 3; ++i) start_relay(i);
   for (int i = 0; i < 2; ++i) start_consumer(i);
+  if (a.rabbitmq) {
+    // The relays' messages are unroutable (FAILED) until the group's queue is
+    // bound: wait for the consumers to declare it.
+    AmqpClient rabbit(amqp);
+    for (int i = 0; i < 100 && rabbit.Depth(queue) < 0; ++i) std::this_thread::sleep_for(200ms);
+    if (rabbit.Depth(queue) < 0) {
+      std::fprintf(stderr, "chaos: the consumers did not declare %s\n", queue.c_str());
+      return 3;
+    }
+  }
+  for (int i = 0; i < 3; ++i) start_relay(i);
 
   // Producers: several connections, many aggregates, spread over ~60% of the run.
   constexpr int kProducers = 4, kAggsPerProducer = 100;
@@ -378,14 +423,27 @@ int main(int argc, char** argv) {
 
   // Chaos.
   int relay_kills = 0, consumer_kills = 0, broker_outages = 0, pg_restarts = 0, mysql_restarts = 0;
+  int broker_kills = 0;
   bool mysql_restarted = !a.mariadb && !a.inbox_mariadb;
+  bool rabbitmq_killed = !a.rabbitmq;
+  const std::string env_dir = fs::path(data).parent_path().string();  // scripts/testenv's DIR
   const auto t0 = std::chrono::steady_clock::now();
   const auto end = t0 + std::chrono::seconds(a.seconds);
   std::uniform_int_distribution<int> pause_ms(1000, 4000), action(0, 9);
   while (std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
     const int act = action(rng);
-    if (!mysql_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 3)) {
+    if (!rabbitmq_killed && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds) * 2 / 3) {
+      // The node SIGKILLed (unconfirmed publishes, unacked deliveries), then
+      // restarted on its data.
+      std::string pid;
+      std::ifstream(env_dir + "/rabbitmq/pid") >> pid;
+      if (pid.empty() || ::kill(std::stoi(pid), SIGKILL) != 0) std::fprintf(stderr, "chaos: RabbitMQ kill failed\n");
+      const std::string cmd = std::string(OUTBOX_TESTENV_SCRIPT) + " restart-rabbitmq '" + env_dir + "' >/dev/null";
+      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: RabbitMQ restart failed\n");
+      rabbitmq_killed = true;
+      ++broker_kills;
+    } else if (!mysql_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 3)) {
       const std::string cmd = std::string(OUTBOX_TESTENV_SCRIPT) + " restart-mysql '" +
                               fs::path(mysql_data).parent_path().string() + "' >/dev/null";
       if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: MariaDB restart failed\n");
@@ -411,6 +469,17 @@ int main(int argc, char** argv) {
       ++consumer_kills;
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng) / 4));
       start_consumer(i);
+    } else if (a.rabbitmq) {
+      // A memory alarm: publishers are blocked (connection.blocked) until it ends.
+      const std::string set = rabbitmqctl + " set_vm_memory_high_watermark ";
+      if (std::system((set + "0.0000001 >/dev/null 2>&1").c_str()) != 0) {
+        std::fprintf(stderr, "chaos: raising the memory alarm failed\n");
+      }
+      ++broker_outages;
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
+      if (std::system((set + "0.4 >/dev/null 2>&1").c_str()) != 0) {
+        std::fprintf(stderr, "chaos: ending the memory alarm failed\n");
+      }
     } else {
       const std::string b = std::to_string(1 + act % 3);
       kafka.Control("broker-down " + b);
@@ -480,7 +549,9 @@ int main(int argc, char** argv) {
     std::printf("chaos: the mock broker process exited (code %d); its log's tail:\n%s\n", *code,
                 log.substr(log.size() > 4000 ? log.size() - 4000 : 0).c_str());
   }
-  auto msgs = ReadTopic(kafka.bootstrap(), topic, 64, static_cast<std::size_t>(total), 60s, 1s);
+  // RabbitMQ: the consumers drained the queue; the effects' order stands for it.
+  auto msgs = a.rabbitmq ? std::vector<Message>{}
+                         : ReadTopic(kafka.bootstrap(), topic, 64, static_cast<std::size_t>(total), 60s, 1s);
   const auto on_broker = static_cast<std::int64_t>(msgs.size());
   // Order on the topic: no event of an aggregate may appear before every earlier
   // event of that aggregate appeared at least once (later copies are fine).
@@ -528,11 +599,15 @@ int main(int argc, char** argv) {
   std::printf("run time                         %ld s\n", a.seconds);
   std::printf("relay kills (SIGKILL)            %d\n", relay_kills);
   std::printf("consumer kills (SIGKILL)         %d\n", consumer_kills);
-  std::printf("broker outages                   %d\n", broker_outages);
+  std::printf(a.rabbitmq ? "memory alarms (RabbitMQ)         %d\n" : "broker outages                   %d\n",
+              broker_outages);
+  if (a.rabbitmq) std::printf("broker kills (SIGKILL + restart) %d\n", broker_kills);
   std::printf("PostgreSQL restarts              %d\n", pg_restarts);
   if (a.mariadb || a.inbox_mariadb) std::printf("MariaDB restarts                 %d\n", mysql_restarts);
-  std::printf("messages on the broker           %lld (%lld re-published copies)\n",
-              static_cast<long long>(on_broker), static_cast<long long>(on_broker - total));
+  if (!a.rabbitmq) {
+    std::printf("messages on the broker           %lld (%lld re-published copies)\n",
+                static_cast<long long>(on_broker), static_cast<long long>(on_broker - total));
+  }
   std::printf("duplicates delivered and absorbed %ld (by the inbox, all consumer processes)\n", dup_absorbed);
   std::printf("outbox SENT / PROCESSING / FAILED %ld / %ld / %ld\n", sent, processing, failed);
   if (a.cdc) {
@@ -554,7 +629,11 @@ int main(int argc, char** argv) {
   std::printf("lost                             %ld\n", lost);
   std::printf("double effects                   %ld\n", doubles);
   std::printf("per-aggregate order violations   %ld (effects)\n", out_of_order);
-  std::printf("events on the topic before an earlier one of their aggregate %ld\n", topic_overtakes);
+  if (a.rabbitmq) {
+    std::printf("events on the topic before an earlier one of their aggregate: not read (RabbitMQ)\n");
+  } else {
+    std::printf("events on the topic before an earlier one of their aggregate %ld\n", topic_overtakes);
+  }
   const bool ok = lost == 0 && doubles == 0 && out_of_order == 0 && topic_overtakes == 0 &&
                   processing == 0 && failed == 0 && log_writes == 0 &&
                   sent == total && !broker_exit;
@@ -571,6 +650,11 @@ int main(int argc, char** argv) {
   if (a.inbox_mariadb) {
     idb.reset();
     MyDb(mysql_base, "").Q("DROP DATABASE IF EXISTS " + idb_name);
+  }
+  if (a.rabbitmq) {
+    AmqpClient rabbit(amqp);
+    for (const char* q : {"", ".retry.1", ".retry.2", ".retry.3", ".dlt"}) rabbit.DeleteQueue(queue + q);
+    rabbit.DeleteExchange(topic);
   }
   if (ok) fs::remove_all(dir);
   return ok ? 0 : 1;
