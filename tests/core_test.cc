@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "outbox/cloudevents.h"
 #include "outbox/event.h"
+#include "outbox/inbox.h"
 #include "outbox/status.h"
 #include "outbox/time.h"
 
@@ -140,6 +144,84 @@ TEST(Time, Rfc3339WithTheAskedDigits) {
   EXPECT_EQ(FormatRfc3339(tp, 3), "2025-11-30T16:09:53.464Z");
   EXPECT_EQ(FormatRfc3339(tp, 6), "2025-11-30T16:09:53.464546Z");
   EXPECT_EQ(FormatRfc3339(std::chrono::system_clock::time_point{}, 3), "1970-01-01T00:00:00.000Z");
+}
+
+}  // namespace
+}  // namespace outbox
+
+namespace outbox {
+namespace {
+
+// A transport that keeps what it was given.
+class Recorder final : public Transport {
+ public:
+  std::vector<ClaimedEvent> got;
+  std::vector<PublishResult> Publish(std::span<const ClaimedEvent> events) override {
+    got.assign(events.begin(), events.end());
+    return std::vector<PublishResult>(events.size(), PublishResult{PublishOutcome::kAcked, ""});
+  }
+  std::chrono::milliseconds MaxPublishTime() const override { return std::chrono::milliseconds(1234); }
+  bool Healthy() const override { return false; }
+  std::string UnhealthyReason() const override { return "down for the test"; }
+  std::string PeerName() const override { return "peer"; }
+};
+
+// relay.envelope = cloudevents: the six attributes with the binding's prefix,
+// the event's own headers of those names replaced (HTTP ignores case), the
+// rest and the payload unchanged, the inner transport's answers passed on.
+TEST(CloudEvents, TheAttributesAreAddedWithTheBindingsPrefixAndThePayloadIsUnchanged) {
+  ClaimedEvent e;
+  e.event_id = "0190a0b0-0000-7000-8000-000000000001";
+  e.event.aggregate_type = "order";
+  e.event.aggregate_id = "o-17";
+  e.event.event_type = "OrderPlaced";
+  e.event.payload = "{\"total\":5}";
+  e.event.headers = {{"traceparent", "00-abc-def-01"}, {"CE-Type", "forged"}};
+  e.created_at = std::chrono::system_clock::time_point{} + std::chrono::microseconds(1'700'000'000'123'456);
+  auto inner = std::make_unique<Recorder>();
+  Recorder* rec = inner.get();
+  auto t = WithCloudEvents(std::move(inner), kCloudEventsHttpPrefix, "/outbox/app");
+  std::vector<ClaimedEvent> batch = {e};
+  const auto results = t->Publish(batch);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].outcome, PublishOutcome::kAcked);
+  ASSERT_EQ(rec->got.size(), 1u);
+  std::map<std::string, std::string> h;
+  for (const Header& x : rec->got[0].event.headers) h[x.name] = x.value;
+  EXPECT_EQ(h.count("CE-Type"), 0u) << "replaced, whatever its case";
+  EXPECT_EQ(h["traceparent"], "00-abc-def-01");
+  EXPECT_EQ(h["ce-id"], e.event_id);
+  EXPECT_EQ(h["ce-source"], "/outbox/app");
+  EXPECT_EQ(h["ce-type"], "OrderPlaced");
+  EXPECT_EQ(h["ce-specversion"], "1.0");
+  EXPECT_EQ(h["ce-time"], "2023-11-14T22:13:20.123456Z");
+  EXPECT_EQ(h["ce-subject"], "o-17");
+  EXPECT_EQ(rec->got[0].event.payload, e.event.payload);
+  EXPECT_EQ(batch[0].event.headers.size(), 2u) << "the caller's events are not changed";
+  EXPECT_EQ(t->MaxPublishTime(), std::chrono::milliseconds(1234));
+  EXPECT_FALSE(t->Healthy());
+  EXPECT_EQ(t->UnhealthyReason(), "down for the test");
+  EXPECT_EQ(t->PeerName(), "peer");
+  EXPECT_EQ(CloudEventsAttributes(e, kCloudEventsKafkaPrefix, "s")[0].name, "ce_id");
+  EXPECT_EQ(CloudEventsAttributes(e, kCloudEventsAmqpPrefix, "s")[0].name, "cloudEvents:id");
+}
+
+// The inbox reads the event id from either envelope, the outbox's first.
+TEST(CloudEvents, TheInboxReadsTheEventIdFromEitherEnvelope) {
+  InboundMessage m;
+  EXPECT_EQ(m.EventId(), nullptr);
+  m.headers["ce_id"] = "from-kafka-ce";
+  ASSERT_NE(m.EventId(), nullptr);
+  EXPECT_EQ(*m.EventId(), "from-kafka-ce");
+  m.headers["outbox-event-id"] = "from-outbox";
+  EXPECT_EQ(*m.EventId(), "from-outbox");
+  InboundMessage amqp;
+  amqp.headers["cloudEvents:id"] = "from-amqp";
+  EXPECT_EQ(*amqp.EventId(), "from-amqp");
+  InboundMessage http;
+  http.headers["ce-id"] = "from-http";
+  http.headers["outbox-event-id"] = "";  // empty: not an id
+  EXPECT_EQ(*http.EventId(), "from-http");
 }
 
 }  // namespace

@@ -36,6 +36,28 @@ TEST_F(RelayE2ETest, DeliversEverythingInOrderWithKeysAndHeaders) {
 // relay says READY=1 once it runs, pings the watchdog while its threads go
 // round, reports /readyz in STATUS=, and says STOPPING=1 on SIGTERM. Here the
 // test is systemd: a datagram socket in NOTIFY_SOCKET.
+// relay.envelope = cloudevents (issue 43): binary-mode CloudEvents 1.0 as
+// Kafka headers ce_*, beside the outbox's own; the payload unchanged. A bad
+// envelope exits 2 naming the key.
+TEST_F(RelayE2ETest, TheCloudEventsEnvelopeAddsCeHeadersAndLeavesThePayload) {
+  ASSERT_TRUE(EnqueueOne("ce-1", "{\"n\":1}"));
+  Subprocess& relay = StartRelay({"relay.envelope=cloudevents"});
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, Scaled(30s))) << relay.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, 1, Scaled(30s));
+  ASSERT_EQ(msgs.size(), 1u);
+  const Message& m = msgs[0];
+  EXPECT_EQ(m.value, "{\"n\":1}");
+  EXPECT_EQ(m.headers.at("ce_id"), m.headers.at("outbox-event-id"));
+  EXPECT_EQ(m.headers.at("ce_source"), "/outbox/" + schema_);
+  EXPECT_EQ(m.headers.at("ce_type"), "OrderChanged");
+  EXPECT_EQ(m.headers.at("ce_specversion"), "1.0");
+  EXPECT_EQ(m.headers.at("ce_subject"), "ce-1");
+  EXPECT_EQ(m.headers.at("ce_time").substr(0, 26), m.headers.at("outbox-created-at").substr(0, 26));
+  Subprocess& bad = StartRelay({"relay.envelope=cloud"});
+  EXPECT_EQ(bad.Wait(Scaled(20s)), 2);
+  EXPECT_NE(bad.Log().find("relay.envelope"), std::string::npos) << bad.Log();
+}
+
 TEST_F(RelayE2ETest, UnderSystemdItNotifiesReadyPingsTheWatchdogAndSaysStopping) {
   NotifySocket systemd(schema_);
   Subprocess& relay = StartRelay({}, {{"NOTIFY_SOCKET", systemd.path()}, {"WATCHDOG_USEC", "1000000"}});

@@ -118,6 +118,24 @@ TEST_F(RabbitMqBrokerFaultRelayTest, CrashMatrix_BrokerKilledWithUnconfirmedMess
   ExpectEachOnceInOrder(4, 10, 50);
 }
 
+// relay.envelope = cloudevents on RabbitMQ: the attributes as cloudEvents:*
+// headers (the AMQP binding's application properties).
+TEST_F(RelayRabbitMqTest, TheCloudEventsEnvelopeAddsCloudEventsHeaders) {
+  ASSERT_TRUE(rabbit_->DeclareExchange(exchange_));
+  ASSERT_TRUE(rabbit_->DeclareQueue(queue_, exchange_));
+  ASSERT_TRUE(EnqueueOne("ce-1", "payload"));
+  Subprocess& relay = StartRelay(Rabbit({"relay.envelope=cloudevents", "relay.cloudevents_source=/shop"}));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, Scaled(30s))) << relay.Log();
+  auto m = rabbit_->Get(queue_);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->body, "payload");
+  EXPECT_EQ(m->headers.at("cloudEvents:id"), m->message_id);
+  EXPECT_EQ(m->headers.at("cloudEvents:source"), "/shop");
+  EXPECT_EQ(m->headers.at("cloudEvents:type"), "OrderChanged");
+  EXPECT_EQ(m->headers.at("cloudEvents:specversion"), "1.0");
+  EXPECT_EQ(m->headers.at("cloudEvents:subject"), "ce-1");
+}
+
 TEST_F(RelayRabbitMqTest, DeliversEveryEventOnceInOrderToTheBoundQueue) {
   ASSERT_TRUE(rabbit_->DeclareExchange(exchange_));
   ASSERT_TRUE(rabbit_->DeclareQueue(queue_, exchange_));

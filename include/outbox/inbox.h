@@ -50,6 +50,15 @@ struct InboundMessage {
     auto it = headers.find(name);
     return it == headers.end() ? nullptr : &it->second;
   }
+  // The event id, from either envelope: outbox-event-id, else the CloudEvents
+  // id of the message's binding (ce_id on Kafka, cloudEvents:id on AMQP,
+  // ce-id on HTTP; cloudevents.h); nullptr when there is none.
+  const std::string* EventId() const {
+    for (const char* name : {"outbox-event-id", "ce_id", "cloudEvents:id", "ce-id"}) {
+      if (const std::string* id = Header(name); id && !id->empty()) return id;
+    }
+    return nullptr;
+  }
 };
 
 // How a handler (or the dedup-key function) ended.

@@ -557,9 +557,9 @@ ErrorClass SqlHandlerErrorClass(std::string_view sqlstate) {
 
 DedupKeyFn DedupByEventId() {
   return [](const InboundMessage& m) -> Result<std::string> {
-    const std::string* id = m.Header("outbox-event-id");
-    if (!id || id->empty()) {
-      return Status::InvalidArgument("message has no outbox-event-id header");
+    const std::string* id = m.EventId();
+    if (!id) {
+      return Status::InvalidArgument("message has no outbox-event-id header (nor a CloudEvents id)");
     }
     return *id;
   };

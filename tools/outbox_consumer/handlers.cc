@@ -10,7 +10,6 @@
 namespace outbox::consumer_daemon {
 namespace {
 
-constexpr char kEventIdHeader[] = "outbox-event-id";
 constexpr std::size_t kErrorBodyBytes = 200;
 
 std::string Hex(const std::string& bytes) {
@@ -149,7 +148,7 @@ std::vector<std::optional<std::string>> SqlParams(const InboundMessage& m) {
   std::vector<std::optional<std::string>> p(4);
   if (!m.payload_is_null) p[0] = "\\x" + Hex(m.payload);
   p[1] = HeadersJson(m);
-  if (const std::string* id = m.Header(kEventIdHeader)) p[2] = *id;
+  if (const std::string* id = m.EventId()) p[2] = *id;
   if (!m.key_is_null) p[3] = m.key;
   return p;
 }

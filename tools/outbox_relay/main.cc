@@ -29,6 +29,7 @@
 #include "systemd_notify.h"
 #include "outbox/version.h"
 #include "outbox/http.h"
+#include "outbox/cloudevents.h"
 #include "outbox/kafka.h"
 #include "outbox/open.h"
 #include "outbox/postgres.h"
@@ -60,8 +61,8 @@ void WarnIgnoredKeys(const outbox::daemon::Config& cfg, outbox::Logger& logger) 
 }
 
 // The transport relay.transport names (a bad setting: InvalidArgument naming it).
-outbox::Result<std::unique_ptr<outbox::Transport>> OpenTransport(const outbox::daemon::Config& cfg,
-                                                                 outbox::Logger& logger) {
+outbox::Result<std::unique_ptr<outbox::Transport>> OpenBareTransport(const outbox::daemon::Config& cfg,
+                                                                     outbox::Logger& logger) {
   switch (cfg.transport) {
     case outbox::daemon::TransportKind::kHttp:
       return outbox::OpenHttpTransport(cfg.http_delivery);
@@ -73,6 +74,20 @@ outbox::Result<std::unique_ptr<outbox::Transport>> OpenTransport(const outbox::d
   outbox::KafkaTransportOptions kafka_options = cfg.kafka;
   kafka_options.logger = &logger;  // librdkafka's lines and errors, in our format
   return outbox::OpenKafkaTransport(kafka_options);
+}
+
+// The transport, in the envelope relay.envelope names.
+outbox::Result<std::unique_ptr<outbox::Transport>> OpenTransport(const outbox::daemon::Config& cfg,
+                                                                 outbox::Logger& logger) {
+  auto t = OpenBareTransport(cfg, logger);
+  if (!t.ok() || !cfg.cloudevents) return t;
+  const char* prefix = cfg.transport == outbox::daemon::TransportKind::kHttp ? outbox::kCloudEventsHttpPrefix
+                       : cfg.transport == outbox::daemon::TransportKind::kRabbitMq
+                           ? outbox::kCloudEventsAmqpPrefix
+                           : outbox::kCloudEventsKafkaPrefix;
+  const std::string source =
+      cfg.cloudevents_source.empty() ? "/outbox/" + cfg.database.schema : cfg.cloudevents_source;
+  return outbox::WithCloudEvents(std::move(t).value(), prefix, source);
 }
 
 // Runs `step` until it succeeds or fails for good, waiting with a growing

@@ -123,6 +123,11 @@ void AddDeliveryKeys(config::Schema<Config>& s) {
        {"http", TransportKind::kHttp},
        {"rabbitmq", TransportKind::kRabbitMq}},
       [](Config& c) -> TransportKind& { return c.transport; }));
+  s.keys.push_back(config::Choice<Config, bool>("relay.envelope", "OUTBOX_RELAY_ENVELOPE",
+                                                {{"outbox", false}, {"cloudevents", true}},
+                                                [](Config& c) -> bool& { return c.cloudevents; }));
+  s.keys.push_back(config::String<Config>("relay.cloudevents_source", "OUTBOX_RELAY_CLOUDEVENTS_SOURCE",
+                                          [](Config& c) -> std::string& { return c.cloudevents_source; }));
   // Printed without its query string, which may carry a token.
   config::Key<Config> url = config::String<Config>(
       "http_delivery.url", "OUTBOX_HTTP_DELIVERY_URL",

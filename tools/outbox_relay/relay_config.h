@@ -26,6 +26,9 @@ const char* TransportName(TransportKind k);
 struct Config {
   StoreOptions database;
   TransportKind transport = TransportKind::kKafka;
+  // relay.envelope: cloudevents adds the CloudEvents attributes (cloudevents.h).
+  bool cloudevents = false;
+  std::string cloudevents_source;  // "" = /outbox/<database.schema>
   KafkaTransportOptions kafka;
   HttpTransportOptions http_delivery;
   RabbitMqTransportOptions rabbitmq;
