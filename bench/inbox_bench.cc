@@ -6,9 +6,13 @@
 // once counting the absorbed copies on the stamps (default), once not.
 // With --daemon BIN it compares, instead, the in-process sink handler with the
 // outbox-consumer daemon (BIN) running the same INSERT as its `sql` handler,
-// taking turns run by run.
+// taking turns run by run. With --daemon BIN --amqp URL it compares the daemon
+// reading Kafka (the mock) with the daemon reading RabbitMQ (issue 43): each
+// RabbitMQ run fills a fresh group's queue with the same messages (200-byte
+// payloads, the outbox headers) first, by a bare publisher with confirms.
 //
 //   inbox_bench --mock BIN [--db URL] [--events 200000] [--runs 3] [--batch 500] [--daemon BIN]
+//               [--amqp URL] [--prefetch 500]
 #include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
 
@@ -22,6 +26,7 @@
 #include "outbox/kafka.h"
 #include "outbox/postgres_inbox.h"
 #include "mock_broker.h"
+#include "rabbitmq_publisher.h"
 
 namespace {
 
@@ -64,8 +69,11 @@ void ProduceAll(const std::string& bootstrap, int events) {
 // sink handler's INSERT (the key is $4) under a fresh group, until every event
 // has its effect row. Timed from the first effect row to the last (polled
 // every 50 ms); returns effects/s.
-double TimedDaemon(const std::string& bin, const std::string& url, const std::string& bootstrap,
-                   int events, int batch, int seq, PGconn* admin) {
+// `broker`: --set arguments naming the broker (and handler.0.broker);
+// `topic`: the handler's topic (RabbitMQ: the exchange); `group` its group.
+double TimedDaemon(const std::string& bin, const std::string& url, std::vector<std::string> broker,
+                   const std::string& topic, const std::string& group, int events, int batch,
+                   PGconn* admin) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "inbox_bench_daemon";
   fs::create_directories(dir);
@@ -73,11 +81,14 @@ double TimedDaemon(const std::string& bin, const std::string& url, const std::st
   std::ofstream(config) << "[database]\ninbox_schema = \"" << kSchema << "\"\n"
                         << "[consumer]\nbatch_size = " << batch << "\nbatch_wait_ms = 20\n"
                         << "[http]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n"
-                        << "[[handler]]\ntopic = \"" << kTopic << "\"\ngroup = \"bench-daemon-" << seq
+                        << "[[handler]]\ntopic = \"" << topic << "\"\ngroup = \"" << group
                         << "\"\nsql = \"INSERT INTO " << kSchema << ".effects VALUES ($4, 1)\"\n";
-  outbox::testing::Subprocess daemon({bin, "--config", config, "--set", "database.url=" + url, "--set",
-                                      "kafka.bootstrap=" + bootstrap},
-                                     {}, (dir / "log").string());
+  std::vector<std::string> argv = {bin, "--config", config, "--set", "database.url=" + url};
+  for (std::string& b : broker) {
+    argv.push_back("--set");
+    argv.push_back(std::move(b));
+  }
+  outbox::testing::Subprocess daemon(argv, {}, (dir / "log").string());
   const std::string count = "SELECT count(*) FROM " + kSchema + ".effects";
   long first = 0;
   for (;;) {
@@ -104,7 +115,7 @@ double TimedDaemon(const std::string& bin, const std::string& url, const std::st
 
 int main(int argc, char** argv) {
   Flags f(argc, argv, {{"db", DefaultDb()}, {"mock", ""}, {"events", "200000"}, {"runs", "3"},
-                       {"batch", "500"}, {"daemon", ""}});
+                       {"batch", "500"}, {"daemon", ""}, {"amqp", ""}, {"prefetch", "500"}});
   if (f.Str("db").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "inbox_bench: --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");
     return 2;
@@ -204,13 +215,56 @@ int main(int argc, char** argv) {
     }
     return static_cast<double>(static_cast<std::uint64_t>(events) - first) / secs;
   };
+  const std::vector<std::string> on_kafka = {"kafka.bootstrap=" + bootstrap};
+  if (!f.Str("daemon").empty() && !f.Str("amqp").empty()) {  // outbox-consumer: Kafka against RabbitMQ
+    const std::string amqp = f.Str("amqp"), exchange = "bench.inbox.events";
+    std::vector<double> kafka, rabbit, fill, bare;
+    for (int r = 0; r < 2 * runs; ++r) {
+      const bool use_rabbit = (r % 2 == 1) != ((r / 2) % 2 == 1);  // order flips each round
+      MustExec(admin, "TRUNCATE " + kSchema + ".effects, " + kSchema + ".inbox_stamps");
+      const std::string group = "bench-daemon-" + std::to_string(group_seq++);
+      if (use_rabbit) {
+        const std::string queue = group + "." + exchange;  // RabbitMqQueueName
+        PrepareRabbitMq(amqp, exchange, queue);
+        fill.push_back(BarePublishRate(amqp, exchange, events, 500, 200));
+        bare.push_back(BareConsumeRate(amqp, queue, events, std::stoi(f.Str("prefetch")), f.Int("batch")));
+        (void)BarePublishRate(amqp, exchange, events, 500, 200);  // the same messages again, for the daemon
+        rabbit.push_back(TimedDaemon(f.Str("daemon"), url,
+                                     {"rabbitmq.url=" + amqp, "handler.0.broker=rabbitmq",
+                                      "rabbitmq.prefetch=" + f.Str("prefetch")},
+                                     exchange,
+                                     group, events, f.Int("batch"), admin));
+        outbox::testing::AmqpClient c(amqp);
+        for (const char* q : {"", ".retry.1", ".retry.2", ".retry.3", ".dlt"}) c.DeleteQueue(queue + q);
+      } else {
+        kafka.push_back(TimedDaemon(f.Str("daemon"), url, on_kafka, kTopic, group, events,
+                                    f.Int("batch"), admin));
+      }
+      std::fprintf(stderr, "run %d (%s): %.0f effects/s\n", r / 2 + 1, use_rabbit ? "RabbitMQ" : "Kafka",
+                   use_rabbit ? rabbit.back() : kafka.back());
+    }
+    std::printf("| outbox-consumer, `sql = \"INSERT ... VALUES ($4, 1)\"`, reading | events | batch | median effects/s | runs |\n|---|---|---|---|---|\n");
+    std::printf("| Kafka (`outbox-mock-kafka`, 64 partitions) | %d | %d | %.0f | %s |\n", events, f.Int("batch"),
+                Median(kafka), JoinRates(kafka).c_str());
+    std::printf("| RabbitMQ (the group's durable queue, prefetch %s) | %d | %d | %.0f | %s |\n",
+                f.Str("prefetch").c_str(), events, f.Int("batch"), Median(rabbit), JoinRates(rabbit).c_str());
+    std::printf("| bare RabbitMQ consumer: no database, `basic.ack` every %d (the ceiling) | %d | | %.0f | %s |\n",
+                f.Int("batch"), events, Median(bare), JoinRates(bare).c_str());
+    std::printf("\nRabbitMQ / Kafka: %.2f; outbox-consumer on RabbitMQ / the bare consumer: %.2f. (Filling "
+                "each RabbitMQ queue first, by one publisher with confirms: %.0f messages/s, median.)\n",
+                Median(rabbit) / Median(kafka), Median(rabbit) / Median(bare), Median(fill));
+    MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
+    PQfinish(admin);
+    return 0;
+  }
   if (!f.Str("daemon").empty()) {  // the sink handler against outbox-consumer, taking turns
     std::vector<double> sink, daemon;
     for (int r = 0; r < 2 * runs; ++r) {
       const bool use_daemon = (r % 2 == 1) != ((r / 2) % 2 == 1);  // order flips each round
       MustExec(admin, "TRUNCATE " + kSchema + ".effects, " + kSchema + ".inbox_stamps");
       if (use_daemon) {
-        daemon.push_back(TimedDaemon(f.Str("daemon"), url, bootstrap, events, f.Int("batch"), group_seq++, admin));
+        daemon.push_back(TimedDaemon(f.Str("daemon"), url, on_kafka, kTopic,
+                                     "bench-daemon-" + std::to_string(group_seq++), events, f.Int("batch"), admin));
       } else {
         sink.push_back(timed_consume(**sink_inbox, false));
       }

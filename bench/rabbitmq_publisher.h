@@ -94,6 +94,46 @@ inline double BarePublishRate(const std::string& url, const std::string& exchang
   return rows / secs;
 }
 
+// The RabbitMQ ceiling for inbox_bench --amqp: a bare consumer (no inbox, no
+// database) that reads `rows` messages of `queue` with manual acks (`multiple`
+// every `ack_every`) and `prefetch` unacked; returns messages/s from the first
+// delivery. Exits on any error.
+inline double BareConsumeRate(const std::string& url, const std::string& queue, int rows, int prefetch,
+                              int ack_every) {
+  std::vector<char> buf(url.begin(), url.end());
+  buf.push_back('\0');
+  amqp_connection_info info;
+  auto die = [](const char* what) {
+    std::fprintf(stderr, "bare consumer: %s\n", what);
+    std::exit(1);
+  };
+  if (amqp_parse_url(buf.data(), &info) != AMQP_STATUS_OK) die("bad URL");
+  amqp_connection_state_t c = amqp_new_connection();
+  amqp_socket_t* s = amqp_tcp_socket_new(c);
+  if (amqp_socket_open(s, info.host, info.port) != AMQP_STATUS_OK) die("connect");
+  if (amqp_login(c, info.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, info.user, info.password)
+          .reply_type != AMQP_RESPONSE_NORMAL) {
+    die("login");
+  }
+  amqp_channel_open(c, 1);
+  amqp_basic_qos(c, 1, 0, static_cast<std::uint16_t>(prefetch), 0);
+  amqp_basic_consume(c, 1, amqp_cstring_bytes(queue.c_str()), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+  if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL) die("basic.consume");
+  std::chrono::steady_clock::time_point t0;
+  for (int got = 0; got < rows;) {
+    amqp_maybe_release_buffers(c);
+    amqp_envelope_t env;
+    if (amqp_consume_message(c, &env, nullptr, 0).reply_type != AMQP_RESPONSE_NORMAL) die("consume");
+    if (got++ == 0) t0 = std::chrono::steady_clock::now();
+    if (got % ack_every == 0 || got == rows) amqp_basic_ack(c, 1, env.delivery_tag, 1);
+    amqp_destroy_envelope(&env);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+  amqp_destroy_connection(c);
+  return rows / secs;
+}
+
 // Declares the exchange (topic, durable) and a queue bound to it with '#'
 // (durable, or not: then RabbitMQ writes no message of it to disk), then purges
 // the queue (what the previous run left).
