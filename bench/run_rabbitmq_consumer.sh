@@ -45,5 +45,13 @@ $out
 Each daemon run is timed from the first effect row the benchmark sees to the last
 (polled every 50 ms); median of $RUNS runs. RabbitMQ, PostgreSQL, the consumer and the
 benchmark share the machine's cores.
+
+Issue 43's goal is RabbitMQ at 0.8x Kafka or better. The bare consumer shows how fast
+the broker delivers on this machine: when the daemon falls well short of it, the limit is
+ours, not RabbitMQ's. The likely cause, not yet verified: the RabbitMQ source reads and
+decodes deliveries on the engine's thread, in Poll, between batches, so a batch's
+decoding and the next batch's database work take turns; librdkafka fetches and decodes
+in threads of its own while a batch applies. The next step is a reader thread that owns
+the consuming connection (acks handed to it), then this figure again.
 MD
 echo "updated $DOC" >&2
