@@ -424,6 +424,7 @@ int main(int argc, char** argv) {
   // Chaos.
   int relay_kills = 0, consumer_kills = 0, broker_outages = 0, pg_restarts = 0, mysql_restarts = 0;
   int broker_kills = 0;
+  int fault_failures = 0;  // a planned RabbitMQ fault that did not happen: the run proves less, and fails
   bool mysql_restarted = !a.mariadb && !a.inbox_mariadb;
   bool rabbitmq_killed = !a.rabbitmq;
   const std::string env_dir = fs::path(data).parent_path().string();  // scripts/testenv's DIR
@@ -438,9 +439,15 @@ int main(int argc, char** argv) {
       // restarted on its data.
       std::string pid;
       std::ifstream(env_dir + "/rabbitmq/pid") >> pid;
-      if (pid.empty() || ::kill(std::stoi(pid), SIGKILL) != 0) std::fprintf(stderr, "chaos: RabbitMQ kill failed\n");
+      if (pid.empty() || ::kill(std::stoi(pid), SIGKILL) != 0) {
+        std::fprintf(stderr, "chaos: RabbitMQ kill failed\n");
+        ++fault_failures;
+      }
       const std::string cmd = std::string(OUTBOX_TESTENV_SCRIPT) + " restart-rabbitmq '" + env_dir + "' >/dev/null";
-      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "chaos: RabbitMQ restart failed\n");
+      if (std::system(cmd.c_str()) != 0) {
+        std::fprintf(stderr, "chaos: RabbitMQ restart failed\n");
+        ++fault_failures;
+      }
       rabbitmq_killed = true;
       ++broker_kills;
     } else if (!mysql_restarted && std::chrono::steady_clock::now() > t0 + std::chrono::seconds(a.seconds / 3)) {
@@ -474,11 +481,13 @@ int main(int argc, char** argv) {
       const std::string set = rabbitmqctl + " set_vm_memory_high_watermark ";
       if (std::system((set + "0.0000001 >/dev/null 2>&1").c_str()) != 0) {
         std::fprintf(stderr, "chaos: raising the memory alarm failed\n");
+        ++fault_failures;
       }
       ++broker_outages;
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
       if (std::system((set + "0.4 >/dev/null 2>&1").c_str()) != 0) {
         std::fprintf(stderr, "chaos: ending the memory alarm failed\n");
+        ++fault_failures;
       }
     } else {
       const std::string b = std::to_string(1 + act % 3);
@@ -634,7 +643,8 @@ int main(int argc, char** argv) {
   } else {
     std::printf("events on the topic before an earlier one of their aggregate %ld\n", topic_overtakes);
   }
-  const bool ok = lost == 0 && doubles == 0 && out_of_order == 0 && topic_overtakes == 0 &&
+  if (fault_failures > 0) std::printf("planned faults that failed       %d\n", fault_failures);
+  const bool ok = fault_failures == 0 && lost == 0 && doubles == 0 && out_of_order == 0 && topic_overtakes == 0 &&
                   processing == 0 && failed == 0 && log_writes == 0 &&
                   sent == total && !broker_exit;
   std::printf("%s\n", ok ? "RESULT: OK" : "RESULT: FAILED — replay with --seed");

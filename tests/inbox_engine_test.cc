@@ -614,3 +614,28 @@ TEST_F(InboxEngineTest, AParkedHeadIsRetriedWhenItsTimeComesOnTheEnginesClock) {
 
 }  // namespace
 }  // namespace outbox
+
+namespace outbox {
+namespace {
+
+// DedupByEventId: the outbox's id first; else a CloudEvents id with its
+// source, of any binding (an id is unique within its source only).
+TEST(DedupByEventIdTest, ACloudEventsIdIsKeyedWithItsSource) {
+  const DedupKeyFn key = DedupByEventId();
+  InboundMessage a;
+  a.headers = {{"ce_id", "1"}, {"ce_source", "/shop"}};
+  InboundMessage b;
+  b.headers = {{"cloudEvents:id", "1"}, {"cloudEvents:source", "/billing"}};
+  ASSERT_TRUE(key(a).ok());
+  EXPECT_EQ(*key(a), "ce:/shop 1");
+  EXPECT_EQ(*key(b), "ce:/billing 1");
+  EXPECT_NE(*key(a), *key(b)) << "two sources' id 1 are two events";
+  a.headers["outbox-event-id"] = "0190a0b0-0000-7000-8000-000000000001";
+  EXPECT_EQ(*key(a), "0190a0b0-0000-7000-8000-000000000001");
+  InboundMessage none;
+  none.headers = {{"ce-source", "/x"}};
+  EXPECT_FALSE(key(none).ok());
+}
+
+}  // namespace
+}  // namespace outbox

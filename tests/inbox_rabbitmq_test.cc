@@ -51,7 +51,7 @@ class InboxRabbitMqTest : public RelayE2ETest {
   }
 
   Subprocess& StartConsumer(const std::string& faults = "", bool ordered = false,
-                            const std::string& retry = "300,300") {
+                            const std::string& retry = "300,300", std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {OUTBOX_INBOX_CONSUMER_BIN, "--db", url_, "--amqp", amqp_,
                                      "--schema", schema_, "--topic", exchange_, "--group", group_,
                                      "--retry-delays", retry, "--prefetch", "50"};
@@ -59,6 +59,7 @@ class InboxRabbitMqTest : public RelayE2ETest {
       argv.push_back("--ordered");
       argv.push_back("1");
     }
+    argv.insert(argv.end(), extra.begin(), extra.end());
     std::map<std::string, std::string> env;
     if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
     const std::string log = (std::filesystem::temp_directory_path() /
@@ -166,18 +167,40 @@ TEST_F(InboxRabbitMqTest, CrashMatrix_ConsumerDiesAfterCommitBeforeAck_EffectsOn
       << "the redelivered batch was absorbed: " << second.Log();
 }
 
+// Crash matrix, consumer side: killed inside the inbox transaction (the
+// effects written, not committed). Nothing of the batch counts; the broker
+// gives the deliveries to the next consumer: each effect once.
+TEST_F(InboxRabbitMqTest, CrashMatrix_ConsumerDiesMidTransaction_EffectsOnce) {
+  OUTBOX_REQUIRE_FAULT_POINTS();
+  Subprocess& first = StartConsumer("Inbox::InsideTransaction=crash@1");
+  StartRabbitRelay();
+  EnqueueMany(1, 10, 10);  // 100 events
+  first.Wait(Scaled(30s));
+  EXPECT_EQ(Effects(), 0) << "the transaction died uncommitted: " << first.Log();
+  Subprocess& second = StartConsumer();
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 100 && rabbit_->Depth(queue_) == 0; }, 30s)) << Logs();
+  EXPECT_EQ(Effects(), 100);
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(OutOfOrder(), 0);
+  second.Signal(SIGTERM);
+  EXPECT_EQ(second.Wait(Scaled(20s)), 0);
+}
+
 // Ordered handlers share the queue through x-single-active-consumer: one
 // reads, the other stands by and takes over when the first is SIGKILLed;
 // per-aggregate order and each effect once hold across the takeover.
 TEST_F(InboxRabbitMqTest, OrderedConsumersTakeOverInOrderWithASingleActiveConsumer) {
-  Subprocess& a = StartConsumer("", /*ordered=*/true);
-  Subprocess& b = StartConsumer("", /*ordered=*/true);
+  Subprocess& a = StartConsumer("", /*ordered=*/true, "300,300", {"--batch", "10"});
+  // a consumes before b subscribes: a is the active consumer.
+  ASSERT_TRUE(WaitFor([&] { return rabbit_->Consumers(queue_) == 1; }, 20s)) << a.Log();
+  Subprocess& b = StartConsumer("", /*ordered=*/true, "300,300", {"--batch", "10"});
   StartRabbitRelay();
   EnqueueMany(2, 5, 20);  // 200 events
   ASSERT_TRUE(WaitFor([&] { return Effects() >= 60; }, 30s)) << Logs();
   EXPECT_EQ(b.Log().find("batch done"), std::string::npos) << "one consumer reads at a time";
   a.Signal(SIGKILL);
   a.Wait(Scaled(10s));
+  EXPECT_LT(Effects(), 200) << "a was killed with deliveries in flight";
   EnqueueMany(2, 5, 40, /*from=*/20);  // 200 more, after the takeover
   ASSERT_TRUE(WaitFor([&] { return Effects() >= 400; }, 60s))
       << Logs() << "\nsent " << CountStatus("SENT") << " effects " << Effects() << " ready "
@@ -268,7 +291,36 @@ TEST_F(InboxRabbitMqTest, TheSourceReportsTheQueueDepthAndRewindsInPlace) {
   EXPECT_TRUE(src.Commit({{{again[0].topic, again[0].partition}, again[0].offset + 1}}).ok());
   std::this_thread::sleep_for(1100ms);
   (void)src.Poll(1, 0ms);
-  EXPECT_GE(src.Lag()[0].lag, 78) << "only one message acked";
+  // 100 - 1 acked - 10 delivered ahead (prefetch); an ack of the ended
+  // session honoured would leave 84.
+  EXPECT_GE(src.Lag()[0].lag, 88) << "only one message acked";
+  EXPECT_LE(src.Lag()[0].lag, 89);
+}
+
+// A handler made ordered whose queue exists unordered (declared without
+// x-single-active-consumer): the broker refuses the declaration, and
+// outbox-consumer exits 2 at start naming the handler and the queue, before it
+// touches the database (--migrate creates nothing).
+TEST_F(InboxRabbitMqTest, AQueueThatExistsWithOtherArgumentsExitsTwoNamingItTouchingNothing) {
+  ASSERT_TRUE(rabbit_->DeclareExchange(exchange_));
+  ASSERT_TRUE(rabbit_->DeclareQueue(queue_, exchange_));  // no x-single-active-consumer
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / ("outbox-consumer-" + schema_ + "-args.toml")).string();
+  std::ofstream(path) << "[[handler]]\ntopic = \"" << exchange_ << "\"\ngroup = \"" << group_
+                      << "\"\nbroker = \"rabbitmq\"\nordered = true\nsql = \"SELECT 1\"\n";
+  consumers_.push_back(std::make_unique<Subprocess>(
+      std::vector<std::string>{OUTBOX_CONSUMER_BIN, "--config", path, "--migrate", "--set",
+                               "database.url=" + url_, "--set", "database.inbox_schema=" + schema_ + "_inbox",
+                               "--set", "rabbitmq.url=" + amqp_},
+      std::map<std::string, std::string>{}, (dir / ("outbox-consumer-" + schema_ + "-args.log")).string()));
+  Subprocess& c = *consumers_.back();
+  EXPECT_EQ(c.Wait(Scaled(30s)), 2) << c.Log();
+  const std::string log = c.Log();
+  EXPECT_NE(log.find("handler.0"), std::string::npos) << log;
+  EXPECT_NE(log.find(queue_), std::string::npos) << log;
+  EXPECT_NE(log.find("PRECONDITION_FAILED"), std::string::npos) << log;
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM pg_namespace WHERE nspname = '" + schema_ + "_inbox'"), "0")
+      << "the database was touched";
 }
 
 // outbox-consumer with a handler on RabbitMQ (broker = "rabbitmq": the

@@ -107,6 +107,15 @@ class AmqpClient {
     return -1;
   }
 
+  // Consumers subscribed to `queue`; -1 when it does not exist.
+  long Consumers(const std::string& queue) {
+    amqp_queue_declare_ok_t* ok = amqp_queue_declare(conn_, 1, amqp_cstring_bytes(queue.c_str()), 1,
+                                                     0, 0, 0, amqp_empty_table);
+    if (ok) return static_cast<long>(ok->consumer_count);
+    (void)Depth(queue);  // opens the channel again
+    return -1;
+  }
+
   // The next message of `queue` (acknowledged), or nothing when it is empty.
   std::optional<AmqpMessage> Get(const std::string& queue) {
     amqp_rpc_reply_t r = amqp_basic_get(conn_, 1, amqp_cstring_bytes(queue.c_str()), 1);

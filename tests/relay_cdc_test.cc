@@ -446,8 +446,9 @@ TEST_F(RelayCdcTest, ASlotOverTheCapHeldByAnotherReaderIsDroppedOnceItLetsGo) {
     ASSERT_EQ(first.Wait(Scaled(30s)), 0) << first.Log();
   }
   // A reader that holds the slot and never confirms.
-  const char* keys[] = {"dbname", "replication", nullptr};
-  const char* values[] = {url_.c_str(), "database", nullptr};
+  // wal_sender_timeout off: it never answers the walsender's keepalives.
+  const char* keys[] = {"dbname", "replication", "options", nullptr};
+  const char* values[] = {url_.c_str(), "database", "-c wal_sender_timeout=0", nullptr};
   PgConn reader(PQconnectdbParams(keys, values, 1));
   ASSERT_EQ(PQstatus(reader.get()), CONNECTION_OK) << PQerrorMessage(reader.get());
   {

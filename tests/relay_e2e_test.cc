@@ -32,10 +32,6 @@ TEST_F(RelayE2ETest, DeliversEverythingInOrderWithKeysAndHeaders) {
   EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
 }
 
-// Under systemd (Type=notify, packaging/systemd/outbox-relay.service): the
-// relay says READY=1 once it runs, pings the watchdog while its threads go
-// round, reports /readyz in STATUS=, and says STOPPING=1 on SIGTERM. Here the
-// test is systemd: a datagram socket in NOTIFY_SOCKET.
 // relay.envelope = cloudevents (issue 43): binary-mode CloudEvents 1.0 as
 // Kafka headers ce_*, beside the outbox's own; the payload unchanged. A bad
 // envelope exits 2 naming the key.
@@ -58,6 +54,10 @@ TEST_F(RelayE2ETest, TheCloudEventsEnvelopeAddsCeHeadersAndLeavesThePayload) {
   EXPECT_NE(bad.Log().find("relay.envelope"), std::string::npos) << bad.Log();
 }
 
+// Under systemd (Type=notify, packaging/systemd/outbox-relay.service): the
+// relay says READY=1 once it runs, pings the watchdog while its threads go
+// round, reports /readyz in STATUS=, and says STOPPING=1 on SIGTERM. Here the
+// test is systemd: a datagram socket in NOTIFY_SOCKET.
 TEST_F(RelayE2ETest, UnderSystemdItNotifiesReadyPingsTheWatchdogAndSaysStopping) {
   NotifySocket systemd(schema_);
   Subprocess& relay = StartRelay({}, {{"NOTIFY_SOCKET", systemd.path()}, {"WATCHDOG_USEC", "1000000"}});

@@ -52,7 +52,8 @@ struct InboundMessage {
   }
   // The event id, from either envelope: outbox-event-id, else the CloudEvents
   // id of the message's binding (ce_id on Kafka, cloudEvents:id on AMQP,
-  // ce-id on HTTP; cloudevents.h); nullptr when there is none.
+  // ce-id on HTTP; cloudevents.h); nullptr when there is none. (Dedup by it:
+  // DedupByEventId, which keys a CloudEvents id with its source.)
   const std::string* EventId() const {
     for (const char* name : {"outbox-event-id", "ce_id", "cloudEvents:id", "ce-id"}) {
       if (const std::string* id = Header(name); id && !id->empty()) return id;
@@ -107,7 +108,9 @@ ErrorClass SqlHandlerErrorClass(std::string_view sqlstate);
 // Called on the consumer's thread.
 using DedupKeyFn = std::function<Result<std::string>(const InboundMessage& msg)>;
 
-// The event id the relay puts in the `outbox-event-id` header.
+// The event id the relay puts in the `outbox-event-id` header; without it,
+// a CloudEvents id with its source ("ce:<source> <id>": an id is unique within
+// its source only), of any binding (InboundMessage::EventId).
 DedupKeyFn DedupByEventId();
 
 enum class Outcome {

@@ -48,6 +48,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "outbox/event.h"
 #include "outbox/inbox_source.h"
@@ -150,6 +151,17 @@ struct RabbitMqInboxSourceOptions {
 
 // "<group>.<topic>": the group's queue for a topic.
 std::string RabbitMqQueueName(const std::string& group, const std::string& topic);
+
+// Declares, once, on a connection of its own, what the source declares for
+// `topics` (as Subscribe takes them): what outbox-consumer does at start, so
+// that a refused declaration is a configuration error before anything else.
+// InvalidArgument when the broker refuses one as inequivalent to what exists
+// (406 PRECONDITION_FAILED: a queue that exists with other arguments, say an
+// unordered handler's queue for an ordered one, or an exchange of another
+// type), naming it; Unavailable when the broker cannot be reached or refuses
+// for another reason (the source retries it).
+Status DeclareRabbitMqInbox(const RabbitMqInboxSourceOptions& options,
+                           const std::vector<std::string>& topics);
 
 // Validates the options (InvalidArgument naming the key, never the password;
 // exchange_type direct is refused: it cannot route every key to one queue)

@@ -557,11 +557,15 @@ ErrorClass SqlHandlerErrorClass(std::string_view sqlstate) {
 
 DedupKeyFn DedupByEventId() {
   return [](const InboundMessage& m) -> Result<std::string> {
-    const std::string* id = m.EventId();
-    if (!id) {
-      return Status::InvalidArgument("message has no outbox-event-id header (nor a CloudEvents id)");
+    if (const std::string* id = m.Header("outbox-event-id"); id && !id->empty()) return *id;
+    // A CloudEvents id is unique within its source only: the key is both.
+    for (const char* prefix : {"ce_", "cloudEvents:", "ce-"}) {
+      const std::string* id = m.Header(std::string(prefix) + "id");
+      if (!id || id->empty()) continue;
+      const std::string* source = m.Header(std::string(prefix) + "source");
+      return "ce:" + (source ? *source : std::string()) + " " + *id;
     }
-    return *id;
+    return Status::InvalidArgument("message has no outbox-event-id header (nor a CloudEvents id)");
   };
 }
 

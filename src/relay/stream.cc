@@ -207,6 +207,7 @@ void StreamPump::HandleWalCap() {
                         {"progress", forgot.ok() ? "cleared" : forgot.ToString()}});
       cap_handled_ = true;
     } else if (dropped.code() == Code::kNotFound) {
+      (void)ledger_->DropStreamProgress(cdc_.slot);  // idempotent: in case the dropper could not
       ctx_.logger.Info("replication slot over cdc.max_retained_wal_bytes is already dropped "
                       "(by another relay); the sweepers drain the outbox by polling",
                       {{"slot", cdc_.slot}});

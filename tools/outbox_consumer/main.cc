@@ -219,6 +219,22 @@ outbox::Status BuildPipelines(const cd::Config& c, outbox::Logger& logger, std::
       ro.prefetch = c.rabbitmq_prefetch;
       ro.single_active_consumer = p.handler->ordered;  // one reader per queue: per-key order
       source = outbox::OpenRabbitMqInboxSource(ro, logger);
+      // The queues now: one the broker refuses as inequivalent (it exists with
+      // other arguments) is a configuration error; an unreachable broker is not
+      // (the source retries).
+      if (source.ok()) {
+        const outbox::Status declared =
+            outbox::DeclareRabbitMqInbox(ro, outbox::SubscribedTopics(EngineOptions(c, *p.handler)));
+        if (declared.code() == outbox::Code::kInvalidArgument) {
+          return outbox::Status::InvalidArgument(
+              "handler." + std::to_string(i) + " (group " + p.handler->group + ", ordered = " +
+              (p.handler->ordered ? "true" : "false") + "): " + declared.message());
+        }
+        if (!declared.ok()) {
+          logger.Warn("rabbitmq: could not declare the handler's queues yet; retrying in the background",
+                      {{"group", p.handler->group}, {"error", declared.message()}});
+        }
+      }
     } else {
       outbox::KafkaInboxSourceOptions so;
       so.properties = c.kafka;

@@ -1,7 +1,11 @@
 // The RabbitMQ side of the inbox (rabbitmq.h, "The inbox source"): the
 // group's queues, manual acks, retry queues that dead-letter back, and the
 // forwarding connection with publisher confirms.
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -23,12 +27,43 @@ constexpr int kHeartbeatS = 30;
 // requeues what was not acked) when reset.
 struct Connection {
   amqp_connection_state_t state = nullptr;
+  int fd = -1;  // the socket, once open
   explicit Connection(amqp_connection_state_t s) : state(s) {}
   ~Connection() {
     if (state) amqp_destroy_connection(state);
   }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
+};
+
+// While alive, shuts `fd` down past `deadline` (and a grace): a send that a
+// broker which stopped reading (a memory alarm) blocks then fails instead of
+// hanging. rabbitmq-c bounds RPCs, not publishes.
+class SendWatchdog {
+ public:
+  SendWatchdog(int fd, Clock::time_point deadline)
+      : thread_([this, fd, deadline] {
+          std::unique_lock<std::mutex> l(mu_);
+          if (!cv_.wait_until(l, deadline + std::chrono::milliseconds(500), [this] { return done_; })) {
+            ::shutdown(fd, SHUT_RDWR);
+          }
+        }) {}
+  ~SendWatchdog() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  SendWatchdog(const SendWatchdog&) = delete;
+  SendWatchdog& operator=(const SendWatchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: started once the rest is
 };
 
 amqp_table_entry_t Entry(const char* key, amqp_field_value_t value) {
@@ -45,22 +80,91 @@ amqp_field_value_t Utf8(const std::string& s) {
   return v;
 }
 
+// "orders.retry.2" -> ("orders", 2); anything else -> (topic, 0).
+std::pair<std::string, int> SplitRetryTopic(const std::string& t) {
+  const auto at = t.rfind(".retry.");
+  if (at == std::string::npos || at + 7 >= t.size()) return {t, 0};
+  int n = 0;
+  for (std::size_t i = at + 7; i < t.size(); ++i) {
+    if (t[i] < '0' || t[i] > '9' || n > 1000) return {t, 0};
+    n = n * 10 + (t[i] - '0');
+  }
+  return {t.substr(0, at), n};
+}
+
+// The main topics of a subscription (its retry topics dropped) -> retry levels.
+std::map<std::string, int> MainTopics(const std::vector<std::string>& topics) {
+  std::map<std::string, int> mains;
+  for (const std::string& t : topics) {
+    const auto [main, level] = SplitRetryTopic(t);
+    int& n = mains[level == 0 ? t : main];
+    n = std::max(n, level);
+  }
+  return mains;
+}
+
+// The key that binds every message of the exchange to the group's queue.
+std::string BindingKey(const std::string& exchange_type) {
+  if (exchange_type == "topic") return "#";
+  if (exchange_type == "x-consistent-hash") return "1";
+  return "";  // fanout ignores it; headers with no arguments matches all
+}
+
+// Per main topic: its exchange (declared, or checked when declare is off), the
+// group's queue bound to it, the retry queues that dead-letter back to it, and
+// the dead-letter queue; on `channel`, which a refusal closes. False with
+// `error`; `inequivalent` when the broker refused a declaration as
+// inequivalent to what exists (406 PRECONDITION_FAILED).
+bool DeclareTopology(amqp_connection_state_t s, amqp_channel_t channel, const AmqpUrl& url,
+                     const RabbitMqInboxSourceOptions& o, const std::map<std::string, int>& mains,
+                     std::string* error, bool* inequivalent) {
+  auto ok = [&](const std::string& what) {
+    const amqp_rpc_reply_t r = amqp_get_rpc_reply(s);
+    const std::string why = ReplyText(r, what.c_str());
+    if (why.empty()) return true;
+    *inequivalent = r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
+                    static_cast<amqp_channel_close_t*>(r.reply.decoded)->reply_code == AMQP_PRECONDITION_FAILED;
+    *error = "rabbitmq " + url.host + ":" + std::to_string(url.port) + ": " + why;
+    return false;
+  };
+  for (const auto& [t, levels] : mains) {
+    amqp_exchange_declare(s, channel, Bytes(t), Bytes(o.broker.exchange_type), o.broker.declare ? 0 : 1, 1, 0,
+                          0, amqp_empty_table);
+    if (!ok("exchange '" + t + "'" + (o.broker.declare ? "" : " (rabbitmq.declare is off: it must exist)"))) {
+      return false;
+    }
+    const std::string q = RabbitMqQueueName(o.group, t);
+    amqp_field_value_t sac;
+    sac.kind = AMQP_FIELD_KIND_BOOLEAN;
+    sac.value.boolean = 1;
+    amqp_table_entry_t qargs[] = {Entry("x-single-active-consumer", sac)};
+    amqp_queue_declare(s, channel, Bytes(q), 0, /*durable=*/1, 0, 0,
+                       o.single_active_consumer ? amqp_table_t{1, qargs} : amqp_empty_table);
+    if (!ok("queue '" + q + "'")) return false;
+    amqp_queue_bind(s, channel, Bytes(q), Bytes(t), Bytes(BindingKey(o.broker.exchange_type)), amqp_empty_table);
+    if (!ok("binding '" + q + "' to '" + t + "'")) return false;
+    const std::string dlx;  // the default exchange: routes by queue name
+    for (int n = 1; n <= levels; ++n) {
+      const std::string rq = q + ".retry." + std::to_string(n);
+      amqp_table_entry_t rargs[] = {Entry("x-dead-letter-exchange", Utf8(dlx)),
+                                    Entry("x-dead-letter-routing-key", Utf8(q))};
+      amqp_queue_declare(s, channel, Bytes(rq), 0, 1, 0, 0, amqp_table_t{2, rargs});
+      if (!ok("queue '" + rq + "'")) return false;
+    }
+    const std::string dq = q + o.dlt_suffix;
+    amqp_queue_declare(s, channel, Bytes(dq), 0, 1, 0, 0, amqp_empty_table);
+    if (!ok("queue '" + dq + "'")) return false;
+  }
+  return true;
+}
+
 class RabbitMqInboxSource final : public InboxSource {
  public:
   RabbitMqInboxSource(RabbitMqInboxSourceOptions o, AmqpUrl url, Logger& logger)
       : options_(std::move(o)), url_(std::move(url)), log_(logger) {}
 
   Status Subscribe(const std::vector<std::string>& topics) override {
-    mains_.clear();
-    for (const std::string& t : topics) {
-      const auto [main, level] = SplitRetryTopic(t);
-      if (level == 0) {
-        mains_.emplace(t, 0);
-      } else {
-        int& n = mains_[main];
-        n = std::max(n, level);
-      }
-    }
+    mains_ = MainTopics(topics);
     for (const auto& [t, levels] : mains_) {
       const std::string longest = Queue(t) + (levels > 0 ? ".retry." + std::to_string(levels) : "") +
                                   options_.dlt_suffix;
@@ -130,6 +234,7 @@ class RabbitMqInboxSource final : public InboxSource {
       return Status::Unavailable(error);
     }
     std::map<std::uint64_t, bool> unconfirmed;  // delivery tag -> (unused)
+    const SendWatchdog watchdog(forward_->fd, deadline);
     for (const OutboundMessage& m : messages) {
       if (int rc = Publish(m); rc != AMQP_STATUS_OK) {
         forward_.reset();
@@ -144,6 +249,7 @@ class RabbitMqInboxSource final : public InboxSource {
       NoteDown(st.message());
       return st;
     }
+    if (consume_) NoteUp();  // the broker answers (an earlier forward's failure is past)
     return Status::Ok();
   }
 
@@ -152,6 +258,8 @@ class RabbitMqInboxSource final : public InboxSource {
     for (const auto& [tp, offset] : next) {
       if (tp.partition == session_ && offset > 0) upto = std::max(upto, static_cast<std::uint64_t>(offset - 1));
     }
+    // Never past a paused delivery: the copy and what follows it come again.
+    if (paused_from_ > 0) upto = std::min(upto, paused_from_ - 1);
     // A session that ended took its unacked deliveries back: nothing to ack.
     if (upto == 0 || !consume_) return Status::Ok();
     if (int rc = amqp_basic_ack(consume_->state, kConsume, upto, /*multiple=*/1); rc != AMQP_STATUS_OK) {
@@ -180,8 +288,11 @@ class RabbitMqInboxSource final : public InboxSource {
   // retry queue when due, so this happens only when the consumer that
   // forwarded it runs on a clock ahead of ours; the whole queue waits (its
   // deliveries after the copy are not acked: they come again, in order).
-  void Pause(const TopicPartition& tp, std::int64_t) override {
-    if (tp.partition == session_) paused_.insert(tp);
+  void Pause(const TopicPartition& tp, std::int64_t offset) override {
+    if (tp.partition != session_) return;
+    paused_.insert(tp);
+    const auto tag = static_cast<std::uint64_t>(offset);
+    if (paused_from_ == 0 || tag < paused_from_) paused_from_ = tag;
   }
   void Resume(const TopicPartition& tp) override { paused_.erase(tp); }
 
@@ -197,18 +308,6 @@ class RabbitMqInboxSource final : public InboxSource {
   }
 
  private:
-  // "orders.retry.2" -> ("orders", 2); anything else -> (topic, 0).
-  static std::pair<std::string, int> SplitRetryTopic(const std::string& t) {
-    const auto at = t.rfind(".retry.");
-    if (at == std::string::npos || at + 7 >= t.size()) return {t, 0};
-    int n = 0;
-    for (std::size_t i = at + 7; i < t.size(); ++i) {
-      if (t[i] < '0' || t[i] > '9' || n > 1000) return {t, 0};
-      n = n * 10 + (t[i] - '0');
-    }
-    return {t.substr(0, at), n};
-  }
-
   std::string Queue(const std::string& topic) const { return RabbitMqQueueName(options_.group, topic); }
 
   // A logged-in connection with its channels (forwarding: one in confirm
@@ -220,7 +319,12 @@ class RabbitMqInboxSource final : public InboxSource {
       *error = "rabbitmq: out of memory";
       return nullptr;
     }
-    if (!OpenAndLogin(c->state, url_, options_.broker, name, kHeartbeatS, deadline, nullptr, error)) {
+    // Heartbeats on the consuming connection, which Poll services every
+    // ~100 ms while idle; none on the forwarding one, idle between forwards
+    // (the broker would close it for their silence).
+    Connection* raw = c.get();
+    if (!OpenAndLogin(c->state, url_, options_.broker, name, forwarding ? 0 : kHeartbeatS, deadline,
+                      [raw](int fd) { raw->fd = fd; }, error)) {
       return nullptr;
     }
     const bool ok = forwarding ? OpenChannel(c->state, kForward, true, error)
@@ -240,7 +344,10 @@ class RabbitMqInboxSource final : public InboxSource {
     const auto deadline = Clock::now() + options_.broker.timeout;
     std::string error;
     consume_ = Open("outbox-consumer", false, deadline, &error);
-    if (consume_ && !Declare(&error)) consume_.reset();
+    bool inequivalent = false;
+    if (consume_ && !DeclareTopology(consume_->state, kConsume, url_, options_, mains_, &error, &inequivalent)) {
+      consume_.reset();
+    }
     if (consume_) {
       amqp_basic_qos(consume_->state, kConsume, 0, static_cast<std::uint16_t>(options_.prefetch), 0);
       amqp_rpc_reply_t r = amqp_get_rpc_reply(consume_->state);
@@ -260,62 +367,13 @@ class RabbitMqInboxSource final : public InboxSource {
       return false;
     }
     ++session_;
+    paused_from_ = 0;
     backoff_ = std::chrono::milliseconds(100);
     consumer_tags_.clear();
     for (const auto& [t, levels] : mains_) consumer_tags_[Queue(t)] = t;
     depth_at_ = Clock::time_point{};
     NoteUp();
     return true;
-  }
-
-  // Per main topic: its exchange (declared, or checked when declare is off),
-  // the group's queue bound to it, the retry queues that dead-letter back to
-  // it, and the dead-letter queue.
-  bool Declare(std::string* error) {
-    amqp_connection_state_t s = consume_->state;
-    for (const auto& [t, levels] : mains_) {
-      amqp_exchange_declare(s, kConsume, Bytes(t), Bytes(options_.broker.exchange_type),
-                            options_.broker.declare ? 0 : 1, 1, 0, 0, amqp_empty_table);
-      if (!Ok(("exchange '" + t + "'" + (options_.broker.declare ? "" : " (rabbitmq.declare is off: it must exist)")).c_str(), error)) {
-        return false;
-      }
-      const std::string q = Queue(t);
-      amqp_field_value_t sac;
-      sac.kind = AMQP_FIELD_KIND_BOOLEAN;
-      sac.value.boolean = 1;
-      amqp_table_entry_t qargs[] = {Entry("x-single-active-consumer", sac)};
-      amqp_queue_declare(s, kConsume, Bytes(q), 0, /*durable=*/1, 0, 0,
-                         options_.single_active_consumer ? amqp_table_t{1, qargs} : amqp_empty_table);
-      if (!Ok(("queue '" + q + "'").c_str(), error)) return false;
-      amqp_queue_bind(s, kConsume, Bytes(q), Bytes(t), Bytes(BindingKey()), amqp_empty_table);
-      if (!Ok(("binding '" + q + "' to '" + t + "'").c_str(), error)) return false;
-      const std::string dlx;  // the default exchange: routes by queue name
-      for (int n = 1; n <= levels; ++n) {
-        const std::string rq = q + ".retry." + std::to_string(n);
-        amqp_table_entry_t rargs[] = {Entry("x-dead-letter-exchange", Utf8(dlx)),
-                                      Entry("x-dead-letter-routing-key", Utf8(q))};
-        amqp_queue_declare(s, kConsume, Bytes(rq), 0, 1, 0, 0, amqp_table_t{2, rargs});
-        if (!Ok(("queue '" + rq + "'").c_str(), error)) return false;
-      }
-      const std::string dq = q + options_.dlt_suffix;
-      amqp_queue_declare(s, kConsume, Bytes(dq), 0, 1, 0, 0, amqp_empty_table);
-      if (!Ok(("queue '" + dq + "'").c_str(), error)) return false;
-    }
-    return true;
-  }
-
-  // The key that binds every message of the exchange to the group's queue.
-  std::string BindingKey() const {
-    if (options_.broker.exchange_type == "topic") return "#";
-    if (options_.broker.exchange_type == "x-consistent-hash") return "1";
-    return "";  // fanout ignores it; headers with no arguments matches all
-  }
-
-  bool Ok(const char* what, std::string* error) {
-    const std::string why = ReplyText(amqp_get_rpc_reply(consume_->state), what);
-    if (why.empty()) return true;
-    *error = "rabbitmq " + url_.host + ":" + std::to_string(url_.port) + ": " + why;
-    return false;
   }
 
   // A frame amqp_consume_message did not take. False with `why` when the
@@ -548,6 +606,9 @@ class RabbitMqInboxSource final : public InboxSource {
   int session_ = 0;  // the "partition": one per consuming session
   std::map<std::string, std::int64_t> depth_;
   std::set<TopicPartition> paused_;
+  // The lowest delivery tag paused in this session (0: none): Commit acks
+  // below it only (ack multiple covers every topic of the channel).
+  std::uint64_t paused_from_ = 0;
   Clock::time_point depth_at_{}, retry_at_{};
   std::chrono::milliseconds backoff_{100};
   mutable Mutex mu_;
@@ -558,6 +619,27 @@ class RabbitMqInboxSource final : public InboxSource {
 
 std::string RabbitMqQueueName(const std::string& group, const std::string& topic) {
   return group + "." + topic;
+}
+
+Status DeclareRabbitMqInbox(const RabbitMqInboxSourceOptions& options,
+                           const std::vector<std::string>& topics) {
+  OUTBOX_RETURN_IF_ERROR(ValidateRabbitMqOptions(options.broker));
+  auto url = ParseAmqpUrl(options.broker.url);
+  if (!url.ok()) return url.status();
+  Connection c(amqp_new_connection());
+  std::string error;
+  if (!c.state || !OpenAndLogin(c.state, *url, options.broker, "outbox-consumer-declare", 0,
+                                Clock::now() + options.broker.timeout, nullptr, &error) ||
+      !OpenChannel(c.state, kConsume, false, &error)) {
+    return Status::Unavailable(error.empty() ? "rabbitmq: out of memory" : error);
+  }
+  bool inequivalent = false;
+  if (!DeclareTopology(c.state, kConsume, *url, options, MainTopics(topics), &error, &inequivalent)) {
+    return inequivalent ? Status::InvalidArgument(error) : Status::Unavailable(error);
+  }
+  (void)amqp_channel_close(c.state, kConsume, AMQP_REPLY_SUCCESS);
+  (void)amqp_connection_close(c.state, AMQP_REPLY_SUCCESS);
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<InboxSource>> OpenRabbitMqInboxSource(const RabbitMqInboxSourceOptions& options,
