@@ -167,6 +167,47 @@ TEST_F(InboxRabbitMqTest, CrashMatrix_ConsumerDiesAfterCommitBeforeAck_EffectsOn
       << "the redelivered batch was absorbed: " << second.Log();
 }
 
+// A retry copy delivered before it is due (the consumer that forwarded it ran
+// on a clock ahead of this one's): the engine pauses it, the source acks
+// nothing at or past it, ends the session and delivers it again once due.
+// Every message is applied once, the copy after its due time, and the queue
+// ends empty with nothing unacked (a session that went on would stall: its
+// acks could never pass the copy).
+TEST_F(InboxRabbitMqTest, ARetryCopyDeliveredBeforeItsDueTimeWaitsAndNothingAfterItIsAcked) {
+  Subprocess& c = StartConsumer("", false, "300,300", {"--batch", "50"});
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  // Straight into the group's queue, as the retry queue's dead-lettering
+  // would put it, but 2 s early; then ten fresh messages behind it.
+  ASSERT_TRUE(rabbit_->Publish("", queue_, "early-copy",
+                               {{"outbox-event-id", "ev-early"},
+                                {"outbox-retry-due-at", std::to_string(now_ms + 2000)},
+                                {"outbox-retry-topic", exchange_ + ".retry.1"},
+                                {"outbox-message-key", "k-early"},
+                                {"outbox-attempt", "1"}}));
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(rabbit_->Publish("", queue_, "fresh-" + std::to_string(i),
+                                 {{"outbox-event-id", "ev-fresh-" + std::to_string(i)},
+                                  {"outbox-message-key", "k-" + std::to_string(i)}}));
+  }
+  ASSERT_TRUE(WaitFor([&] { return Effects() >= 11; }, 30s)) << c.Log();
+  const auto applied_at = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  EXPECT_GE(applied_at, now_ms + 2000) << "the copy waited for its due time";
+  EXPECT_EQ(DoubleEffects(), 0);
+  EXPECT_EQ(Num("SELECT count(*) FROM " + schema_ + ".effects WHERE payload = 'early-copy'"), 1);
+  // Everything acked: nothing ready, and the consumer still takes new work.
+  ASSERT_TRUE(rabbit_->Publish("", queue_, "after", {{"outbox-event-id", "ev-after"}, {"outbox-message-key", "k-a"}}));
+  EXPECT_TRUE(WaitFor([&] { return Effects() >= 12 && rabbit_->Depth(queue_) == 0; }, 20s)) << c.Log();
+  c.Signal(SIGTERM);
+  EXPECT_EQ(c.Wait(Scaled(20s)), 0) << c.Log();
+  // The fresh messages applied in the copy's batch were not acked: they came
+  // again in the new session and were absorbed.
+  EXPECT_NE(c.Log().find("counters applied=12 "), std::string::npos) << c.Log();
+}
+
 // Crash matrix, consumer side: killed inside the inbox transaction (the
 // effects written, not committed). Nothing of the batch counts; the broker
 // gives the deliveries to the next consumer: each effect once.

@@ -107,6 +107,27 @@ class AmqpClient {
     return -1;
   }
 
+  // Publishes `body` to `exchange` ("" = the default: `key` names the queue),
+  // persistent, with string headers. False on a local error.
+  bool Publish(const std::string& exchange, const std::string& key, const std::string& body,
+               const std::map<std::string, std::string>& headers) {
+    std::vector<amqp_table_entry_t> e;
+    for (const auto& [k, v] : headers) {
+      amqp_table_entry_t x;
+      x.key = amqp_bytes_t{k.size(), const_cast<char*>(k.data())};
+      x.value.kind = AMQP_FIELD_KIND_UTF8;
+      x.value.value.bytes = amqp_bytes_t{v.size(), const_cast<char*>(v.data())};
+      e.push_back(x);
+    }
+    amqp_basic_properties_t p{};
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
+    p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    p.headers = amqp_table_t{static_cast<int>(e.size()), e.data()};
+    return amqp_basic_publish(conn_, 1, amqp_cstring_bytes(exchange.c_str()), amqp_cstring_bytes(key.c_str()),
+                              0, 0, &p, amqp_bytes_t{body.size(), const_cast<char*>(body.data())}) ==
+           AMQP_STATUS_OK;
+  }
+
   // Consumers subscribed to `queue`; -1 when it does not exist.
   long Consumers(const std::string& queue) {
     amqp_queue_declare_ok_t* ok = amqp_queue_declare(conn_, 1, amqp_cstring_bytes(queue.c_str()), 1,

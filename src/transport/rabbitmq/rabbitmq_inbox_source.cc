@@ -181,11 +181,16 @@ class RabbitMqInboxSource final : public InboxSource {
 
   std::vector<InboundMessage> Poll(int max, std::chrono::milliseconds fill_wait) override {
     std::vector<InboundMessage> out;
-    if (!paused_.empty()) {
+    if (paused_from_ > 0) {
       // A retry copy came back before its due time (another consumer's clock
-      // ahead of ours): the session ends, giving the queue back in its order,
-      // until the engine resumes it when due.
+      // ahead of ours) and the batch's earlier messages are acked: the session
+      // ends, giving the copy and what followed it back to the queue in their
+      // order (the same session would never deliver them again, and nothing
+      // past the copy may be acked in it).
       consume_.reset();
+      paused_from_ = 0;
+    }
+    if (!paused_.empty()) {  // until the engine resumes it, when due
       std::this_thread::sleep_for(std::min(fill_wait, std::chrono::milliseconds(100)));
       return out;
     }
