@@ -146,6 +146,58 @@ TEST_F(InboxRabbitMqTest, RetryQueuesThenTheDeadLetterQueueWithTheFailureHeaders
   EXPECT_EQ(rabbit_->Depth(queue_ + ".retry.2"), 0);
 }
 
+// outboxctl dlt replay --queue: the matching dead-lettered messages leave the
+// dead-letter queue for the group's queue and are applied once; the others
+// stay, in place. A dry run and a copy with no queue to go to change nothing.
+TEST_F(InboxRabbitMqTest, DltReplayMovesTheMatchingDeadLettersBackToTheGroupsQueue) {
+  Exec(admin_.get(), "INSERT INTO " + schema_ + ".blocklist VALUES ('b-1'), ('b-2')");
+  StartConsumer();
+  StartRabbitRelay();
+  ASSERT_TRUE(EnqueueOne("b-1", "blocked"));
+  ASSERT_TRUE(EnqueueOne("b-2", "blocked"));
+  ASSERT_TRUE(EnqueueOne("ok-1", "ok"));
+  const std::string dlt = queue_ + ".dlt";
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 1 && rabbit_->Depth(dlt) == 2; }, 30s)) << Logs();
+  const std::string ctl = std::string(OUTBOX_OUTBOXCTL_BIN) + " --amqp '" + amqp_ + "' dlt replay --queue " + dlt;
+
+  CommandRun dry = RunCommand(ctl + " --dry-run");
+  EXPECT_EQ(dry.code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("would replay 2 of 2 dead-lettered messages from " + dlt), std::string::npos) << dry.out;
+  EXPECT_EQ(rabbit_->Depth(dlt), 2) << "a dry run leaves every message in place";
+
+  // A copy whose group has no queue: the broker returns it, the command fails
+  // naming the queue, and nothing leaves the dead-letter queue.
+  ASSERT_TRUE(rabbit_->Publish("", dlt, "stray",
+                               {{"outbox-original-topic", exchange_}, {"outbox-group", "no-such-group"},
+                                {kRabbitMqKeyHeader, "stray-1"}}));
+  CommandRun stray = RunCommand(ctl + " --key stray-1");
+  EXPECT_EQ(stray.code, 1) << stray.out;
+  EXPECT_NE(stray.out.find("routing key 'no-such-group." + exchange_ + "'"), std::string::npos) << stray.out;
+  EXPECT_EQ(rabbit_->Depth(dlt), 3);
+
+  Exec(admin_.get(), "DELETE FROM " + schema_ + ".blocklist WHERE k = 'b-1'");
+  CommandRun one = RunCommand(ctl + " --key b-1 --json");
+  EXPECT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("\"replayed\":1"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("\"scanned\":3"), std::string::npos) << one.out;
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 2; }, 20s)) << Logs();
+  EXPECT_EQ(Num("SELECT count(*) FROM " + schema_ + ".effects WHERE k = 'b-1'"), 1);
+  EXPECT_EQ(rabbit_->Depth(dlt), 2) << "b-2 and the stray copy stay dead-lettered";
+
+  Exec(admin_.get(), "DELETE FROM " + schema_ + ".blocklist WHERE k = 'b-2'");
+  CommandRun again = RunCommand(ctl + " --key b-2");
+  EXPECT_EQ(again.code, 0) << again.out;
+  ASSERT_TRUE(WaitFor([&] { return Effects() == 3; }, 20s)) << Logs();
+  // The stray copy is the one left, untouched.
+  std::vector<AmqpMessage> left = rabbit_->Drain(dlt);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].body, "stray");
+  std::this_thread::sleep_for(1s);  // a replayed copy applied twice would show by now
+  EXPECT_EQ(Effects(), 3);
+  EXPECT_EQ(Num("SELECT count(*) FROM " + schema_ + ".effects WHERE k = 'b-2'"), 1);
+  EXPECT_EQ(rabbit_->Depth(queue_), 0);
+}
+
 // Crash matrix, consumer side: killed after the inbox committed and before
 // the ack. The broker gives the unacked messages to the next consumer; the
 // inbox absorbs them: each effect once.

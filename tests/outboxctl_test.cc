@@ -318,6 +318,21 @@ TEST_F(OutboxctlTest, ReadsTheRelaysConfigFileAndEnvironment) {
   CtlRun dlt = Ctl("--config " + file + " dlt replay --topic x.dlt --dry-run");
   EXPECT_NE(dlt.code, 0) << dlt.out;
   EXPECT_NE(dlt.out.find("security.protocol"), std::string::npos) << dlt.out;
+  // dlt replay --queue takes RabbitMQ's connection from the relay's file
+  // (rabbitmq.url): the broker's address in the error, never the password; a
+  // malformed URL exits 2 naming the key.
+  {
+    std::ofstream f(file, std::ios::app);
+    f << "[rabbitmq]\nurl = \"amqp://u:hunter2@127.0.0.1:1/%2F\"\ntimeout_ms = 2000\n";
+  }
+  CtlRun rmq = Ctl("--config " + file + " dlt replay --queue g.orders.dlt --dry-run");
+  EXPECT_EQ(rmq.code, 1) << rmq.out;
+  EXPECT_NE(rmq.out.find("rabbitmq 127.0.0.1:1"), std::string::npos) << rmq.out;
+  EXPECT_EQ(rmq.out.find("hunter2"), std::string::npos) << rmq.out;
+  CtlRun bad_url = Ctl("--config " + file + " --amqp amqp://u:hunter2@host:99999/%2F dlt replay --queue g.orders.dlt");
+  EXPECT_EQ(bad_url.code, 2) << bad_url.out;
+  EXPECT_NE(bad_url.out.find("rabbitmq.url"), std::string::npos) << bad_url.out;
+  EXPECT_EQ(bad_url.out.find("hunter2"), std::string::npos) << bad_url.out;
   // What outboxctl reads is checked strictly; the relay's own sections are the
   // relay's to check (outbox-relay --print-config), not outboxctl's.
   for (const auto& [text, key] : std::vector<std::pair<std::string, std::string>>{

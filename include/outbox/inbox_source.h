@@ -15,6 +15,7 @@
 #include <chrono>
 #include <compare>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -117,6 +118,41 @@ class InboxSource {
 inline constexpr std::size_t kMinForwardMaxBytes = 16'384;  // the failure headers always fit
 // kafka.h's kForwardMessageMaxBytes less 4 KiB for the record's framing.
 inline constexpr std::size_t kMaxForwardMaxBytes = 1'020'480;
+
+// Dead-letter replay (outboxctl dlt replay), on either broker: which
+// dead-lettered messages to send back (ReplayDeadLetters in kafka.h,
+// ReplayRabbitMqDeadLetters in rabbitmq.h), and what came of it.
+struct ReplayFilter {
+  std::string key;                                // "" = any
+  std::chrono::system_clock::time_point since{};  // message timestamp >= since
+  std::chrono::system_clock::time_point until = std::chrono::system_clock::time_point::max();
+};
+
+struct ReplayResult {
+  std::uint64_t scanned = 0;
+  std::uint64_t replayed = 0;
+  // Matching messages that are cut copies (header outbox-truncated: the message
+  // was too large to forward whole): not replayed. Each says where it is and
+  // where its original was, e.g. "orders.dlt/2/5: a cut copy of orders/2/17
+  // (1040000 bytes); replay the original from that offset".
+  std::vector<std::string> not_replayable;
+};
+
+// `progress`, when set, is called on the calling thread after each scanned
+// message with the messages scanned and matched so far (for a progress line).
+using ReplayProgress = std::function<void(std::uint64_t scanned, std::uint64_t matched)>;
+
+// Whether a dead-letter copy `in` is one to replay: it names its original
+// topic (header outbox-original-topic) and passes the filter.
+bool ReplayMatches(const ReplayFilter& filter, const InboundMessage& in);
+// What a replay sends for the dead-letter copy `in`: its key, payload and the
+// event's own headers to `topic`, without the failure headers
+// (outbox-original-*, outbox-error-*, the attempt, first failure and due
+// time), with outbox-replayed-from = `from` (where the copy was).
+OutboundMessage ReplayCopy(const InboundMessage& in, std::string topic, const std::string& from);
+// Why a matching cut copy (header outbox-truncated) is not replayed, naming
+// `from` (where it is) and its original's place and size.
+std::string NotReplayableText(const InboundMessage& in, const std::string& from);
 
 }  // namespace outbox
 

@@ -102,27 +102,9 @@ Result<std::unique_ptr<InboxSource>> OpenKafkaInboxSource(const KafkaInboxSource
 
 // Dead-letter replay: copies the messages of a dead-letter topic that match the
 // filter back to their original topic (header outbox-original-topic), keeping
-// key, value and the event's own headers, adding outbox-replayed-from. Safe to
-// run twice: the inbox absorbs what was already applied.
-struct ReplayFilter {
-  std::string key;                                // "" = any
-  std::chrono::system_clock::time_point since{};  // message timestamp >= since
-  std::chrono::system_clock::time_point until = std::chrono::system_clock::time_point::max();
-};
-
-struct ReplayResult {
-  std::uint64_t scanned = 0;
-  std::uint64_t replayed = 0;
-  // Matching records that are cut copies (header outbox-truncated: the message
-  // was too large to forward whole): not replayed. Each says where it is and
-  // where its original was, e.g. "orders.dlt/2/5: a cut copy of orders/2/17
-  // (1040000 bytes); replay the original from that offset".
-  std::vector<std::string> not_replayable;
-};
-
-// `progress`, when set, is called on the calling thread after each scanned
-// message with the messages scanned and matched so far (for a progress line).
-using ReplayProgress = std::function<void(std::uint64_t scanned, std::uint64_t matched)>;
+// key, value and the event's own headers, adding outbox-replayed-from. The
+// dead-letter topic keeps them. Safe to run twice: the inbox absorbs what was
+// already applied. (ReplayFilter, ReplayResult: inbox_source.h.)
 Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>& properties,
                                        const std::string& dlt_topic, const ReplayFilter& filter,
                                        bool dry_run, const ReplayProgress& progress = nullptr);

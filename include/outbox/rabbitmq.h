@@ -163,6 +163,23 @@ std::string RabbitMqQueueName(const std::string& group, const std::string& topic
 Status DeclareRabbitMqInbox(const RabbitMqInboxSourceOptions& options,
                            const std::vector<std::string>& topics);
 
+// Dead-letter replay (outboxctl dlt replay --queue): takes the messages in the
+// dead-letter queue `dlt_queue` now (say "billing.orders.dlt") and sends those
+// that match `filter` back to the group's main queue — "<outbox-group>.<outbox-original-topic>",
+// through the default exchange, so no other group gets them again (a copy
+// without outbox-group goes to its topic's exchange with its key) — without
+// the failure headers and with outbox-replayed-from = "<dlt_queue>/<n>" (n:
+// its place when taken). Each replayed message is acked, leaving the queue,
+// only once its copy is confirmed (a crash in between sends it twice; the
+// inbox absorbs it); the others, and all of them with `dry_run`, go back to
+// the queue in their place. The time filter reads the copy's timestamp
+// property (when it was dead-lettered, to the second). NotFound when the
+// queue does not exist; Unavailable when the broker cannot be reached or
+// refuses a copy (no queue for it: the messages stay dead-lettered).
+Result<ReplayResult> ReplayRabbitMqDeadLetters(const RabbitMqTransportOptions& broker,
+                                               const std::string& dlt_queue, const ReplayFilter& filter,
+                                               bool dry_run, const ReplayProgress& progress = nullptr);
+
 // Validates the options (InvalidArgument naming the key, never the password;
 // exchange_type direct is refused: it cannot route every key to one queue)
 // and creates the source; it connects at the first Poll or Forward.

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "ops.h"
 #include "outbox/inbox.h"
+#include "outbox/rabbitmq.h"
 #include "outbox/status.h"
 #include "outbox/store.h"
 
@@ -34,7 +35,7 @@ inline constexpr long long kMaxDurationS = 100LL * 365 * 86400;
 
 // What the command line gave, typed. Global options first, then each command's.
 struct Options {
-  std::string config, db, schema, bootstrap;
+  std::string config, db, schema, bootstrap, amqp;
   bool json = false;
   bool check = false;  // migrate --check
   std::string layout;  // migrate --layout: "" (what the schema holds, else rows), rows, log
@@ -50,7 +51,7 @@ struct Options {
   // trace
   std::string key, inbox_db, inbox_schema = "inbox";
   // dlt replay
-  std::string topic, dlt_key;
+  std::string topic, queue, dlt_key;
   long long since_ms = -1, until_ms = -1;
   // inbox purge
   std::string consumer, broker_retention;
@@ -63,8 +64,10 @@ struct Options {
   std::vector<std::string> allowed_hosts;
   std::string public_url;
   // From the relay's configuration (--config, OUTBOX_*): the database, and the
-  // librdkafka properties `dlt replay` connects with (TLS, SASL).
+  // librdkafka properties `dlt replay` connects with (TLS, SASL), and the
+  // RabbitMQ connection of `dlt replay --queue`.
   std::map<std::string, std::string> kafka;
+  RabbitMqTransportOptions rabbitmq;
 };
 
 // Bad usage: the message on stderr, exit 2 (nothing touched).

@@ -13,7 +13,8 @@
 // the relay's way (file < OUTBOX_* variables and their _FILE forms < flags), so
 // --db, --schema and the broker's properties (TLS, SASL for dlt replay) come
 // from where the relay takes them; --db falls back to $OUTBOX_DATABASE_URL or
-// $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP. Exit codes: 0 success
+// $OUTBOX_PG_URL, --bootstrap to $OUTBOX_KAFKA_BOOTSTRAP, --amqp to
+// $OUTBOX_RABBITMQ_URL. Exit codes: 0 success
 // (trace: found), 1 the operation failed (database or broker unreachable, SQL
 // error), 2 bad usage, 3 trace or skip: no such event, 4 migrate --check: an
 // object differs from what the migrations install, 5 migrate --check:
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "config.h"  // outbox::config
+#include "rabbitmq_keys.h"
 #include "ctl.h"
 #include "outbox/mariadb.h"
 #include "outbox/postgres.h"
@@ -39,11 +41,12 @@
 namespace {
 
 // What outboxctl reads of the relay's configuration file (docs/relay.md):
-// [database] and [kafka.properties]. The relay's own sections are the relay's
+// [database], [kafka.properties] and [rabbitmq]. The relay's own sections are the relay's
 // to check (outbox-relay --print-config); here they are accepted and ignored.
 struct CtlConfig {
   outbox::StoreOptions database;
   std::map<std::string, std::string> kafka;
+  outbox::RabbitMqTransportOptions rabbitmq;
 };
 
 const outbox::config::Schema<CtlConfig>& CtlSchema() {
@@ -54,6 +57,8 @@ const outbox::config::Schema<CtlConfig>& CtlSchema() {
         s, [](CtlConfig& c) -> outbox::StoreOptions& { return c.database; });
     outbox::config::AddKafkaProperties<CtlConfig>(
         s, [](CtlConfig& c) -> std::map<std::string, std::string>& { return c.kafka; });
+    outbox::config::AddRabbitMqKeys<CtlConfig>(
+        s, [](CtlConfig& c) -> outbox::RabbitMqTransportOptions& { return c.rabbitmq; }, true);
     s.ignored_prefixes = {"relay.", "cdc.", "retention.", "http.", "http_delivery.", "log.",
                           "kafka.topic_template"};
     return s;
@@ -85,6 +90,9 @@ int main(int argc, char** argv) {
   auto* bootstrap_flag = app.add_option("--bootstrap", o.bootstrap,
                                         "Kafka bootstrap servers for dlt replay (default: "
                                         "$OUTBOX_KAFKA_BOOTSTRAP, or --config)");
+  auto* amqp_flag = app.add_option("--amqp", o.amqp,
+                                   "RabbitMQ URL for dlt replay --queue (default: $OUTBOX_RABBITMQ_URL, "
+                                   "or --config's rabbitmq.url)");
   app.add_flag("--json", o.json, "print one JSON object (numbers as numbers)");
 
   Commands commands;
@@ -103,6 +111,7 @@ int main(int argc, char** argv) {
     if (db_flag->count()) overrides.emplace_back("database.url", o.db);
     if (schema_flag->count()) overrides.emplace_back("database.schema", o.schema);
     if (bootstrap_flag->count()) overrides.emplace_back("kafka.properties.bootstrap.servers", o.bootstrap);
+    if (amqp_flag->count()) overrides.emplace_back("rabbitmq.url", o.amqp);
     auto text = outbox::config::ReadFile(o.config);
     if (!text.ok()) return Usage("--config: " + text.status().message());
     CtlConfig cfg;
@@ -122,6 +131,7 @@ int main(int argc, char** argv) {
     o.db = cfg.database.url;
     o.schema = cfg.database.schema;
     o.kafka = cfg.kafka;
+    o.rabbitmq = cfg.rabbitmq;
   }
 
   const std::string command = app.get_subcommands().front()->get_name();

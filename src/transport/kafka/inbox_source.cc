@@ -470,38 +470,12 @@ Result<ReplayResult> ReplayDeadLetters(const std::map<std::string, std::string>&
       if (!m->err) {
         InboundMessage in = ToInbound(m);
         ++result.scanned;
-        const std::string* orig = in.Header(h::kOrigTopic);
-        const bool match = orig && (filter.key.empty() || filter.key == in.key) &&
-                           in.timestamp >= filter.since && in.timestamp <= filter.until;
-        const std::string* cut = in.Header(h::kTruncated);
-        if (match && cut) {
-          const auto header = [&](const char* name) {
-            const std::string* v = in.Header(name);
-            return v ? *v : std::string("?");
-          };
-          result.not_replayable.push_back(
-              dlt_topic + "/" + std::to_string(in.partition) + "/" + std::to_string(in.offset) +
-              ": a cut copy of " + *orig + "/" + header(h::kOrigPartition) + "/" +
-              header(h::kOrigOffset) + " (" + header(h::kOrigSize) +
-              " bytes): it cannot be replayed as it stands; replay the original from that offset "
-              "while its topic retains it");
-        } else if (match) {
-          OutboundMessage it;
-          it.topic = *orig;
-          it.key = in.key;
-          it.key_is_null = in.key_is_null;
-          it.payload = in.payload;
-          it.payload_is_null = in.payload_is_null;
-          for (const auto& [k, v] : in.headers) {
-            if (k.rfind("outbox-original-", 0) == 0 || k.rfind("outbox-error-", 0) == 0 ||
-                k == h::kAttempt || k == h::kFirstFailure || k == h::kDueAt) {
-              continue;
-            }
-            it.headers[k] = v;
-          }
-          it.headers["outbox-replayed-from"] =
-              dlt_topic + "/" + std::to_string(in.partition) + "/" + std::to_string(in.offset);
-          items.push_back(std::move(it));
+        const std::string from =
+            dlt_topic + "/" + std::to_string(in.partition) + "/" + std::to_string(in.offset);
+        if (ReplayMatches(filter, in) && in.Header(h::kTruncated)) {
+          result.not_replayable.push_back(NotReplayableText(in, from));
+        } else if (ReplayMatches(filter, in)) {
+          items.push_back(ReplayCopy(in, *in.Header(h::kOrigTopic), from));
         }
         if (m->offset + 1 >= high[m->partition]) done[m->partition] = true;
         if (progress) progress(result.scanned, items.size());

@@ -2,6 +2,7 @@
 
 #include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <vector>
@@ -189,6 +190,148 @@ bool OpenChannel(amqp_connection_state_t state, amqp_channel_t channel, bool con
     return false;
   }
   return true;
+}
+
+SendWatchdog::SendWatchdog(int fd, Clock::time_point deadline)
+    : thread_([this, fd, deadline] {
+        std::unique_lock<std::mutex> l(mu_);
+        if (!cv_.wait_until(l, deadline + std::chrono::milliseconds(500), [this] { return done_; })) {
+          ::shutdown(fd, SHUT_RDWR);
+        }
+      }) {}
+
+SendWatchdog::~SendWatchdog() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+amqp_table_entry_t Entry(const char* key, amqp_field_value_t value) {
+  amqp_table_entry_t e;
+  e.key = amqp_cstring_bytes(key);
+  e.value = value;
+  return e;
+}
+
+amqp_field_value_t Utf8(const std::string& s) {
+  amqp_field_value_t v;
+  v.kind = AMQP_FIELD_KIND_UTF8;
+  v.value.bytes = Bytes(s);
+  return v;
+}
+
+void ReadMessage(const amqp_message_t& msg, amqp_bytes_t routing_key, InboundMessage* m) {
+  m->key = Text(routing_key);
+  m->payload = Text(msg.body);
+  const amqp_basic_properties_t& p = msg.properties;
+  if (p._flags & AMQP_BASIC_HEADERS_FLAG) {
+    for (int i = 0; i < p.headers.num_entries; ++i) {
+      std::string v;
+      if (FieldText(p.headers.entries[i].value, &v)) m->headers[Text(p.headers.entries[i].key)] = v;
+    }
+  }
+  if (auto k = m->headers.find(std::string(kRabbitMqKeyHeader)); k != m->headers.end()) m->key = k->second;
+  if ((p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) && !m->headers.count("outbox-event-id")) {
+    m->headers["outbox-event-id"] = Text(p.message_id);
+  }
+  m->timestamp = (p._flags & AMQP_BASIC_TIMESTAMP_FLAG)
+                     ? std::chrono::system_clock::time_point(std::chrono::seconds(p.timestamp))
+                     : std::chrono::system_clock::now();
+}
+
+int PublishMessage(amqp_connection_state_t state, amqp_channel_t channel, const std::string& exchange,
+                   const std::string& routing_key, const std::map<std::string, std::string>& headers,
+                   const std::string& payload, const std::string& expiration) {
+  std::vector<amqp_table_entry_t> entries;
+  entries.reserve(headers.size());
+  for (const auto& [name, value] : headers) {
+    amqp_table_entry_t e;
+    e.key = Bytes(name);
+    e.value = Utf8(value);
+    entries.push_back(e);
+  }
+  amqp_basic_properties_t p{};
+  p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG | AMQP_BASIC_TIMESTAMP_FLAG;
+  p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+  p.headers = amqp_table_t{static_cast<int>(entries.size()), entries.data()};
+  p.timestamp = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  if (auto id = headers.find("outbox-event-id"); id != headers.end()) {
+    p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+    p.message_id = Bytes(id->second);
+  }
+  if (!expiration.empty()) {
+    p._flags |= AMQP_BASIC_EXPIRATION_FLAG;
+    p.expiration = Bytes(expiration);
+  }
+  return amqp_basic_publish(state, channel, Bytes(exchange), Bytes(routing_key), /*mandatory=*/1, 0, &p,
+                            Bytes(payload));
+}
+
+bool CloseText(const amqp_frame_t& f, std::string* why) {
+  if (f.frame_type != AMQP_FRAME_METHOD) return false;
+  if (f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD) {
+    auto* m = static_cast<amqp_connection_close_t*>(f.payload.method.decoded);
+    *why = "the broker closed the connection: " + std::to_string(m->reply_code) + " " + Text(m->reply_text);
+    return true;
+  }
+  if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
+    auto* m = static_cast<amqp_channel_close_t*>(f.payload.method.decoded);
+    *why = "the broker closed the channel: " + std::to_string(m->reply_code) + " " + Text(m->reply_text);
+    return true;
+  }
+  return false;
+}
+
+Status AwaitConfirms(amqp_connection_state_t state, Clock::time_point deadline, const char* what,
+                     std::map<std::uint64_t, bool>* unconfirmed) {
+  std::string returned;
+  while (!unconfirmed->empty()) {
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) {
+      return Status::Unavailable(std::string("rabbitmq: ") + what + " not confirmed within rabbitmq.timeout_ms");
+    }
+    timeval tv = Tv(left);
+    amqp_frame_t f;
+    const int rc = amqp_simple_wait_frame_noblock(state, &f, &tv);
+    if (rc == AMQP_STATUS_TIMEOUT) continue;
+    if (rc != AMQP_STATUS_OK) {
+      return Status::Unavailable(std::string("rabbitmq: connection lost while awaiting confirms of ") + what +
+                                 ": " + amqp_error_string2(rc));
+    }
+    if (f.frame_type != AMQP_FRAME_METHOD) continue;  // a returned message's content
+    std::string closed;
+    if (CloseText(f, &closed)) return Status::Unavailable("rabbitmq: " + closed);
+    switch (f.payload.method.id) {
+      case AMQP_BASIC_NACK_METHOD:
+        return Status::Unavailable(std::string("rabbitmq: basic.nack: the broker could not take ") + what);
+      case AMQP_BASIC_ACK_METHOD: {
+        auto* m = static_cast<amqp_basic_ack_t*>(f.payload.method.decoded);
+        if (m->multiple) {
+          unconfirmed->erase(unconfirmed->begin(), unconfirmed->upper_bound(m->delivery_tag));
+        } else {
+          unconfirmed->erase(m->delivery_tag);
+        }
+        break;
+      }
+      case AMQP_BASIC_RETURN_METHOD: {
+        auto* m = static_cast<amqp_basic_return_t*>(f.payload.method.decoded);
+        returned = "no queue for " + std::string(what) + ": exchange '" + Text(m->exchange) + "', routing key '" +
+                   Text(m->routing_key) + "' (" + Text(m->reply_text) + ")";
+        break;
+      }
+      default:
+        break;
+    }
+    amqp_maybe_release_buffers(state);
+  }
+  // A returned message is acked too (it was handled: dropped): not delivered.
+  if (!returned.empty()) return Status::Unavailable("rabbitmq: " + returned);
+  return Status::Ok();
 }
 
 }  // namespace outbox::amqp_internal

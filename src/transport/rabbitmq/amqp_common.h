@@ -9,8 +9,13 @@
 #include <sys/time.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "outbox/rabbitmq.h"
 #include "outbox/status.h"
@@ -60,6 +65,66 @@ bool OpenAndLogin(amqp_connection_state_t state, const AmqpUrl& url,
 // Opens `channel`; with `confirms`, in confirm mode.
 bool OpenChannel(amqp_connection_state_t state, amqp_channel_t channel, bool confirms,
                  std::string* error);
+
+// A connection someone owns; destroyed (the socket closed, the broker requeues
+// what was not acked) with it.
+struct Connection {
+  amqp_connection_state_t state = nullptr;
+  int fd = -1;  // the socket, once open
+  explicit Connection(amqp_connection_state_t s) : state(s) {}
+  ~Connection() {
+    if (state) amqp_destroy_connection(state);
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+};
+
+// While alive, shuts `fd` down past `deadline` (and a grace): a send that a
+// broker which stopped reading (a memory alarm) blocks then fails instead of
+// hanging. rabbitmq-c bounds RPCs, not publishes.
+class SendWatchdog {
+ public:
+  SendWatchdog(int fd, Clock::time_point deadline);
+  ~SendWatchdog();
+  SendWatchdog(const SendWatchdog&) = delete;
+  SendWatchdog& operator=(const SendWatchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: started once the rest is
+};
+
+// A table entry and a long-string value (borrowing `key` and `s`).
+amqp_table_entry_t Entry(const char* key, amqp_field_value_t value);
+amqp_field_value_t Utf8(const std::string& s);
+
+// A connection.close or channel.close frame as text ("the broker closed the
+// connection: 320 CONNECTION_FORCED - ..."); false for any other frame.
+bool CloseText(const amqp_frame_t& f, std::string* why);
+
+// What the inbox reads of a delivered message into `m`: the key (the routing
+// key, or the header kRabbitMqKeyHeader when present), the payload, the
+// headers as text, the event id from message_id when no header has it, the
+// timestamp (the property, else now). Topic, partition and offset are the
+// caller's.
+void ReadMessage(const amqp_message_t& msg, amqp_bytes_t routing_key, InboundMessage* m);
+
+// Publishes `payload` persistent, with `mandatory`: `headers` as long
+// strings, message_id from the header outbox-event-id, the timestamp now, and
+// `expiration` (ms, as text) when not empty. rabbitmq-c's status.
+int PublishMessage(amqp_connection_state_t state, amqp_channel_t channel, const std::string& exchange,
+                   const std::string& routing_key, const std::map<std::string, std::string>& headers,
+                   const std::string& payload, const std::string& expiration);
+
+// Waits on `state` until the broker confirmed (basic.ack, `multiple`
+// included) every delivery tag in `unconfirmed` (erased as confirmed).
+// Unavailable naming `what` on a nack, a basic.return (no queue for a message
+// published with `mandatory`: named by exchange and routing key), a lost or
+// closed connection, or `deadline`.
+Status AwaitConfirms(amqp_connection_state_t state, Clock::time_point deadline, const char* what,
+                     std::map<std::uint64_t, bool>* unconfirmed);
 
 }  // namespace outbox::amqp_internal
 

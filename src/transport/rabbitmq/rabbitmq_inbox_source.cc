@@ -1,11 +1,7 @@
 // The RabbitMQ side of the inbox (rabbitmq.h, "The inbox source"): the
 // group's queues, manual acks, retry queues that dead-letter back, and the
 // forwarding connection with publisher confirms.
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 #include <set>
 #include <thread>
 
@@ -22,63 +18,6 @@ constexpr amqp_channel_t kConsume = 1;  // deliveries and acks (consuming connec
 constexpr amqp_channel_t kDepth = 2;    // passive declares for the lag (consuming connection)
 constexpr amqp_channel_t kForward = 1;  // confirms (forwarding connection)
 constexpr int kHeartbeatS = 30;
-
-// A connection this source owns; destroyed (the socket closed, the broker
-// requeues what was not acked) when reset.
-struct Connection {
-  amqp_connection_state_t state = nullptr;
-  int fd = -1;  // the socket, once open
-  explicit Connection(amqp_connection_state_t s) : state(s) {}
-  ~Connection() {
-    if (state) amqp_destroy_connection(state);
-  }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-};
-
-// While alive, shuts `fd` down past `deadline` (and a grace): a send that a
-// broker which stopped reading (a memory alarm) blocks then fails instead of
-// hanging. rabbitmq-c bounds RPCs, not publishes.
-class SendWatchdog {
- public:
-  SendWatchdog(int fd, Clock::time_point deadline)
-      : thread_([this, fd, deadline] {
-          std::unique_lock<std::mutex> l(mu_);
-          if (!cv_.wait_until(l, deadline + std::chrono::milliseconds(500), [this] { return done_; })) {
-            ::shutdown(fd, SHUT_RDWR);
-          }
-        }) {}
-  ~SendWatchdog() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  SendWatchdog(const SendWatchdog&) = delete;
-  SendWatchdog& operator=(const SendWatchdog&) = delete;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;  // last: started once the rest is
-};
-
-amqp_table_entry_t Entry(const char* key, amqp_field_value_t value) {
-  amqp_table_entry_t e;
-  e.key = amqp_cstring_bytes(key);
-  e.value = value;
-  return e;
-}
-
-amqp_field_value_t Utf8(const std::string& s) {
-  amqp_field_value_t v;
-  v.kind = AMQP_FIELD_KIND_UTF8;
-  v.value.bytes = Bytes(s);
-  return v;
-}
 
 // "orders.retry.2" -> ("orders", 2); anything else -> (topic, 0).
 std::pair<std::string, int> SplitRetryTopic(const std::string& t) {
@@ -249,7 +188,7 @@ class RabbitMqInboxSource final : public InboxSource {
       }
       unconfirmed.emplace(forward_tag_++, true);
     }
-    if (Status st = AwaitConfirms(deadline, &unconfirmed); !st.ok()) {
+    if (Status st = AwaitConfirms(forward_->state, deadline, "forwarded copies", &unconfirmed); !st.ok()) {
       forward_.reset();
       NoteDown(st.message());
       return st;
@@ -392,20 +331,9 @@ class RabbitMqInboxSource final : public InboxSource {
       *why = std::string("connection lost: ") + amqp_error_string2(rc);
       return false;
     }
+    if (CloseText(f, why)) return false;
     if (f.frame_type != AMQP_FRAME_METHOD) return true;
     switch (f.payload.method.id) {
-      case AMQP_CONNECTION_CLOSE_METHOD: {
-        auto* m = static_cast<amqp_connection_close_t*>(f.payload.method.decoded);
-        *why = "the broker closed the connection: " + std::to_string(m->reply_code) + " " +
-               Text(m->reply_text);
-        return false;
-      }
-      case AMQP_CHANNEL_CLOSE_METHOD: {
-        auto* m = static_cast<amqp_channel_close_t*>(f.payload.method.decoded);
-        *why = "the broker closed the channel: " + std::to_string(m->reply_code) + " " +
-               Text(m->reply_text);
-        return false;
-      }
       case AMQP_BASIC_CANCEL_METHOD: {
         auto* m = static_cast<amqp_basic_cancel_t*>(f.payload.method.decoded);
         *why = "the broker cancelled the consumer of queue '" + Text(m->consumer_tag) +
@@ -424,29 +352,14 @@ class RabbitMqInboxSource final : public InboxSource {
     m.topic = it == consumer_tags_.end() ? Text(env.exchange) : it->second;
     m.partition = session_;
     m.offset = static_cast<std::int64_t>(env.delivery_tag);
-    m.key = Text(env.routing_key);
-    m.payload = Text(env.message.body);
-    const amqp_basic_properties_t& p = env.message.properties;
-    if (p._flags & AMQP_BASIC_HEADERS_FLAG) {
-      for (int i = 0; i < p.headers.num_entries; ++i) {
-        std::string v;
-        if (FieldText(p.headers.entries[i].value, &v)) m.headers[Text(p.headers.entries[i].key)] = v;
-      }
-    }
+    ReadMessage(env.message, env.routing_key, &m);
     // A copy from a retry queue arrives with the queue's name as its routing
-    // key: its own key travels in a header, and so does the retry topic it
-    // comes from (the engine counts attempts by it).
-    if (auto k = m.headers.find(std::string(kRabbitMqKeyHeader)); k != m.headers.end()) m.key = k->second;
+    // key: its own key travels in a header (ReadMessage), and so does the
+    // retry topic it comes from (the engine counts attempts by it).
     if (auto r = m.headers.find(std::string(kRabbitMqRetryTopicHeader));
         r != m.headers.end() && SplitRetryTopic(r->second).first == m.topic) {
       m.topic = r->second;
     }
-    if ((p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) && !m.headers.count("outbox-event-id")) {
-      m.headers["outbox-event-id"] = Text(p.message_id);
-    }
-    m.timestamp = (p._flags & AMQP_BASIC_TIMESTAMP_FLAG)
-                      ? std::chrono::system_clock::time_point(std::chrono::seconds(p.timestamp))
-                      : std::chrono::system_clock::now();
     return m;
   }
 
@@ -479,87 +392,7 @@ class RabbitMqInboxSource final : public InboxSource {
     } else {
       h.erase(kRabbitMqRetryTopicHeader);
     }
-    std::vector<amqp_table_entry_t> entries;
-    entries.reserve(h.size());
-    for (const auto& [name, value] : h) {
-      amqp_table_entry_t e;
-      e.key = Bytes(name);
-      e.value = Utf8(value);
-      entries.push_back(e);
-    }
-    amqp_basic_properties_t p{};
-    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
-    p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    p.headers = amqp_table_t{static_cast<int>(entries.size()), entries.data()};
-    const std::string* id = m.Header("outbox-event-id");
-    if (id) {
-      p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
-      p.message_id = Bytes(*id);
-    }
-    if (!expiration.empty()) {
-      p._flags |= AMQP_BASIC_EXPIRATION_FLAG;
-      p.expiration = Bytes(expiration);
-    }
-    return amqp_basic_publish(forward_->state, kForward, Bytes(exchange), Bytes(key),
-                              /*mandatory=*/1, 0, &p, Bytes(m.payload));
-  }
-
-  // Every copy confirmed (basic.ack), or why not: a nack, a return (no queue
-  // for it), a lost connection, the deadline.
-  Status AwaitConfirms(Clock::time_point deadline, std::map<std::uint64_t, bool>* unconfirmed) {
-    std::string returned;
-    while (!unconfirmed->empty()) {
-      const auto left = deadline - Clock::now();
-      if (left <= Clock::duration::zero()) {
-        return Status::Unavailable("rabbitmq: forwarded copies not confirmed within rabbitmq.timeout_ms");
-      }
-      timeval tv = Tv(left);
-      amqp_frame_t f;
-      const int rc = amqp_simple_wait_frame_noblock(forward_->state, &f, &tv);
-      if (rc == AMQP_STATUS_TIMEOUT) continue;
-      if (rc != AMQP_STATUS_OK) {
-        return Status::Unavailable(std::string("rabbitmq: forwarding connection lost: ") +
-                                   amqp_error_string2(rc));
-      }
-      if (f.frame_type != AMQP_FRAME_METHOD) continue;  // a returned message's content
-      switch (f.payload.method.id) {
-        case AMQP_BASIC_ACK_METHOD:
-        case AMQP_BASIC_NACK_METHOD: {
-          const bool ack = f.payload.method.id == AMQP_BASIC_ACK_METHOD;
-          std::uint64_t tag = 0;
-          bool multiple = false;
-          if (ack) {
-            auto* m = static_cast<amqp_basic_ack_t*>(f.payload.method.decoded);
-            tag = m->delivery_tag;
-            multiple = m->multiple != 0;
-          } else {
-            auto* m = static_cast<amqp_basic_nack_t*>(f.payload.method.decoded);
-            tag = m->delivery_tag;
-            multiple = m->multiple != 0;
-          }
-          if (!ack) return Status::Unavailable("rabbitmq: basic.nack: the broker could not take a forwarded copy");
-          auto end = multiple ? unconfirmed->upper_bound(tag) : unconfirmed->find(tag);
-          if (!multiple && end != unconfirmed->end()) end = std::next(end);
-          unconfirmed->erase(multiple ? unconfirmed->begin() : unconfirmed->find(tag), end);
-          break;
-        }
-        case AMQP_BASIC_RETURN_METHOD: {
-          auto* m = static_cast<amqp_basic_return_t*>(f.payload.method.decoded);
-          returned = "no queue for a forwarded copy: exchange '" + Text(m->exchange) +
-                     "', routing key '" + Text(m->routing_key) + "' (" + Text(m->reply_text) + ")";
-          break;
-        }
-        case AMQP_CONNECTION_CLOSE_METHOD:
-        case AMQP_CHANNEL_CLOSE_METHOD:
-          return Status::Unavailable("rabbitmq: the broker closed the forwarding connection");
-        default:
-          break;
-      }
-      amqp_maybe_release_buffers(forward_->state);
-    }
-    // A returned copy is acked too (it was handled: dropped): not forwarded.
-    if (!returned.empty()) return Status::Unavailable("rabbitmq: " + returned);
-    return Status::Ok();
+    return PublishMessage(forward_->state, kForward, exchange, key, h, m.payload, expiration);
   }
 
   // Queue depth (messages ready) per main topic, at most once a second: a

@@ -214,6 +214,7 @@ class RabbitMqTransport final : public Transport {
 
   // A frame outside the confirms: blocked/unblocked, or the connection's close.
   static bool Background(Conn& c, const amqp_frame_t& f, std::string* error) {
+    if (CloseText(f, error)) return false;
     if (f.frame_type != AMQP_FRAME_METHOD) return true;
     switch (f.payload.method.id) {
       case AMQP_CONNECTION_BLOCKED_METHOD: {
@@ -225,18 +226,6 @@ class RabbitMqTransport final : public Transport {
       case AMQP_CONNECTION_UNBLOCKED_METHOD:
         c.blocked = false;
         return true;
-      case AMQP_CONNECTION_CLOSE_METHOD: {
-        auto* m = static_cast<amqp_connection_close_t*>(f.payload.method.decoded);
-        *error = "the broker closed the connection: " + std::to_string(m->reply_code) + " " +
-                 Text(m->reply_text);
-        return false;
-      }
-      case AMQP_CHANNEL_CLOSE_METHOD: {
-        auto* m = static_cast<amqp_channel_close_t*>(f.payload.method.decoded);
-        *error = "the broker closed the channel: " + std::to_string(m->reply_code) + " " +
-                 Text(m->reply_text);
-        return false;
-      }
       default:
         return true;
     }
