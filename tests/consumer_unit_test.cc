@@ -135,7 +135,7 @@ TEST(ConsumerConfig, TheBrokerIsTheOneConfiguredOrTheHandlersChoice) {
   ASSERT_TRUE(only_rabbit.ok()) << only_rabbit.status().message();
   EXPECT_EQ(only_rabbit->handlers[0].broker, "rabbitmq");
   EXPECT_TRUE(only_rabbit->rabbitmq.declare) << "the consumer declares its queues and exchanges";
-  EXPECT_EQ(only_rabbit->rabbitmq_prefetch, 500);
+  EXPECT_EQ(only_rabbit->rabbitmq_prefetch, 2000);
   const std::string printed = PrintConfig(*only_rabbit);
   EXPECT_EQ(printed.find("s3cret"), std::string::npos) << printed;
   EXPECT_NE(printed.find("amqp://app:***@mq:5672/%2F"), std::string::npos) << printed;

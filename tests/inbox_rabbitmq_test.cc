@@ -283,7 +283,10 @@ TEST_F(InboxRabbitMqTest, CrashMatrix_ConsumerDiesMidTransaction_EffectsOnce) {
 // reads, the other stands by and takes over when the first is SIGKILLed;
 // per-aggregate order and each effect once hold across the takeover.
 TEST_F(InboxRabbitMqTest, OrderedConsumersTakeOverInOrderWithASingleActiveConsumer) {
-  Subprocess& a = StartConsumer("", /*ordered=*/true, "300,300", {"--batch", "10"});
+  // a acks each batch of 10 100 ms after its commit: it still holds
+  // deliveries when it is killed, whatever the machine's speed.
+  Subprocess& a = StartConsumer("Inbox::AfterCommitBeforeOffsetCommit=delay:100", /*ordered=*/true, "300,300",
+                                {"--batch", "10"});
   // a consumes before b subscribes: a is the active consumer.
   ASSERT_TRUE(WaitFor([&] { return rabbit_->Consumers(queue_) == 1; }, 20s)) << a.Log();
   Subprocess& b = StartConsumer("", /*ordered=*/true, "300,300", {"--batch", "10"});

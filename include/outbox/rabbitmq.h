@@ -126,13 +126,15 @@ Result<std::unique_ptr<Transport>> OpenRabbitMqTransport(const RabbitMqTransport
 // kRabbitMqKeyHeader (a copy from a retry queue arrives with the queue's name
 // as its routing key), a retry copy's topic in kRabbitMqRetryTopicHeader. A
 // retry copy delivered before its due time (clocks apart) ends the session
-// until it is due (Pause), so nothing after it is acked. Lag is the main queue's depth (messages ready), read at
-// most once a second. An unreachable broker or a refused declare (say a queue
+// until it is due (Pause), so nothing after it is acked. Lag is the main
+// queue's depth (messages ready), read at most once a second on a connection
+// of its own (an RPC on the consuming one stalls deliveries). An unreachable broker or a refused declare (say a queue
 // that exists with other arguments) is retried with backoff and said by
 // NotReadyReason, naming the queue or exchange.
 //
 // Thread-safety: as InboxSource (one thread; NotReadyReason from any).
-// Ownership: owns its two connections; borrows `logger`, which must outlive it.
+// Ownership: owns its connections (consuming, forwarding, and one for the
+// queue depth); borrows `logger`, which must outlive it.
 inline constexpr char kRabbitMqKeyHeader[] = "outbox-message-key";
 // On a copy in a retry queue: the retry topic (<topic>.retry.N) it is
 // delivered as when it comes back, so that the engine counts its attempts.
@@ -145,7 +147,11 @@ struct RabbitMqInboxSourceOptions {
   RabbitMqTransportOptions broker;
   std::string group;  // required: names the queues
   std::string dlt_suffix = ".dlt";
-  int prefetch = 500;  // unacked deliveries the broker sends ahead (basic.qos), 1..65535
+  // Unacked deliveries the broker sends ahead (basic.qos), 1..65535: the
+  // source holds up to this many messages (times the largest message) in
+  // memory. 4x the engine's batch: the next batches arrive while one applies
+  // (docs/benchmarks.md, "outbox-consumer on RabbitMQ").
+  int prefetch = 2000;
   bool single_active_consumer = false;  // ordered handlers: one reader per queue at a time
 };
 

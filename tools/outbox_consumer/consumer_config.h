@@ -58,7 +58,7 @@ struct Config {
     o.declare = true;
     return o;
   }();
-  int rabbitmq_prefetch = 500;
+  int rabbitmq_prefetch = 2000;
   int batch_size = 500;
   std::chrono::milliseconds batch_wait{20};
   std::chrono::seconds stamp_retention{0};  // 0: keep the stamps

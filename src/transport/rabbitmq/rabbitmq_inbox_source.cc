@@ -15,7 +15,7 @@ namespace {
 using namespace amqp_internal;  // NOLINT: this file is the library's RabbitMQ side
 
 constexpr amqp_channel_t kConsume = 1;  // deliveries and acks (consuming connection)
-constexpr amqp_channel_t kDepth = 2;    // passive declares for the lag (consuming connection)
+constexpr amqp_channel_t kLag = 1;      // passive declares for the lag (lag connection)
 constexpr amqp_channel_t kForward = 1;  // confirms (forwarding connection)
 constexpr int kHeartbeatS = 30;
 
@@ -173,9 +173,14 @@ class RabbitMqInboxSource final : public InboxSource {
     if (messages.empty()) return Status::Ok();
     const auto deadline = Clock::now() + options_.broker.timeout;
     std::string error;
-    if (!forward_ && !(forward_ = Open("outbox-consumer-forward", true, deadline, &error))) {
-      NoteDown(error);
-      return Status::Unavailable(error);
+    // No heartbeat: the connection idles between forwards (the broker would
+    // close it for their silence).
+    if (!forward_) {
+      if (!(forward_ = Open("outbox-consumer-forward", 0, kForward, true, deadline, &error))) {
+        NoteDown(error);
+        return Status::Unavailable(error);
+      }
+      forward_tag_ = 1;
     }
     std::map<std::uint64_t, bool> unconfirmed;  // delivery tag -> (unused)
     const SendWatchdog watchdog(forward_->fd, deadline);
@@ -254,31 +259,24 @@ class RabbitMqInboxSource final : public InboxSource {
  private:
   std::string Queue(const std::string& topic) const { return RabbitMqQueueName(options_.group, topic); }
 
-  // A logged-in connection with its channels (forwarding: one in confirm
-  // mode), or null with `error`.
-  std::unique_ptr<Connection> Open(const char* name, bool forwarding, Clock::time_point deadline,
-                                   std::string* error) {
+  // A logged-in connection with `channel` open (in confirm mode with
+  // `confirms`), or null with `error`.
+  std::unique_ptr<Connection> Open(const char* name, int heartbeat_s, amqp_channel_t channel, bool confirms,
+                                   Clock::time_point deadline, std::string* error) {
     auto c = std::make_unique<Connection>(amqp_new_connection());
     if (!c->state) {
       *error = "rabbitmq: out of memory";
       return nullptr;
     }
-    // Heartbeats on the consuming connection, which Poll services every
-    // ~100 ms while idle; none on the forwarding one, idle between forwards
-    // (the broker would close it for their silence).
     Connection* raw = c.get();
-    if (!OpenAndLogin(c->state, url_, options_.broker, name, forwarding ? 0 : kHeartbeatS, deadline,
+    if (!OpenAndLogin(c->state, url_, options_.broker, name, heartbeat_s, deadline,
                       [raw](int fd) { raw->fd = fd; }, error)) {
       return nullptr;
     }
-    const bool ok = forwarding ? OpenChannel(c->state, kForward, true, error)
-                               : OpenChannel(c->state, kConsume, false, error) &&
-                                     OpenChannel(c->state, kDepth, false, error);
-    if (!ok) {
+    if (!OpenChannel(c->state, channel, confirms, error)) {
       *error = "rabbitmq " + url_.host + ":" + std::to_string(url_.port) + ": " + *error;
       return nullptr;
     }
-    if (forwarding) forward_tag_ = 1;
     return c;
   }
 
@@ -287,7 +285,8 @@ class RabbitMqInboxSource final : public InboxSource {
     if (Clock::now() < retry_at_) return false;
     const auto deadline = Clock::now() + options_.broker.timeout;
     std::string error;
-    consume_ = Open("outbox-consumer", false, deadline, &error);
+    // Heartbeats: Poll services the connection every ~100 ms while idle.
+    consume_ = Open("outbox-consumer", kHeartbeatS, kConsume, false, deadline, &error);
     bool inequivalent = false;
     if (consume_ && !DeclareTopology(consume_->state, kConsume, url_, options_, mains_, &error, &inequivalent)) {
       consume_.reset();
@@ -395,17 +394,28 @@ class RabbitMqInboxSource final : public InboxSource {
     return PublishMessage(forward_->state, kForward, exchange, key, h, m.payload, expiration);
   }
 
-  // Queue depth (messages ready) per main topic, at most once a second: a
-  // passive declare on its own channel.
+  // Queue depth (messages ready) per main topic, at most once a second while
+  // a session is open: a passive declare on a connection of its own. Never on
+  // the consuming connection: an RPC there makes rabbitmq-c queue every
+  // delivery that arrives before its reply, and with a large prefetch
+  // consuming then crawled (720 effects/s against 27,000 without it,
+  // docs/benchmarks.md). A failure is not an outage (the consuming session
+  // says that): the depth stays as last read and is tried again in 5 s.
   void RefreshDepth() {
-    if (!consume_ || Clock::now() - depth_at_ < std::chrono::seconds(1)) return;
-    depth_at_ = Clock::now();
+    if (!consume_ || Clock::now() < depth_at_) return;
+    depth_at_ = Clock::now() + std::chrono::seconds(1);
+    std::string error;
+    const auto deadline = Clock::now() + std::min<Clock::duration>(options_.broker.timeout, std::chrono::seconds(2));
+    if (!lag_ && !(lag_ = Open("outbox-consumer-lag", 0, kLag, false, deadline, &error))) {
+      depth_at_ = Clock::now() + std::chrono::seconds(5);
+      return;
+    }
     for (const auto& [t, levels] : mains_) {
-      const std::string q = Queue(t);
       amqp_queue_declare_ok_t* ok =
-          amqp_queue_declare(consume_->state, kDepth, Bytes(q), /*passive=*/1, 0, 0, 0, amqp_empty_table);
+          amqp_queue_declare(lag_->state, kLag, Bytes(Queue(t)), /*passive=*/1, 0, 0, 0, amqp_empty_table);
       if (!ok) {
-        Lose(ReplyText(amqp_get_rpc_reply(consume_->state), ("queue depth of '" + q + "'").c_str()));
+        lag_.reset();
+        depth_at_ = Clock::now() + std::chrono::seconds(5);
         return;
       }
       depth_[t] = ok->message_count;
@@ -439,7 +449,7 @@ class RabbitMqInboxSource final : public InboxSource {
   Logger& log_;
   std::map<std::string, int> mains_;                 // main topic -> retry levels
   std::map<std::string, std::string> consumer_tags_;  // consumer tag (the queue) -> topic
-  std::unique_ptr<Connection> consume_, forward_;
+  std::unique_ptr<Connection> consume_, forward_, lag_;
   std::uint64_t forward_tag_ = 1;
   int session_ = 0;  // the "partition": one per consuming session
   std::map<std::string, std::int64_t> depth_;
@@ -447,7 +457,7 @@ class RabbitMqInboxSource final : public InboxSource {
   // The lowest delivery tag paused in this session (0: none): Commit acks
   // below it only (ack multiple covers every topic of the channel).
   std::uint64_t paused_from_ = 0;
-  Clock::time_point depth_at_{}, retry_at_{};
+  Clock::time_point depth_at_{}, retry_at_{};  // the next depth read; the next connect
   std::chrono::milliseconds backoff_{100};
   mutable Mutex mu_;
   std::string not_ready_ OUTBOX_GUARDED_BY(mu_);
