@@ -16,8 +16,12 @@
 #include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "bench_util.h"
@@ -65,15 +69,56 @@ void ProduceAll(const std::string& bootstrap, int events) {
   rd_kafka_destroy(p);
 }
 
+// CPU seconds (user + system) used so far by the machine's processes, summed
+// by command name (/proc/PID/stat's comm, cut at 15 bytes by the kernel).
+std::map<std::string, double> CpuSecondsByCommand() {
+  std::map<std::string, double> out;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    unsigned long long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {  // fields 14 and 15: utime, stime
+      if (i == 14) utime = std::stoull(field);
+      if (i == 15) stime = std::stoull(field);
+    }
+    out[line.substr(open + 1, close - open - 1)] += static_cast<double>(utime + stime) / tick;
+  }
+  return out;
+}
+
+// Microseconds of CPU per effect by part, between two CpuSecondsByCommand
+// readings: the broker (RabbitMQ's beam.smp or outbox-mock-kafka), PostgreSQL
+// (every postgres process), and outbox-consumer.
+struct CpuPerEffect {
+  double broker = 0, postgres = 0, consumer = 0;
+};
+CpuPerEffect CpuBetween(const std::map<std::string, double>& a, const std::map<std::string, double>& b,
+                        long effects) {
+  const auto delta = [&](const std::string& name) {
+    const auto x = a.find(name), y = b.find(name);
+    return ((y == b.end() ? 0 : y->second) - (x == a.end() ? 0 : x->second)) * 1e6 / static_cast<double>(effects);
+  };
+  return {delta("beam.smp") + delta("outbox-mock-kaf"), delta("postgres"), delta("outbox-consumer")};
+}
+
 // Runs the outbox-consumer daemon at `bin` with one `sql` handler doing the
 // sink handler's INSERT (the key is $4) under a fresh group, until every event
 // has its effect row. Timed from the first effect row to the last (polled
-// every 50 ms); returns effects/s.
+// every 50 ms); returns effects/s, and in `cpu` (when set) the CPU each part
+// used per effect over the same span.
 // `broker`: --set arguments naming the broker (and handler.0.broker);
 // `topic`: the handler's topic (RabbitMQ: the exchange); `group` its group.
 double TimedDaemon(const std::string& bin, const std::string& url, std::vector<std::string> broker,
                    const std::string& topic, const std::string& group, int events, int batch,
-                   PGconn* admin) {
+                   PGconn* admin, CpuPerEffect* cpu = nullptr) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "inbox_bench_daemon";
   fs::create_directories(dir);
@@ -101,8 +146,10 @@ double TimedDaemon(const std::string& bin, const std::string& url, std::vector<s
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const auto t0 = std::chrono::steady_clock::now();
+  const auto cpu0 = CpuSecondsByCommand();
   while (std::stol(Scalar(admin, count)) < events) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const double secs = SecondsSince(t0);
+  if (cpu) *cpu = CpuBetween(cpu0, CpuSecondsByCommand(), events - first);
   daemon.Signal(SIGTERM);
   if (daemon.Wait(std::chrono::seconds(30)) != 0) {
     std::fprintf(stderr, "outbox-consumer did not stop cleanly: %s\n", daemon.Log().c_str());
@@ -219,6 +266,7 @@ int main(int argc, char** argv) {
   if (!f.Str("daemon").empty() && !f.Str("amqp").empty()) {  // outbox-consumer: Kafka against RabbitMQ
     const std::string amqp = f.Str("amqp"), exchange = "bench.inbox.events";
     std::vector<double> kafka, rabbit, fill, bare;
+    std::vector<CpuPerEffect> kafka_cpu, rabbit_cpu;
     for (int r = 0; r < 2 * runs; ++r) {
       const bool use_rabbit = (r % 2 == 1) != ((r / 2) % 2 == 1);  // order flips each round
       MustExec(admin, "TRUNCATE " + kSchema + ".effects, " + kSchema + ".inbox_stamps");
@@ -232,13 +280,12 @@ int main(int argc, char** argv) {
         rabbit.push_back(TimedDaemon(f.Str("daemon"), url,
                                      {"rabbitmq.url=" + amqp, "handler.0.broker=rabbitmq",
                                       "rabbitmq.prefetch=" + f.Str("prefetch")},
-                                     exchange,
-                                     group, events, f.Int("batch"), admin));
+                                     exchange, group, events, f.Int("batch"), admin, &rabbit_cpu.emplace_back()));
         outbox::testing::AmqpClient c(amqp);
         for (const char* q : {"", ".retry.1", ".retry.2", ".retry.3", ".dlt"}) c.DeleteQueue(queue + q);
       } else {
         kafka.push_back(TimedDaemon(f.Str("daemon"), url, on_kafka, kTopic, group, events,
-                                    f.Int("batch"), admin));
+                                    f.Int("batch"), admin, &kafka_cpu.emplace_back()));
       }
       std::fprintf(stderr, "run %d (%s): %.0f effects/s\n", r / 2 + 1, use_rabbit ? "RabbitMQ" : "Kafka",
                    use_rabbit ? rabbit.back() : kafka.back());
@@ -253,6 +300,20 @@ int main(int argc, char** argv) {
     std::printf("\nRabbitMQ / Kafka: %.2f; outbox-consumer on RabbitMQ / the bare consumer: %.2f. (Filling "
                 "each RabbitMQ queue first, by one publisher with confirms: %.0f messages/s, median.)\n",
                 Median(rabbit) / Median(kafka), Median(rabbit) / Median(bare), Median(fill));
+    const auto part = [](const std::vector<CpuPerEffect>& v, double CpuPerEffect::*m) {
+      std::vector<double> x;
+      for (const CpuPerEffect& c : v) x.push_back(c.*m);
+      return Median(x);
+    };
+    std::printf("\n| CPU per effect, median µs (over the timed span; all the machine's processes of each name) | broker | PostgreSQL | outbox-consumer | sum | the sum's ceiling on %ld cores |\n|---|---|---|---|---|---|\n",
+                sysconf(_SC_NPROCESSORS_ONLN));
+    for (const auto& [name, v] : {std::pair<const char*, const std::vector<CpuPerEffect>*>{"Kafka (`outbox-mock-kafka`)", &kafka_cpu},
+                                  {"RabbitMQ (`beam.smp`)", &rabbit_cpu}}) {
+      const double b = part(*v, &CpuPerEffect::broker), p = part(*v, &CpuPerEffect::postgres),
+                   c = part(*v, &CpuPerEffect::consumer);
+      std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.0f effects/s |\n", name, b, p, c, b + p + c,
+                  static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)) * 1e6 / (b + p + c));
+    }
     MustExec(admin, "DROP SCHEMA " + kSchema + " CASCADE");
     PQfinish(admin);
     return 0;
