@@ -21,6 +21,10 @@
 //               [--rabbitmq URL]  (also drain with relay.transport = rabbitmq to that
 //                                  node, and time a bare publisher there: the ceiling)
 //               [--rabbitmq-queue durable|transient] (the latency run's queue)
+//               [--bare-latency 1] (with --rabbitmq: instead of everything else, a
+//                                  bare publisher's publish -> confirm latency at
+//                                  --rate for --seconds, one message at a time:
+//                                  the broker's own share of the relay's latency)
 //               [--warmup 0]      (seconds of the same load before the measured one)
 //               [--idle 0]        (seconds with no load between the warm-up and the
 //                                  measured load: the relay's idle poll backs off, and
@@ -134,7 +138,19 @@ int main(int argc, char** argv) {
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
                        {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
                        {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"rabbitmq", ""}, {"rabbitmq-queue", "durable"}, {"warmup", "0"}, {"idle", "0"},
-                       {"keep-schema", "0"}, {"log", "0"}});
+                       {"keep-schema", "0"}, {"log", "0"}, {"bare-latency", "0"}});
+  if (f.Int("bare-latency") == 1 && !f.Str("rabbitmq").empty()) {
+    const bool durable = f.Str("rabbitmq-queue") != "transient";
+    PrepareRabbitMq(f.Str("rabbitmq"), "outbox.event.bench", durable ? "bench.relay" : "bench.relay.transient",
+                    durable);
+    const std::vector<double> ms =
+        BarePublishLatencies(f.Str("rabbitmq"), "outbox.event.bench", f.Int("rate"), f.Int("seconds"));
+    const auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(q * static_cast<double>(ms.size())))]; };
+    std::printf("| offered load | events | publish → confirm p50 | p99 | max |\n|---|---|---|---|---|\n");
+    std::printf("| %d events/s for %d s, one message at a time (bare publisher) | %zu | %.2f ms | %.2f ms | %.2f ms |\n",
+                f.Int("rate"), f.Int("seconds"), ms.size(), at(0.5), at(0.99), ms.back());
+    return 0;
+  }
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("relay").empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "relay_bench: --relay BIN, --mock BIN and --db URL (or OUTBOX_PG_URL) are required\n");

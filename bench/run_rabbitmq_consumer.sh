@@ -54,7 +54,10 @@ the machine could do with both cores busy all the time; the consumer applies a b
 through one database session, whose round trips wait on each other, so it cannot keep
 both cores busy, and RabbitMQ's share comes out of the same two. With the broker on a
 machine of its own (as in production) the consumer's side costs about what it costs on
-Kafka (PostgreSQL and outbox-consumer columns). Two defects found on the way, fixed at
+Kafka: PostgreSQL the same, outbox-consumer a few µs more per message (AMQP decoding on
+the engine's thread). Not tried: a reader thread that owns the consuming connection and
+decodes while a batch applies, as librdkafka does; here it would take its CPU from the
+same two cores. Two defects found on the way, fixed at
 91ab341: the queue depth (lag) was read by an RPC on the consuming connection, which
 made rabbitmq-c queue every delivery that arrived before the reply (at prefetch 10,000
 consuming fell to 720 effects/s; 27,286 without it); and the default prefetch equalled

@@ -3,7 +3,8 @@
 # enqueue → marked SENT (after the broker's confirm) at --rate events/s, the relay
 # with its defaults delivering to the testenv's RabbitMQ node (persistent
 # messages, a durable queue bound to the exchange) and, in alternate rounds, to
-# outbox-mock-kafka; medians of the rounds. Issue 43's goal: p99 <= 20 ms.
+# outbox-mock-kafka; and a bare publisher's own publish -> confirm latency at the
+# same rate (the broker alone); medians of the rounds. Issue 43's goal: p99 <= 20 ms.
 #   bench/run_rabbitmq_latency.sh [--rounds 3] [--seconds 10] [--rate 1000]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -29,6 +30,7 @@ one() {  # transport
                      --relay-set "relay.transport=rabbitmq,rabbitmq.url=$OUTBOX_AMQP_URL") ;;
     transient) extra=(--rabbitmq "$OUTBOX_AMQP_URL" --rabbitmq-queue transient
                       --relay-set "relay.transport=rabbitmq,rabbitmq.url=$OUTBOX_AMQP_URL") ;;
+    bare) extra=(--rabbitmq "$OUTBOX_AMQP_URL" --bare-latency 1) ;;
   esac
   "$B/bench/relay_bench" --relay "$B/tools/outbox_relay/outbox-relay" \
     --mock "$B/tools/mock_kafka/outbox-mock-kafka" --rows 0 --seconds "$SECS" --rate "$RATE" \
@@ -37,7 +39,7 @@ one() {  # transport
                            print t, $4, $5, $6 }' >>"$RAW"
 }
 for round in $(seq 1 "$ROUNDS"); do
-  for t in kafka rabbitmq transient; do
+  for t in kafka rabbitmq transient bare; do
     one "$t"
     echo "round $round: $(tail -1 "$RAW")" >&2
   done
@@ -50,10 +52,11 @@ for line in open(sys.argv[1]):
     rows.setdefault(t, []).append((float(p50), float(p99), float(mx)))
 names = {"kafka": "outbox-relay → outbox-mock-kafka",
          "rabbitmq": "outbox-relay → RabbitMQ (confirms), a durable queue",
-         "transient": "outbox-relay → RabbitMQ (confirms), a non-durable queue (no disk write)"}
+         "transient": "outbox-relay → RabbitMQ (confirms), a non-durable queue (no disk write)",
+         "bare": "bare publisher → RabbitMQ, a durable queue: publish → confirm, one message at a time (no outbox)"}
 print("| transport | p50 (median of rounds) | p99 (median) | p99 per round | max (median) |")
 print("|---|---|---|---|---|")
-for t in ("kafka", "rabbitmq", "transient"):
+for t in ("kafka", "rabbitmq", "transient", "bare"):
     r = rows.get(t, [])
     if not r: continue
     print("| %s | %.1f ms | %.1f ms | %s | %.1f ms |" % (names[t],
