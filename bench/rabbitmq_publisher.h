@@ -2,7 +2,7 @@
 // database) that publishes persistent messages like the relay's (same size,
 // message_id and outbox headers) from one connection with publisher confirms —
 // as fast as it can in windows (each window waits for its confirms, as a relay
-// batch does: the drain's ceiling) or one at a time at a steady rate (the
+// batch does: the drain's ceiling) or each when due at a steady rate (the
 // broker's own confirm latency) — and a bare consumer. Each exits on any error.
 #ifndef OUTBOX_BENCH_RABBITMQ_PUBLISHER_H_
 #define OUTBOX_BENCH_RABBITMQ_PUBLISHER_H_
@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,23 +119,50 @@ inline double BarePublishRate(const std::string& url, const std::string& exchang
 
 // The broker's own confirm latency at a steady load, for relay_bench
 // --bare-latency: one message every 1/rate s for `seconds` (200-byte payload),
-// each awaited before the next; publish -> basic.ack in ms, sorted.
+// each published when due without waiting for earlier confirms (confirms are
+// read between sends); from its due time to its basic.ack, in ms, sorted. A
+// stall of the broker counts for every message it holds up.
 inline std::vector<double> BarePublishLatencies(const std::string& url, const std::string& exchange, int rate,
                                                 int seconds) {
+  using Clock = std::chrono::steady_clock;
   const char* who = "bare publisher";
   amqp_connection_state_t c = BareConfirmingConnection(url, who);
   const std::string payload(200, 'x');
   std::vector<double> ms;
+  std::map<std::uint64_t, Clock::time_point> due;  // unconfirmed: tag -> due time
   const auto period = std::chrono::nanoseconds(1'000'000'000LL / std::max(1, rate));
-  auto next = std::chrono::steady_clock::now();
-  std::uint64_t tag = 0, confirmed = 0;
-  for (int n = 0; n < rate * seconds; ++n) {
-    std::this_thread::sleep_until(next);
-    next += period;
-    const auto t = std::chrono::steady_clock::now();
-    BarePublishOne(c, exchange, n, payload, who);
-    BareAwaitConfirms(c, &confirmed, ++tag, who);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+  const int total = rate * seconds;
+  auto next = Clock::now();
+  std::uint64_t tag = 0;
+  for (int n = 0; n < total || !due.empty();) {
+    if (n < total && Clock::now() >= next) {
+      BarePublishOne(c, exchange, n++, payload, who);
+      due[++tag] = next;
+      next += period;
+      continue;
+    }
+    const auto wait = n < total ? std::max(Clock::duration::zero(), next - Clock::now())
+                                : Clock::duration(std::chrono::seconds(10));
+    timeval tv{static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(wait).count()),
+               static_cast<suseconds_t>(std::chrono::duration_cast<std::chrono::microseconds>(wait).count() % 1000000)};
+    amqp_frame_t f;
+    const int rc = amqp_simple_wait_frame_noblock(c, &f, &tv);
+    if (rc == AMQP_STATUS_TIMEOUT) {
+      if (n >= total) BareDie(who, "no confirm within 10 s");
+      continue;
+    }
+    if (rc != AMQP_STATUS_OK) BareDie(who, "wait for confirms");
+    if (f.frame_type != AMQP_FRAME_METHOD) continue;
+    if (f.payload.method.id == AMQP_BASIC_NACK_METHOD) BareDie(who, "nack");
+    if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD) BareDie(who, "returned: no queue bound");
+    if (f.payload.method.id != AMQP_BASIC_ACK_METHOD) continue;
+    auto* a = static_cast<amqp_basic_ack_t*>(f.payload.method.decoded);
+    const auto now = Clock::now();
+    const auto end = a->multiple ? due.upper_bound(a->delivery_tag) : std::next(due.find(a->delivery_tag));
+    for (auto it = a->multiple ? due.begin() : due.find(a->delivery_tag); it != end; it = due.erase(it)) {
+      ms.push_back(std::chrono::duration<double, std::milli>(now - it->second).count());
+    }
+    amqp_maybe_release_buffers(c);
   }
   amqp_connection_close(c, AMQP_REPLY_SUCCESS);
   amqp_destroy_connection(c);

@@ -22,8 +22,8 @@
 //                                  node, and time a bare publisher there: the ceiling)
 //               [--rabbitmq-queue durable|transient] (the latency run's queue)
 //               [--bare-latency 1] (with --rabbitmq: instead of everything else, a
-//                                  bare publisher's publish -> confirm latency at
-//                                  --rate for --seconds, one message at a time:
+//                                  bare publisher's due -> confirm latency at
+//                                  --rate for --seconds, each sent when due:
 //                                  the broker's own share of the relay's latency)
 //               [--warmup 0]      (seconds of the same load before the measured one)
 //               [--idle 0]        (seconds with no load between the warm-up and the
@@ -146,8 +146,8 @@ int main(int argc, char** argv) {
     const std::vector<double> ms =
         BarePublishLatencies(f.Str("rabbitmq"), "outbox.event.bench", f.Int("rate"), f.Int("seconds"));
     const auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(q * static_cast<double>(ms.size())))]; };
-    std::printf("| offered load | events | publish → confirm p50 | p99 | max |\n|---|---|---|---|---|\n");
-    std::printf("| %d events/s for %d s, one message at a time (bare publisher) | %zu | %.2f ms | %.2f ms | %.2f ms |\n",
+    std::printf("| offered load | events | due → confirm p50 | p99 | max |\n|---|---|---|---|---|\n");
+    std::printf("| %d events/s for %d s, each sent when due (bare publisher) | %zu | %.2f ms | %.2f ms | %.2f ms |\n",
                 f.Int("rate"), f.Int("seconds"), ms.size(), at(0.5), at(0.99), ms.back());
     return 0;
   }
