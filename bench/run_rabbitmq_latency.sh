@@ -53,7 +53,7 @@ for line in open(sys.argv[1]):
 names = {"kafka": "outbox-relay → outbox-mock-kafka",
          "rabbitmq": "outbox-relay → RabbitMQ (confirms), a durable queue",
          "transient": "outbox-relay → RabbitMQ (confirms), a non-durable queue (no disk write)",
-         "bare": "bare publisher → RabbitMQ, a durable queue: publish → confirm, one message at a time (no outbox)"}
+         "bare": "bare publisher → RabbitMQ, a durable queue: each message sent when due, confirms read between sends, due → confirm (no outbox, no database)"}
 print("| transport | p50 (median of rounds) | p99 (median) | p99 per round | max (median) |")
 print("|---|---|---|---|---|")
 for t in ("kafka", "rabbitmq", "transient", "bare"):

@@ -32,6 +32,11 @@ class Receiver {
     std::lock_guard l(mu_);
     return keys_;
   }
+  // The headers of the last request delivered for an aggregate.
+  httplib::Headers last_headers(const std::string& aggregate) {
+    std::lock_guard l(mu_);
+    return last_headers_[aggregate];
+  }
 
  private:
   void Handle(const httplib::Request& req, httplib::Response& res) {
@@ -39,6 +44,7 @@ class Receiver {
     res.status = answer_ ? answer_(req) : 200;
     if (res.status >= 300) return;
     arrivals_[req.get_header_value("Outbox-Aggregate-Id")].push_back(req.body);
+    last_headers_[req.get_header_value("Outbox-Aggregate-Id")] = req.headers;
     ++keys_[req.get_header_value("Idempotency-Key")];
   }
 
@@ -46,6 +52,7 @@ class Receiver {
   std::function<int(const httplib::Request&)> answer_;
   std::map<std::string, std::vector<std::string>> arrivals_;
   std::map<std::string, int> keys_;
+  std::map<std::string, httplib::Headers> last_headers_;
   HttpReceiver receiver_{[this](const httplib::Request& req, httplib::Response& res) {
     Handle(req, res);
   }};  // last: stopped before what it uses
@@ -78,6 +85,29 @@ class RelayHttpTest : public RelayE2ETest {
   }
   Receiver receiver_;
 };
+
+// relay.envelope = cloudevents on HTTP (issue 43): binary-mode CloudEvents 1.0
+// as ce-* headers beside the outbox's own, the body unchanged, the source as
+// configured.
+TEST_F(RelayHttpTest, TheCloudEventsEnvelopeAddsCeHeadersAndLeavesTheBody) {
+  ASSERT_TRUE(EnqueueOne("ce-1", "{\"n\":1}"));
+  Subprocess& relay = StartRelay(Http({"relay.envelope=cloudevents", "relay.cloudevents_source=/shop/orders"}));
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == 1; }, Scaled(30s))) << relay.Log();
+  EXPECT_EQ(receiver_.arrivals()["ce-1"], std::vector<std::string>{"{\"n\":1}"});
+  const httplib::Headers h = receiver_.last_headers("ce-1");
+  const auto at = [&](const char* name) {
+    auto it = h.find(name);  // httplib compares header names without case
+    return it == h.end() ? std::string("<missing>") : it->second;
+  };
+  EXPECT_EQ(at("ce-id"), at("Outbox-Event-Id"));
+  EXPECT_EQ(at("ce-source"), "/shop/orders");
+  EXPECT_EQ(at("ce-type"), "OrderChanged");
+  EXPECT_EQ(at("ce-specversion"), "1.0");
+  EXPECT_EQ(at("ce-subject"), "ce-1");
+  EXPECT_NE(at("ce-time"), "<missing>");
+  relay.Signal(SIGTERM);
+  EXPECT_EQ(relay.Wait(Scaled(30s)), 0) << relay.Log();
+}
 
 // The receiver answers 503 for 4 s; two attempts with backoff up to 500 ms
 // span far less. Nothing is FAILED: every event arrives, in order, after.
