@@ -199,14 +199,20 @@ TEST_F(RabbitMqTransportTest, AnUnreachableBrokerIsAnOutageAndThePasswordIsNever
 // tls_verify off it goes without a CA.
 TEST_F(RabbitMqTransportTest, AmqpsVerifiesTheBrokerAgainstTheConfiguredCa) {
   const std::string amqps = EnvOr("OUTBOX_AMQPS_URL"), ca = EnvOr("OUTBOX_AMQPS_CA");
-  ASSERT_FALSE(amqps.empty() || ca.empty()) << "scripts/testenv writes OUTBOX_AMQPS_URL/_CA";
+  const std::string cert = EnvOr("OUTBOX_AMQPS_CLIENT_CERT"), key = EnvOr("OUTBOX_AMQPS_CLIENT_KEY");
+  ASSERT_FALSE(amqps.empty() || ca.empty() || cert.empty() || key.empty())
+      << "scripts/testenv writes OUTBOX_AMQPS_URL/_CA/_CLIENT_CERT/_CLIENT_KEY";
   ASSERT_TRUE(admin_->DeclareExchange(exchange_));
   ASSERT_TRUE(admin_->DeclareQueue(queue_, exchange_));
-  auto open = [&](const std::string& ca_file, bool verify) {
+  // The testenv's node asks every TLS client for a certificate from its CA.
+  auto open = [&](const std::string& ca_file, bool verify, const std::string& cert_file = "",
+                  const std::string& key_file = "") {
     RabbitMqTransportOptions o;
     o.url = amqps;
     o.tls_ca_file = ca_file;
     o.tls_verify = verify;
+    o.tls_cert_file = cert_file.empty() ? cert : cert_file;
+    o.tls_key_file = key_file.empty() ? key : key_file;
     o.timeout = milliseconds(5000);
     auto t = OpenRabbitMqTransport(o);
     EXPECT_TRUE(t.ok()) << t.status().ToString();
@@ -220,7 +226,34 @@ TEST_F(RabbitMqTransportTest, AmqpsVerifiesTheBrokerAgainstTheConfiguredCa) {
   EXPECT_NE(unknown[0].error.find("SSL"), std::string::npos) << unknown[0].error;
   auto unverified = open("", false)->Publish(std::vector<ClaimedEvent>{Ev(type_, "a", 3)});
   EXPECT_EQ(unverified[0].outcome, PublishOutcome::kAcked) << unverified[0].error;
+  // The client certificate (rabbitmq.tls_cert_file, tls_key_file) is what the
+  // node checks: one the CA did not issue is refused, as an outage.
+  const std::string dir = cert.substr(0, cert.rfind('/'));
+  auto rogue = open(ca, true, dir + "/rogue.crt", dir + "/rogue.key")
+                   ->Publish(std::vector<ClaimedEvent>{Ev(type_, "a", 4)});
+  EXPECT_EQ(rogue[0].outcome, PublishOutcome::kRetryable) << rogue[0].error;
+  EXPECT_TRUE(rogue[0].broker_unavailable);
+  RabbitMqTransportOptions no_cert;
+  no_cert.url = amqps;
+  no_cert.tls_ca_file = ca;
+  no_cert.timeout = milliseconds(5000);
+  auto none = (*OpenRabbitMqTransport(no_cert))->Publish(std::vector<ClaimedEvent>{Ev(type_, "a", 5)});
+  EXPECT_EQ(none[0].outcome, PublishOutcome::kRetryable) << "the node requires a client certificate";
+  EXPECT_TRUE(none[0].broker_unavailable);
   EXPECT_EQ(admin_->Drain(queue_).size(), 2u);
+}
+
+// A client certificate without its key is refused before any connection,
+// naming the keys.
+TEST(RabbitMqOptions, AClientCertificateNeedsItsKey) {
+  const std::string cert = EnvOr("OUTBOX_AMQPS_CLIENT_CERT");
+  if (cert.empty()) GTEST_SKIP() << "needs scripts/testenv's OUTBOX_AMQPS_CLIENT_CERT";
+  RabbitMqTransportOptions o;
+  o.url = "amqps://guest:pw@localhost/%2F";
+  o.tls_cert_file = cert;
+  Status st = OpenRabbitMqTransport(o).status();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("rabbitmq.tls_key_file"), std::string::npos) << st.message();
 }
 
 TEST(RabbitMqOptions, BadOptionsAreRefusedNamingTheKeyWithoutThePassword) {
