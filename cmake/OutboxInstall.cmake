@@ -9,7 +9,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(OUTBOX_LIBRARIES outbox_core outbox_store_common outbox_store_postgres outbox_store_mariadb
+set(OUTBOX_LIBRARIES outbox_core outbox_store_common outbox_inbox_apply outbox_store_postgres outbox_store_mariadb
     outbox_stores
     outbox_transport_kafka outbox_transport_http outbox_transport_rabbitmq outbox_http outbox_relay outbox_inbox)
 foreach(lib IN LISTS OUTBOX_LIBRARIES)

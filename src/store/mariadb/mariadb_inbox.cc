@@ -7,7 +7,7 @@
 #include "headers_json.h"
 #include "migrate.h"
 #include "outbox/event.h"
-#include "core/fault.h"
+#include "inbox/apply.h"
 #include "session.h"
 #include "sql.h"
 
@@ -19,25 +19,9 @@ namespace sql = maria::sql;
 std::int64_t Int(const std::optional<std::string>& v) { return v ? std::stoll(*v) : 0; }
 std::string Str(const std::optional<std::string>& v) { return v ? *v : std::string(); }
 
-// A database error inside one message's savepoint: its own outcome, unless the
-// session itself is gone or the user lacks a privilege (then the whole call
-// fails and nothing counts).
-bool Isolable(const Status& st) {
-  return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded &&
-         st.code() != Code::kPermissionDenied;
-}
-
-MessageOutcome FromStatus(const Status& st) {
-  return {st.code() == Code::kInvalidArgument ? Outcome::kPermanent : Outcome::kTransient,
-          st.message()};
-}
-
-MessageOutcome FromHandler(const HandlerResult& hr) {
-  if (hr.error == ErrorClass::kPermanent) return {Outcome::kPermanent, hr.message};
-  return {Outcome::kTransient, hr.message};
-}
-
-class MariaDbInbox final : public InboxStore, public InboxView {
+// The apply strategy is the inbox's (src/inbox/apply.h); this store adds its
+// SQL (InboxSession). MariaDB has no fast pass: a savepoint per message first.
+class MariaDbInbox final : public InboxStore, public InboxView, private inbox_apply::InboxSession {
  public:
   MariaDbInbox(maria::Url url, MariaDbInboxOptions options, MariaDbHandler handler)
       : url_(std::move(url)), options_(std::move(options)), handler_(std::move(handler)) {}
@@ -84,26 +68,8 @@ class MariaDbInbox final : public InboxStore, public InboxView {
     if (!handler_) {
       return Status::FailedPrecondition("inbox apply: this inbox was opened without a handler");
     }
-    if (keys.size() != msgs.size() || (!order_keys.empty() && order_keys.size() != msgs.size())) {
-      return Status::InvalidArgument("inbox apply: one key (and order key) per message is required");
-    }
     OUTBOX_RETURN_IF_ERROR(Ensure());
-    std::vector<MessageOutcome> out(msgs.size());
-    std::vector<bool> todo(msgs.size(), true);
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      if (keys[i].empty() || !IsValidText(keys[i])) {
-        out[i] = {Outcome::kPermanent, "dedup key is empty or not valid UTF-8 text"};
-        todo[i] = false;
-      }
-    }
-    auto whole = Pass(msgs, keys, order_keys, todo, out, /*per_message=*/false);
-    if (!whole.ok()) return whole.status();
-    if (*whole) return out;
-    // The COMMIT failed: which message's writes broke it is unknown. One
-    // transaction per message finds it; the others apply.
-    auto single = Pass(msgs, keys, order_keys, todo, out, /*per_message=*/true);
-    if (!single.ok()) return single.status();
-    return out;
+    return inbox_apply::Apply(*this, msgs, keys, order_keys);
   }
 
   Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) override {
@@ -271,7 +237,7 @@ class MariaDbInbox final : public InboxStore, public InboxView {
   }
 
   // Runs the handler; exceptions become transient errors.
-  HandlerResult RunHandler(const InboundMessage& m) {
+  HandlerResult RunHandler(const InboundMessage& m) override {
     try {
       return handler_(m, conn_.get());
     } catch (const std::exception& e) {
@@ -283,73 +249,31 @@ class MariaDbInbox final : public InboxStore, public InboxView {
 
   // The stamp: 1 row affected when new, 2 when it existed (its duplicate
   // counted), 0 when it existed and duplicates are not counted.
-  Result<bool> Stamp(const InboundMessage& m, const std::string& key) {
+  Result<bool> Stamp(const InboundMessage& m, const std::string& key) override {
     auto n = maria::Exec(conn_.get(), "inbox stamp",
                          sql::InboxInsertStamp(Q(options_.consumer), Q(key), Q(m.topic),
                                                m.partition, m.offset, options_.count_duplicates));
-    if (!n.ok()) return n.status();
+    if (!n.ok()) return Lost(n.status());
     return *n == 1;
   }
 
-  // One pass over the messages still to do: all in one transaction, or
-  // (`per_message`) one transaction each. True when everything it ran is
-  // committed; false when the one COMMIT failed (nothing of the pass counts).
-  Result<bool> Pass(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
-                    std::span<const std::string> order_keys, const std::vector<bool>& todo,
-                    std::vector<MessageOutcome>& out, bool per_message) {
-    MYSQL* c = conn_.get();
-    std::set<std::string> blocked;  // order keys with a transient failure in this call
-    std::vector<std::size_t> ran;
-    if (!per_message) OUTBOX_RETURN_IF_ERROR(Run("inbox apply", "START TRANSACTION"));
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      if (!todo[i]) continue;
-      if (!order_keys.empty() && blocked.count(order_keys[i])) {
-        out[i] = {Outcome::kHeld, "an earlier message of its order key failed"};
-        continue;
-      }
-      if (per_message) OUTBOX_RETURN_IF_ERROR(Run("inbox apply", "START TRANSACTION"));
-      OUTBOX_RETURN_IF_ERROR(Run("inbox apply", "SAVEPOINT m"));
-      MessageOutcome result{Outcome::kApplied, ""};
-      auto fresh = Stamp(msgs[i], keys[i]);
-      if (!fresh.ok()) {
-        if (!Isolable(fresh.status())) {
-          (void)maria::Exec(c, "inbox apply", "ROLLBACK");
-          return Lost(fresh.status());
-        }
-        result = FromStatus(fresh.status());
-      } else if (!*fresh) {
-        result = {Outcome::kDuplicate, ""};
-      } else {
-        HandlerResult hr = RunHandler(msgs[i]);
-        if (hr.error != ErrorClass::kNone) result = FromHandler(hr);
-      }
-      if (result.outcome == Outcome::kPermanent || result.outcome == Outcome::kTransient) {
-        auto back = maria::Exec(c, "inbox apply", "ROLLBACK TO SAVEPOINT m");
-        if (!back.ok()) {
-          (void)maria::Exec(c, "inbox apply", "ROLLBACK");
-          return Lost(back.status());
-        }
-        if (result.outcome == Outcome::kTransient && !order_keys.empty()) blocked.insert(order_keys[i]);
-      }
-      out[i] = result;
-      ran.push_back(i);
-      if (per_message) {
-        (void)OUTBOX_FAULT(fault::kInboxInsideTransaction);
-        auto committed = maria::Exec(c, "inbox commit", "COMMIT");
-        if (!committed.ok()) {
-          if (!Isolable(committed.status())) return Lost(committed.status());
-          out[i] = FromStatus(committed.status());
-          if (out[i].outcome == Outcome::kTransient && !order_keys.empty()) blocked.insert(order_keys[i]);
-        }
-      }
-    }
-    if (per_message) return true;
-    (void)OUTBOX_FAULT(fault::kInboxInsideTransaction);
-    auto committed = maria::Exec(c, "inbox commit", "COMMIT");
-    if (committed.ok()) return true;
-    if (!Isolable(committed.status())) return Lost(committed.status());
-    (void)maria::Exec(c, "inbox apply", "ROLLBACK");
-    return false;
+  Status Begin() override { return Run("inbox apply", "START TRANSACTION"); }
+  Status Savepoint() override { return Run("inbox apply", "SAVEPOINT m"); }
+  // Kept: the next SAVEPOINT m replaces it (a round trip saved per message).
+  Status ReleaseSavepoint() override { return Status::Ok(); }
+  Status RollbackToSavepoint() override { return Run("inbox apply", "ROLLBACK TO SAVEPOINT m"); }
+  Status Commit() override {
+    auto committed = maria::Exec(conn_.get(), "inbox commit", "COMMIT");
+    if (committed.ok()) return Status::Ok();
+    Rollback();
+    return Lost(committed.status());
+  }
+  void Rollback() override {
+    if (conn_) (void)maria::Exec(conn_.get(), "inbox apply", "ROLLBACK");
+  }
+  // Bad data (a constraint, a value out of range) is permanent; the rest transient.
+  MessageOutcome OwnFailure(const Status& st) const override {
+    return {st.code() == Code::kInvalidArgument ? Outcome::kPermanent : Outcome::kTransient, st.message()};
   }
 
   maria::Url url_;

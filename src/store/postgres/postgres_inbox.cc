@@ -13,6 +13,7 @@
 #include "migrate.h"
 #include "outbox/event.h"
 #include "core/fault.h"
+#include "inbox/apply.h"
 #include "outbox/postgres.h"
 #include "headers_json.h"
 #include "session.h"
@@ -22,26 +23,12 @@ namespace outbox {
 namespace {
 
 using pg::Param;
-
-// How a pass over the batch ended when it did not return an error.
-enum class Pass { kCommitted, kHandlerFailed, kCommitFailed };
-
-// A COMMIT (or statement) error that a per-message redo can isolate: anything
-// but a lost connection, a timeout or a refused privilege, which say nothing
-// about one message (the batch is consumed again after a backoff).
-bool Isolable(const Status& st) {
-  return st.code() != Code::kUnavailable && st.code() != Code::kDeadlineExceeded &&
-         st.code() != Code::kPermissionDenied;
-}
+using inbox_apply::FromHandler;
+using inbox_apply::Isolable;
+using Pass = inbox_apply::PassEnd;
 
 std::string GetBytes(const PGresult* r, int row, int col) {
   return std::string(PQgetvalue(r, row, col), static_cast<std::size_t>(PQgetlength(r, row, col)));
-}
-
-MessageOutcome FromHandler(const HandlerResult& hr) {
-  if (hr.error == ErrorClass::kPermanent) return {Outcome::kPermanent, hr.message};
-  return {Outcome::kTransient,
-          hr.error == ErrorClass::kNone ? "handler left its statement failed" : hr.message};
 }
 
 // Collects a SinkHandler's statements.
@@ -81,7 +68,9 @@ HandlerResult FromStatement(const Status& st,
   return HandlerResult::Transient(st.message());
 }
 
-class PostgresInbox final : public InboxStore, public InboxView {
+// The apply strategy is the inbox's (src/inbox/apply.h); this store adds its
+// SQL (InboxSession) and a fast pass that pipelines the whole batch.
+class PostgresInbox final : public InboxStore, public InboxView, private inbox_apply::InboxSession {
  public:
   PostgresInbox(PostgresInboxOptions o, std::unique_ptr<pg::Session> s, Handler h, BatchHandler b,
                 SinkHandler sink)
@@ -137,36 +126,12 @@ class PostgresInbox final : public InboxStore, public InboxView {
     if (!handler_ && !sink_handler_) {
       return Status::FailedPrecondition("inbox apply: this inbox was opened without a handler");
     }
-    if (keys.size() != msgs.size() || (!order_keys.empty() && order_keys.size() != msgs.size())) {
-      return Status::InvalidArgument("inbox apply: one key (and order key) per message is required");
-    }
     order_keys_ = order_keys;
-    std::vector<MessageOutcome> out(msgs.size());
-    // The engine checks keys; a direct caller may not have: a key PostgreSQL
-    // cannot store would fail the whole batch, so it fails alone here.
-    std::vector<bool> todo(msgs.size(), true);
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      if (keys[i].empty() || !IsValidText(keys[i])) {
-        out[i] = {Outcome::kPermanent, "dedup key is empty or not valid UTF-8 text"};
-        todo[i] = false;
-      }
-    }
-    std::map<std::size_t, HandlerResult> failed;
-    auto fast = Fast(msgs, keys, todo, out, failed);
-    if (!fast.ok()) return fast.status();
-    if (*fast == Pass::kCommitted) return out;
-    if (*fast == Pass::kHandlerFailed) {
-      // Redo with a savepoint per message. The failed message keeps its outcome
-      // (its handler is not run twice for one delivery); the ones before it run
-      // again, their first writes having been rolled back.
-      auto careful = Careful(msgs, keys, todo, failed, out);
-      if (!careful.ok()) return careful.status();
-      if (*careful == Pass::kCommitted) return out;
-    }
-    // The COMMIT failed: which message's writes broke it is unknown. One
-    // transaction per message finds it; the others apply.
-    OUTBOX_RETURN_IF_ERROR(Single(msgs, keys, todo, failed, out));
-    return out;
+    return inbox_apply::Apply(*this, msgs, keys, order_keys,
+                              [&](const std::vector<bool>& todo, std::vector<MessageOutcome>& out,
+                                  std::map<std::size_t, HandlerResult>& failed) {
+                                return Fast(msgs, keys, todo, out, failed);
+                              });
   }
 
   Result<std::int64_t> PurgeStamps(std::chrono::seconds horizon, int batch) override {
@@ -310,7 +275,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
  private:
   // Runs the handler; exceptions become transient errors; a handler that
   // returned OK but left the transaction failed is a transient error too.
-  HandlerResult RunHandler(const InboundMessage& m) {
+  HandlerResult RunHandler(const InboundMessage& m) override {
     if (sink_handler_) {  // its statements, in one round trip, now
       std::vector<pg::Statement> statements;
       HandlerResult hr = RunSinkHandler(m, statements);
@@ -344,7 +309,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
     }
   }
 
-  Status Begin() {
+  Status Begin() override {
     OUTBOX_RETURN_IF_ERROR(session_->EnsureConnected());
     return session_->ExecScript("inbox begin", BeginSql());
   }
@@ -358,7 +323,7 @@ class PostgresInbox final : public InboxStore, public InboxView {
            std::to_string(options_.statement_timeout.count());
   }
 
-  void Rollback() { (void)session_->ExecScript("inbox rollback", "ROLLBACK"); }
+  void Rollback() override { (void)session_->ExecScript("inbox rollback", "ROLLBACK"); }
 
   // How long a pipeline may hear nothing from the server: past the statement
   // timeout (which the server enforces on each statement itself) by 2 s, so
@@ -368,15 +333,26 @@ class PostgresInbox final : public InboxStore, public InboxView {
     return options_.statement_timeout + std::chrono::milliseconds(2000);
   }
 
-  Status Commit() {
-    if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
-      Rollback();
-      return Status::Internal("fault point " + std::string(fault::kInboxInsideTransaction), true);
-    }
+  Status Commit() override {
     Status st = session_->ExecScript("inbox commit", "COMMIT");
     // A COMMIT that fails ends the transaction on the server; make sure of it.
     if (!st.ok()) Rollback();
     return st;
+  }
+  Status Savepoint() override { return session_->ExecScript("inbox savepoint", "SAVEPOINT m"); }
+  Status ReleaseSavepoint() override { return session_->ExecScript("inbox release", "RELEASE SAVEPOINT m"); }
+  Status RollbackToSavepoint() override {
+    return session_->ExecScript("inbox rollback to savepoint", "ROLLBACK TO SAVEPOINT m; RELEASE SAVEPOINT m");
+  }
+  // A serialization failure or deadlock (retryable) is transient; a broken
+  // constraint or bad data permanent.
+  MessageOutcome OwnFailure(const Status& st) const override {
+    return {st.retryable() ? Outcome::kTransient : Outcome::kPermanent, st.message()};
+  }
+  Result<bool> Stamp(const InboundMessage& m, const std::string& key) override {
+    auto fresh = InsertStamp(m, key);
+    if (fresh.ok() && !*fresh) OUTBOX_RETURN_IF_ERROR(CountDuplicates(std::span(&key, 1)));
+    return fresh;
   }
 
   // Ordered mode: message i waits when an earlier message of its order key
@@ -387,23 +363,6 @@ class PostgresInbox final : public InboxStore, public InboxView {
   void Block(std::size_t i, const MessageOutcome& o, std::set<std::string>& blocked) const {
     if (!order_keys_.empty() && o.outcome == Outcome::kTransient) blocked.insert(order_keys_[i]);
   }
-  // In the careful and single passes: message i's outcome is known without
-  // running it — held behind its key, or its handler failed in the fast pass
-  // (not run twice for one delivery).
-  bool DecidedBefore(std::size_t i, const std::map<std::size_t, HandlerResult>& failed,
-                     std::set<std::string>& blocked, std::vector<MessageOutcome>& out) const {
-    if (Held(i, blocked)) {
-      out[i] = {Outcome::kHeld, ""};
-      return true;
-    }
-    if (auto f = failed.find(i); f != failed.end()) {
-      out[i] = FromHandler(f->second);
-      Block(i, out[i], blocked);
-      return true;
-    }
-    return false;
-  }
-
   // Inside the open transaction: one more absorbed copy per entry of `keys`.
   Status CountDuplicates(std::span<const std::string> keys) {
     if (!options_.count_duplicates || keys.empty()) return Status::Ok();
@@ -538,6 +497,16 @@ class PostgresInbox final : public InboxStore, public InboxView {
         return Pass::kHandlerFailed;  // redo message by message: which one failed is unknown
       }
     }
+    return CommitFast();
+  }
+
+  // The fast pass's COMMIT, the fault point first (this pass is the store's:
+  // the strategy fires it for its own passes).
+  Result<Pass> CommitFast() {
+    if (OUTBOX_FAULT(fault::kInboxInsideTransaction)) {
+      Rollback();
+      return Status::Internal("fault point " + std::string(fault::kInboxInsideTransaction), true);
+    }
     Status st = Commit();
     if (st.ok()) return Pass::kCommitted;
     if (!Isolable(st)) return st;
@@ -586,94 +555,6 @@ class PostgresInbox final : public InboxStore, public InboxView {
         ->Exec("inbox take back stamps", delete_stamps_,
                {Param::Text(options_.consumer), Param::Text(pg::TextArrayLiteral(keys))})
         .status();
-  }
-
-  // A savepoint per message. Status error: rolled back, nothing took effect.
-  Result<Pass> Careful(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
-                       const std::vector<bool>& todo,
-                       const std::map<std::size_t, HandlerResult>& failed,
-                       std::vector<MessageOutcome>& out) {
-    OUTBOX_RETURN_IF_ERROR(Begin());
-    auto abort = [&](Status st) -> Result<Pass> {
-      Rollback();
-      return st;
-    };
-    std::set<std::string> blocked;
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      if (!todo[i]) continue;
-      if (DecidedBefore(i, failed, blocked, out)) continue;
-      if (Status sp = session_->ExecScript("inbox savepoint", "SAVEPOINT m"); !sp.ok()) {
-        return abort(sp);
-      }
-      auto fresh = InsertStamp(msgs[i], keys[i]);
-      if (!fresh.ok()) return abort(fresh.status());
-      if (!*fresh) {
-        out[i] = {Outcome::kDuplicate, ""};
-        if (Status cd = CountDuplicates(std::span(&keys[i], 1)); !cd.ok()) return abort(cd);
-        (void)session_->ExecScript("inbox release", "RELEASE SAVEPOINT m");
-        continue;
-      }
-      HandlerResult hr = RunHandler(msgs[i]);
-      if (hr.error == ErrorClass::kNone) {
-        out[i] = {Outcome::kApplied, ""};
-        if (Status rel = session_->ExecScript("inbox release", "RELEASE SAVEPOINT m"); !rel.ok()) {
-          return abort(rel);
-        }
-        continue;
-      }
-      // Undo this message's stamp and writes only.
-      if (Status rb = session_->ExecScript("inbox rollback to savepoint",
-                                           "ROLLBACK TO SAVEPOINT m; RELEASE SAVEPOINT m");
-          !rb.ok()) {
-        return abort(rb);
-      }
-      out[i] = FromHandler(hr);
-      Block(i, out[i], blocked);
-    }
-    Status st = Commit();
-    if (st.ok()) return Pass::kCommitted;
-    if (!Isolable(st)) return st;
-    return Pass::kCommitFailed;
-  }
-
-  // A transaction per message: a failing COMMIT is that message's own outcome.
-  Status Single(std::span<const InboundMessage> msgs, std::span<const std::string> keys,
-                const std::vector<bool>& todo, const std::map<std::size_t, HandlerResult>& failed,
-                std::vector<MessageOutcome>& out) {
-    std::set<std::string> blocked;
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      if (!todo[i]) continue;
-      if (DecidedBefore(i, failed, blocked, out)) continue;
-      OUTBOX_RETURN_IF_ERROR(Begin());
-      auto fresh = InsertStamp(msgs[i], keys[i]);
-      if (!fresh.ok()) {
-        Rollback();
-        return fresh.status();
-      }
-      if (!*fresh) {
-        out[i] = {Outcome::kDuplicate, ""};
-        if (Status cd = CountDuplicates(std::span(&keys[i], 1)); !cd.ok()) {
-          Rollback();
-          return cd;
-        }
-      } else {
-        HandlerResult hr = RunHandler(msgs[i]);
-        if (hr.error != ErrorClass::kNone) {
-          Rollback();
-          out[i] = FromHandler(hr);
-          Block(i, out[i], blocked);
-          continue;
-        }
-        out[i] = {Outcome::kApplied, ""};
-      }
-      Status st = Commit();
-      if (st.ok()) continue;
-      if (!Isolable(st)) return st;  // earlier messages are committed: redelivery absorbs them
-      out[i] = {st.retryable() ? Outcome::kTransient : Outcome::kPermanent,
-                "commit failed: " + st.message()};
-      Block(i, out[i], blocked);
-    }
-    return Status::Ok();
   }
 
   PostgresInboxOptions options_;

@@ -126,6 +126,10 @@ Result<ReplayResult> ReplayRabbitMqDeadLetters(const RabbitMqTransportOptions& b
     if (progress) progress(result.scanned, result.replayed);
   }
   OUTBOX_RETURN_IF_ERROR(SendChunk(c, broker, &chunk, &next_tag));
+  // The ones not replayed back to the queue now (basic.recover is answered
+  // once they are), not later when the broker handles the close: a replay
+  // run straight after this one sees them.
+  (void)amqp_basic_recover(c.state, kGet, /*requeue=*/1);
   (void)amqp_connection_close(c.state, AMQP_REPLY_SUCCESS);
   return result;
 }
