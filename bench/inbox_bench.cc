@@ -69,10 +69,11 @@ void ProduceAll(const std::string& bootstrap, int events) {
   rd_kafka_destroy(p);
 }
 
-// CPU seconds (user + system) used so far by the machine's processes, summed
-// by command name (/proc/PID/stat's comm, cut at 15 bytes by the kernel).
-std::map<std::string, double> CpuSecondsByCommand() {
-  std::map<std::string, double> out;
+// CPU seconds (user + system) used so far by each of the machine's processes,
+// by PID with its command name (/proc/PID/stat's comm, cut at 15 bytes).
+using CpuReading = std::map<std::string, std::pair<std::string, double>>;  // pid -> (comm, seconds)
+CpuReading CpuSecondsByProcess() {
+  CpuReading out;
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string pid = entry.path().filename().string();
@@ -89,24 +90,28 @@ std::map<std::string, double> CpuSecondsByCommand() {
       if (i == 14) utime = std::stoull(field);
       if (i == 15) stime = std::stoull(field);
     }
-    out[line.substr(open + 1, close - open - 1)] += static_cast<double>(utime + stime) / tick;
+    out[pid] = {line.substr(open + 1, close - open - 1), static_cast<double>(utime + stime) / tick};
   }
   return out;
 }
 
-// Microseconds of CPU per effect by part, between two CpuSecondsByCommand
-// readings: the broker (RabbitMQ's beam.smp or outbox-mock-kafka), PostgreSQL
-// (every postgres process), and outbox-consumer.
+// Microseconds of CPU per effect by part, between two readings: the broker
+// (RabbitMQ's beam.smp or outbox-mock-kafka), PostgreSQL (every postgres
+// process), and outbox-consumer. Per process, what it used in between (one that
+// started in between counts from 0; one that ended in between is not counted:
+// its last seconds are not known).
 struct CpuPerEffect {
   double broker = 0, postgres = 0, consumer = 0;
 };
-CpuPerEffect CpuBetween(const std::map<std::string, double>& a, const std::map<std::string, double>& b,
-                        long effects) {
-  const auto delta = [&](const std::string& name) {
-    const auto x = a.find(name), y = b.find(name);
-    return ((y == b.end() ? 0 : y->second) - (x == a.end() ? 0 : x->second)) * 1e6 / static_cast<double>(effects);
-  };
-  return {delta("beam.smp") + delta("outbox-mock-kaf"), delta("postgres"), delta("outbox-consumer")};
+CpuPerEffect CpuBetween(const CpuReading& a, const CpuReading& b, long effects) {
+  std::map<std::string, double> used;  // comm -> seconds
+  for (const auto& [pid, now] : b) {
+    const auto before = a.find(pid);
+    used[now.first] += now.second - (before == a.end() ? 0 : before->second.second);
+  }
+  const auto per_effect = [&](const char* comm) { return used[comm] * 1e6 / static_cast<double>(effects); };
+  return {per_effect("beam.smp") + per_effect("outbox-mock-kaf"), per_effect("postgres"),
+          per_effect("outbox-consumer")};
 }
 
 // Runs the outbox-consumer daemon at `bin` with one `sql` handler doing the
@@ -146,10 +151,10 @@ double TimedDaemon(const std::string& bin, const std::string& url, std::vector<s
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const auto cpu0 = CpuSecondsByCommand();
+  const auto cpu0 = CpuSecondsByProcess();
   while (std::stol(Scalar(admin, count)) < events) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const double secs = SecondsSince(t0);
-  if (cpu) *cpu = CpuBetween(cpu0, CpuSecondsByCommand(), events - first);
+  if (cpu) *cpu = CpuBetween(cpu0, CpuSecondsByProcess(), events - first);
   daemon.Signal(SIGTERM);
   if (daemon.Wait(std::chrono::seconds(30)) != 0) {
     std::fprintf(stderr, "outbox-consumer did not stop cleanly: %s\n", daemon.Log().c_str());

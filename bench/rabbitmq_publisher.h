@@ -158,8 +158,9 @@ inline std::vector<double> BarePublishLatencies(const std::string& url, const st
     if (f.payload.method.id != AMQP_BASIC_ACK_METHOD) continue;
     auto* a = static_cast<amqp_basic_ack_t*>(f.payload.method.decoded);
     const auto now = Clock::now();
-    const auto end = a->multiple ? due.upper_bound(a->delivery_tag) : std::next(due.find(a->delivery_tag));
-    for (auto it = a->multiple ? due.begin() : due.find(a->delivery_tag); it != end; it = due.erase(it)) {
+    const auto first = a->multiple ? due.begin() : due.find(a->delivery_tag);
+    const auto end = a->multiple ? due.upper_bound(a->delivery_tag) : (first == due.end() ? first : std::next(first));
+    for (auto it = first; it != end; it = due.erase(it)) {
       ms.push_back(std::chrono::duration<double, std::milli>(now - it->second).count());
     }
     amqp_maybe_release_buffers(c);

@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
     const bool durable = f.Str("rabbitmq-queue") != "transient";
     PrepareRabbitMq(f.Str("rabbitmq"), "outbox.event.bench", durable ? "bench.relay" : "bench.relay.transient",
                     durable);
+    if (f.Int("rate") < 1 || f.Int("seconds") < 1) {
+      std::fprintf(stderr, "relay_bench --bare-latency: --rate and --seconds must be at least 1\n");
+      return 2;
+    }
     const std::vector<double> ms =
         BarePublishLatencies(f.Str("rabbitmq"), "outbox.event.bench", f.Int("rate"), f.Int("seconds"));
     const auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(q * static_cast<double>(ms.size())))]; };

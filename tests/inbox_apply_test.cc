@@ -19,11 +19,13 @@ class FakeSession final : public InboxSession {
  public:
   Status Begin() override {
     log.push_back("BEGIN");
+    if (in_txn_) return Status::Internal("BEGIN inside a transaction");
     in_txn_ = true;
     pending_.clear();
     return Status::Ok();
   }
   Status Savepoint() override {
+    if (!in_txn_) return Status::Internal("SAVEPOINT outside a transaction");
     savepoint_ = pending_;
     return Status::Ok();
   }
@@ -33,6 +35,7 @@ class FakeSession final : public InboxSession {
     return Status::Ok();
   }
   Result<bool> Stamp(const InboundMessage& m, const std::string& key) override {
+    if (m.payload == "stamp-deadlock") return Status::Internal("deadlock detected", /*retryable=*/true);
     if (stamps.count(key) || pending_stamps().count(key)) {
       ++duplicates;
       return false;
@@ -78,6 +81,7 @@ class FakeSession final : public InboxSession {
   std::map<std::string, int> runs;   // handler runs per payload@offset
   std::vector<std::string> log;
   int duplicates = 0;
+  bool in_transaction() const { return in_txn_; }
 
  private:
   std::set<std::string> pending_stamps() const {
@@ -106,8 +110,14 @@ std::vector<std::string> Keys(std::size_t n) {
   return k;
 }
 
-TEST(InboxApplyTest, AFailedHandlerUndoesItsOwnWritesOnlyAndTheRestCommitTogether) {
+// After every call, whatever it returned, no transaction is left open.
+class ApplyTest : public ::testing::Test {
+ protected:
+  void TearDown() override { EXPECT_FALSE(s.in_transaction()) << "a transaction was left open"; }
   FakeSession s;
+};
+
+TEST_F(ApplyTest, AFailedHandlerUndoesItsOwnWritesOnlyAndTheRestCommitTogether) {
   auto msgs = Msgs({"ok", "perm", "ok", "trans"});
   auto out = Apply(s, msgs, Keys(4), {});
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -118,6 +128,27 @@ TEST(InboxApplyTest, AFailedHandlerUndoesItsOwnWritesOnlyAndTheRestCommitTogethe
   EXPECT_EQ((*out)[3].outcome, Outcome::kTransient);
   EXPECT_EQ(s.effects, (std::vector<std::string>{"k0", "k2"}));
   EXPECT_EQ(s.log, (std::vector<std::string>{"BEGIN", "COMMIT"})) << "one transaction";
+}
+
+TEST_F(ApplyTest, AHandlerThatFailedIsNotRunAgainWhenTheCommitFailsToo) {
+  auto msgs = Msgs({"perm", "commit-breaks", "ok"});
+  auto out = Apply(s, msgs, Keys(3), {});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ((*out)[0].outcome, Outcome::kPermanent);
+  EXPECT_EQ(s.runs["perm@0"], 1) << "once per delivery, across the passes";
+  EXPECT_EQ((*out)[1].outcome, Outcome::kPermanent);
+  EXPECT_EQ((*out)[2].outcome, Outcome::kApplied);
+  EXPECT_EQ(s.effects, (std::vector<std::string>{"k2"}));
+}
+
+TEST_F(ApplyTest, AStampErrorOfItsOwnFailsItsMessageAloneAndHoldsItsKey) {
+  auto msgs = Msgs({"stamp-deadlock", "ok", "ok"});
+  std::vector<std::string> order = {"a", "a", "b"};
+  auto out = Apply(s, msgs, Keys(3), order);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ((*out)[0].outcome, Outcome::kTransient) << "a deadlock is retried";
+  EXPECT_EQ((*out)[1].outcome, Outcome::kHeld);
+  EXPECT_EQ((*out)[2].outcome, Outcome::kApplied);
 }
 
 TEST(InboxApplyTest, ACopyIsADuplicateAndItsHandlerDoesNotRun) {
@@ -132,8 +163,7 @@ TEST(InboxApplyTest, ACopyIsADuplicateAndItsHandlerDoesNotRun) {
   EXPECT_EQ(s.duplicates, 1);
 }
 
-TEST(InboxApplyTest, OrderedModeHoldsTheLaterMessagesOfAKeyBehindATransientFailure) {
-  FakeSession s;
+TEST_F(ApplyTest, OrderedModeHoldsTheLaterMessagesOfAKeyBehindATransientFailure) {
   auto msgs = Msgs({"trans", "ok", "ok", "perm", "ok"});
   std::vector<std::string> order = {"a", "a", "b", "c", "c"};
   auto out = Apply(s, msgs, Keys(5), order);
@@ -146,8 +176,7 @@ TEST(InboxApplyTest, OrderedModeHoldsTheLaterMessagesOfAKeyBehindATransientFailu
   EXPECT_EQ(s.runs.count("ok@1"), 0u) << "a held message is not run";
 }
 
-TEST(InboxApplyTest, ACommitThatFailsIsRedoneOneTransactionPerMessageAndFailsItsOwnMessageAlone) {
-  FakeSession s;
+TEST_F(ApplyTest, ACommitThatFailsIsRedoneOneTransactionPerMessageAndFailsItsOwnMessageAlone) {
   auto msgs = Msgs({"ok", "commit-breaks", "ok"});
   auto out = Apply(s, msgs, Keys(3), {});
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -160,8 +189,7 @@ TEST(InboxApplyTest, ACommitThatFailsIsRedoneOneTransactionPerMessageAndFailsIts
                                              "BEGIN", "COMMIT"}));
 }
 
-TEST(InboxApplyTest, ALostConnectionFailsTheWholeCallAndNothingCounts) {
-  FakeSession s;
+TEST_F(ApplyTest, ALostConnectionFailsTheWholeCallAndNothingCounts) {
   auto msgs = Msgs({"ok", "lost"});
   auto out = Apply(s, msgs, Keys(2), {});
   EXPECT_FALSE(out.ok());

@@ -99,6 +99,7 @@ TEST_F(RelayHttpTest, TheCloudEventsEnvelopeAddsCeHeadersAndLeavesTheBody) {
     auto it = h.find(name);  // httplib compares header names without case
     return it == h.end() ? std::string("<missing>") : it->second;
   };
+  EXPECT_NE(at("ce-id"), "<missing>");
   EXPECT_EQ(at("ce-id"), at("Outbox-Event-Id"));
   EXPECT_EQ(at("ce-source"), "/shop/orders");
   EXPECT_EQ(at("ce-type"), "OrderChanged");

@@ -179,9 +179,14 @@ Status DeclareRabbitMqInbox(const RabbitMqInboxSourceOptions& options,
 // only once its copy is confirmed (a crash in between sends it twice; the
 // inbox absorbs it); the others, and all of them with `dry_run`, go back to
 // the queue in their place. The time filter reads the copy's timestamp
-// property (when it was dead-lettered, to the second). NotFound when the
-// queue does not exist; Unavailable when the broker cannot be reached or
-// refuses a copy (no queue for it: the messages stay dead-lettered).
+// property (when it was dead-lettered, to the second). A copy whose group's
+// queue does not exist stays, listed in not_replayable. The connection has
+// heartbeats (half rabbitmq.timeout_ms, 1..30 s): a broker that goes silent
+// ends the call. The messages taken are held unacked until the end: a replay
+// longer than the broker's consumer_timeout (30 min by default) has its
+// channel closed, and they go back. NotFound when the queue does not exist;
+// Unavailable when the broker cannot be reached or refuses a copy (the
+// messages of its chunk stay dead-lettered).
 Result<ReplayResult> ReplayRabbitMqDeadLetters(const RabbitMqTransportOptions& broker,
                                                const std::string& dlt_queue, const ReplayFilter& filter,
                                                bool dry_run, const ReplayProgress& progress = nullptr);

@@ -39,6 +39,7 @@ class Passes {
         o = {Outcome::kDuplicate, ""};
       } else if (HandlerResult hr = s_.RunHandler(msgs_[i]); hr.error != ErrorClass::kNone) {
         o = FromHandler(hr);
+        failed_[i] = hr;  // a later pass keeps it, not runs it again
       }
       const bool undo = o.outcome == Outcome::kPermanent || o.outcome == Outcome::kTransient;
       // Undo this message's stamp and writes only.

@@ -20,6 +20,12 @@
 // Inbox::InsideTransaction fires before each COMMIT of passes 1 and 2 (a
 // store's fast pass fires it itself).
 //
+// A handler runs at most once per message and call (a pass after the one it
+// failed in keeps its result).
+//
+// Layering: the stores link this (outbox_inbox_apply, core only), the one thing
+// of src/inbox they link: the strategy is the inbox's, the SQL the store's.
+//
 // Thread-safety: a call uses its session alone; one call at a time per session.
 #ifndef OUTBOX_SRC_INBOX_APPLY_H_
 #define OUTBOX_SRC_INBOX_APPLY_H_

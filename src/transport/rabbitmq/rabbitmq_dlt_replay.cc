@@ -1,6 +1,8 @@
 // outboxctl dlt replay on RabbitMQ (rabbitmq.h, ReplayRabbitMqDeadLetters):
 // dead-lettered messages taken from the group's dead-letter queue back to its
 // main queue, each acked only once its copy is confirmed.
+#include <algorithm>
+#include <map>
 #include <vector>
 
 #include "amqp_common.h"
@@ -14,6 +16,7 @@ namespace h = inbox_headers;
 
 constexpr amqp_channel_t kGet = 1;      // basic.get and acks on the dead-letter queue
 constexpr amqp_channel_t kPublish = 2;  // the copies, with confirms
+constexpr amqp_channel_t kCheck = 3;    // passive declares of the copies' queues
 constexpr std::size_t kChunk = 500;     // copies confirmed (and their originals acked) together
 
 struct Taken {
@@ -49,6 +52,30 @@ Status SendChunk(Connection& c, const RabbitMqTransportOptions& o, std::vector<T
   return Status::Ok();
 }
 
+// Whether the group's queue a copy goes to exists (once per queue): a copy
+// the broker would return must not fail the others of its chunk, every run.
+// A refused passive declare closes kCheck, which is opened again. Unavailable
+// when the connection fails.
+Result<bool> QueueExists(Connection& c, const std::string& queue, std::map<std::string, bool>* known) {
+  if (auto k = known->find(queue); k != known->end()) return k->second;
+  bool exists = false;
+  if (queue.size() <= 255) {
+    exists = amqp_queue_declare(c.state, kCheck, Bytes(queue), /*passive=*/1, 0, 0, 0, amqp_empty_table) != nullptr;
+    if (!exists) {
+      const amqp_rpc_reply_t r = amqp_get_rpc_reply(c.state);
+      if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION || r.reply.id != AMQP_CHANNEL_CLOSE_METHOD) {
+        return Status::Unavailable(ReplyText(r, ("queue '" + queue + "'").c_str()));
+      }
+      amqp_channel_close_ok_t ok{};
+      (void)amqp_send_method(c.state, kCheck, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+      std::string error;
+      if (!OpenChannel(c.state, kCheck, false, &error)) return Status::Unavailable("rabbitmq: " + error);
+    }
+  }
+  (*known)[queue] = exists;
+  return exists;
+}
+
 }  // namespace
 
 Result<ReplayResult> ReplayRabbitMqDeadLetters(const RabbitMqTransportOptions& broker,
@@ -62,9 +89,15 @@ Result<ReplayResult> ReplayRabbitMqDeadLetters(const RabbitMqTransportOptions& b
   if (!url.ok()) return url.status();
   Connection c(amqp_new_connection());
   std::string error;
-  if (!c.state || !OpenAndLogin(c.state, *url, broker, "outboxctl-dlt-replay", 0, Clock::now() + broker.timeout,
-                                [&c](int fd) { c.fd = fd; }, &error) ||
-      !OpenChannel(c.state, kGet, false, &error) || !OpenChannel(c.state, kPublish, true, &error)) {
+  // Heartbeats: a broker or path that goes silent mid-replay ends the command
+  // (reading a message has no deadline of its own) instead of hanging it.
+  const int heartbeat_s = static_cast<int>(std::clamp<std::int64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(broker.timeout).count() / 2, 1, 30));
+  if (!c.state ||
+      !OpenAndLogin(c.state, *url, broker, "outboxctl-dlt-replay", heartbeat_s, Clock::now() + broker.timeout,
+                    [&c](int fd) { c.fd = fd; }, &error) ||
+      !OpenChannel(c.state, kGet, false, &error) || !OpenChannel(c.state, kPublish, true, &error) ||
+      !OpenChannel(c.state, kCheck, false, &error)) {
     return Status::Unavailable(error.empty() ? "rabbitmq: out of memory" : error);
   }
   // The messages there now: those that arrive during the replay wait for the next.
@@ -83,6 +116,7 @@ Result<ReplayResult> ReplayRabbitMqDeadLetters(const RabbitMqTransportOptions& b
   ReplayResult result;
   std::vector<Taken> chunk;
   std::uint64_t next_tag = 1;
+  std::map<std::string, bool> queues;  // the copies' queues: exists
   for (std::uint32_t i = 0; i < depth; ++i) {
     amqp_maybe_release_buffers(c.state);
     const amqp_rpc_reply_t r = amqp_basic_get(c.state, kGet, Bytes(dlt_queue), /*no_ack=*/0);
@@ -114,6 +148,16 @@ Result<ReplayResult> ReplayRabbitMqDeadLetters(const RabbitMqTransportOptions& b
       // a copy without its group goes to the topic's exchange with its key.
       const std::string* group = in.Header(h::kGroup);
       const std::string& topic = *in.Header(h::kOrigTopic);
+      if (group) {
+        auto exists = QueueExists(c, RabbitMqQueueName(*group, topic), &queues);
+        if (!exists.ok()) return exists.status();
+        if (!*exists) {
+          result.not_replayable.push_back(from + ": its group's queue '" + RabbitMqQueueName(*group, topic) +
+                                          "' does not exist (the group was removed?): left in place");
+          if (progress) progress(result.scanned, result.replayed);
+          continue;
+        }
+      }
       Taken t{tag, group ? "" : topic, group ? RabbitMqQueueName(*group, topic) : in.key,
               ReplayCopy(in, group ? "queue '" + RabbitMqQueueName(*group, topic) + "'" : "exchange '" + topic + "'",
                          from)};
