@@ -25,6 +25,17 @@ require_amqp() {
   [ -n "${OUTBOX_AMQP_URL:-}" ] || { echo "OUTBOX_AMQP_URL is not set (scripts/testenv writes it)" >&2; exit 2; }
 }
 
+# What the RabbitMQ benchmarks start with: the release build, a testenv (or the
+# one in the environment) with its RabbitMQ node; sets B (the release build
+# directory) and machine (machine_line).
+rabbitmq_bench_setup() {
+  bench_build
+  bench_env
+  require_amqp
+  B="$ROOT/build/release"
+  machine="$(machine_line)"
+}
+
 machine_line() {
   local cpu pg
   cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"

@@ -18,11 +18,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
-bench_build
-bench_env
-require_amqp
-B="$ROOT/build/release"
-machine="$(machine_line)"
+rabbitmq_bench_setup  # sets B and machine
 out="$("$B/bench/inbox_bench" --mock "$B/tools/mock_kafka/outbox-mock-kafka" --events "$EVENTS" \
   --runs "$RUNS" --batch "$BATCH" --daemon "$B/tools/outbox_consumer/outbox-consumer" \
   --amqp "$OUTBOX_AMQP_URL" --prefetch "$PREFETCH")"

@@ -16,11 +16,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
-bench_build
-bench_env
-require_amqp
-B="$ROOT/build/release"
-machine="$(machine_line)"
+rabbitmq_bench_setup  # sets B and machine
 out="$("$B/bench/relay_bench" --relay "$B/tools/outbox_relay/outbox-relay" \
   --mock "$B/tools/mock_kafka/outbox-mock-kafka" --rows "$ROWS" --runs "$RUNS" \
   --rate 1000 --seconds 5 --rabbitmq "$OUTBOX_AMQP_URL" | sed '/^#### Latency/,$d')"

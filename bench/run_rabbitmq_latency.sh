@@ -17,11 +17,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
-bench_build
-bench_env
-require_amqp
-B="$ROOT/build/release"
-machine="$(machine_line)"
+rabbitmq_bench_setup  # sets B and machine
 RAW="$(mktemp)"
 one() {  # transport
   local extra=()

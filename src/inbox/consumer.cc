@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/fault.h"
+#include "outbox/cloudevents.h"
 #include "outbox/time.h"
 #include "plan.h"
 
@@ -559,7 +560,7 @@ DedupKeyFn DedupByEventId() {
   return [](const InboundMessage& m) -> Result<std::string> {
     if (const std::string* id = m.Header("outbox-event-id"); id && !id->empty()) return *id;
     // A CloudEvents id is unique within its source only: the key is both.
-    for (const char* prefix : {"ce_", "cloudEvents:", "ce-"}) {
+    for (const char* prefix : {kCloudEventsKafkaPrefix, kCloudEventsAmqpPrefix, kCloudEventsHttpPrefix}) {
       const std::string* id = m.Header(std::string(prefix) + "id");
       if (!id || id->empty()) continue;
       const std::string* source = m.Header(std::string(prefix) + "source");
