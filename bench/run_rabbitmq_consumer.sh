@@ -55,8 +55,10 @@ the engine's thread). Not tried: a reader thread that owns the consuming connect
 decodes while a batch applies, as librdkafka does; here it would take its CPU from the
 same two cores. Two defects found on the way, fixed at
 91ab341: the queue depth (lag) was read by an RPC on the consuming connection, which
-made rabbitmq-c queue every delivery that arrived before the reply (at prefetch 10,000
-consuming fell to 720 effects/s; 27,286 without it); and the default prefetch equalled
-the batch (500), so nothing arrived while a batch applied (now 2,000).
+made rabbitmq-c queue every delivery that arrived before the reply (one-off runs at
+884ba13 of \`inbox_bench --daemon … --amqp URL --events 100000 --runs 1 --batch 500
+--prefetch 10000\`: 720 effects/s, and 27,286 with the depth reads switched off by a
+debug patch that was not kept); and the default prefetch equalled the batch (500), so
+nothing arrived while a batch applied (now 2,000).
 MD
 echo "updated $DOC" >&2
