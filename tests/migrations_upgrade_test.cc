@@ -146,16 +146,19 @@ class PostgresUpgradeTest : public ::testing::TestWithParam<int> {
     return applied;
   }
 
-  // The rows, written as a relay of version k would have left them.
-  void Fill(const std::vector<Row>& rows) {
+  // The rows, written as a relay of version k would have left them; each
+  // row's event id by payload.
+  std::map<std::string, std::string> Fill(const std::vector<Row>& rows) {
     const std::string s = old_;
+    std::map<std::string, std::string> ids;
     for (const Row& r : rows) {
       const std::string id = Exec(admin_.get(), "SELECT event_id FROM " + s + ".enqueue('order', '" +
                                                     r.aggregate + "', 'OrderChanged', '" + r.payload +
                                                     "'::bytea, '{}'::jsonb, NULL)");
       const std::string seq =
           Exec(admin_.get(), "SELECT seq FROM " + s + ".outbox WHERE event_id = '" + id + "'");
-      ASSERT_FALSE(seq.empty()) << r.payload;
+      EXPECT_FALSE(seq.empty()) << r.payload;
+      ids[r.payload] = id;
       std::string set;
       if (r.status == "PROCESSING") {
         set = "status = 'PROCESSING', attempts = 1, lease_owner = 'relay-of-version-k', "
@@ -171,6 +174,7 @@ class PostgresUpgradeTest : public ::testing::TestWithParam<int> {
       }
       if (!set.empty()) Exec(admin_.get(), "UPDATE " + s + ".outbox SET " + set + " WHERE seq = " + seq);
     }
+    return ids;
   }
 
   // `pg_dump -s` of the schema, its name replaced by SCHEMA and pg_dump's
@@ -229,6 +233,110 @@ TEST_P(PostgresUpgradeTest, FromThisVersionToHeadMatchesAFreshInstallAndDelivers
 
 INSTANTIATE_TEST_SUITE_P(EveryVersion, PostgresUpgradeTest, ::testing::Range(1, PostgresHead() + 1),
                          [](const auto& p) { return "from_v" + std::to_string(p.param); });
+
+// The conversion from rows to the log (issue 42, step 7): a schema of every
+// released version, with rows in every state, converted by `outboxctl migrate
+// --layout log` (which first takes it to the row store's head). The result
+// must match a fresh log install (`migrate --check`), a real relay must
+// deliver every unsent row once and in order per aggregate (and an event
+// enqueued after the conversion behind them), no SENT row again, the FAILED
+// row must still hold its followers, every id (SENT ones too) must be found by
+// trace, and a dedup key written before must still refuse its duplicate.
+class PostgresConvertTest : public PostgresUpgradeTest {
+ protected:
+  CommandRun Ctl(const std::string& args) {
+    return RunCommand(std::string(OUTBOX_OUTBOXCTL_BIN) + " --db '" + url_ + "' --schema " + old_ +
+                      " " + args);
+  }
+};
+
+TEST_P(PostgresConvertTest, FromThisVersionToTheLogKeepsEveryRowItsIdAndItsOrder) {
+  const int k = GetParam();
+  EXPECT_EQ(Migrate(old_, k).size(), static_cast<std::size_t>(k));
+  std::vector<Row> rows = RowsFor(k >= kPostgresSkippedSince);
+  auto ids = Fill(rows);
+  const std::string keyed = Exec(admin_.get(), "SELECT event_id FROM " + old_ +
+                                                   ".enqueue('order', 'keyed', 'OrderChanged', "
+                                                   "'keyed#0'::bytea, '{}'::jsonb, 'key-0')");
+  rows.push_back({"keyed", "keyed#0", "PENDING"});
+
+  const CommandRun converted = Ctl("migrate --layout log");
+  ASSERT_EQ(converted.code, 0) << converted.out;
+  EXPECT_NE(converted.out.find("converted from rows to the log"), std::string::npos)
+      << converted.out;
+  EXPECT_EQ(Exec(admin_.get(), "SELECT to_regclass('" + old_ + ".schema_migrations') IS NULL AND "
+                                   "to_regclass('" + old_ + ".log_migrations') IS NOT NULL"),
+            "t");
+  const CommandRun check = Ctl("migrate --check");
+  EXPECT_EQ(check.code, 0) << "the converted schema differs from a fresh log install:\n"
+                           << check.out;
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(status || '@' || attempts, ',' ORDER BY seq) "
+                               "FROM " + old_ + ".outbox WHERE aggregate_id IN ('sent', 'leased')"),
+            "PENDING@1,PENDING@0,SENT@1,SENT@1,PENDING@0")
+      << "each row keeps its state and attempts (the leased one is due again)";
+  for (const Row& r : rows) {
+    if (r.status != "SENT" && r.status != "FAILED") continue;
+    const CommandRun trace = Ctl("trace " + ids[r.payload]);
+    EXPECT_EQ(trace.code, 0) << trace.out;
+    EXPECT_NE(trace.out.find(r.status), std::string::npos) << r.payload << ":\n" << trace.out;
+  }
+  EXPECT_EQ(Exec(admin_.get(), "SELECT event_id::text || enqueued::text FROM " + old_ +
+                                   ".enqueue('order', 'keyed', 'OrderChanged', 'again'::bytea, "
+                                   "'{}'::jsonb, 'key-0')"),
+            keyed + "false")
+      << "a dedup key written before the conversion still refuses its duplicate";
+  Exec(admin_.get(), "SELECT " + old_ + ".enqueue('order', 'pending', 'OrderChanged', "
+                                        "'pending#after'::bytea)");
+  rows.push_back({"pending", "pending#after", "PENDING"});
+
+  MockKafka kafka(1, {std::string(kTopic) + ":" + std::to_string(kPartitions)});
+  relay_ = std::make_unique<Subprocess>(
+      RelayArgv(url_, kafka.bootstrap(), {"database.schema=" + old_}),
+      std::map<std::string, std::string>{}, RelayLog(old_));
+  const auto expected = Expected(rows);
+  const auto published = Published(
+      ReadTopic(kafka.bootstrap(), kTopic, kPartitions, CountOf(expected), Scaled(30s)));
+  EXPECT_EQ(published, expected) << "every unsent row once, in order; no SENT row again\n"
+                                 << relay_->Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + old_ +
+                                   ".outbox WHERE aggregate_id = 'failed'"),
+            "FAILED,PENDING,PENDING")
+      << "the FAILED row still holds its followers";
+  EXPECT_EQ(Exec(admin_.get(), "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM "
+                               "pg_stat_user_tables WHERE schemaname = '" + old_ +
+                                   "' AND relname LIKE 'log\\_%' AND relname <> 'log_settings' "
+                                   "AND relname <> 'log_parts' AND relname <> 'log_migrations'"),
+            "0")
+      << "no log row written twice";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryVersion, PostgresConvertTest, ::testing::Range(1, PostgresHead() + 1),
+                         [](const auto& p) { return "from_v" + std::to_string(p.param); });
+
+// A schema a change stream reads is refused, and nothing changes: the log has
+// no CDC yet.
+class PostgresConvertRefusalTest : public PostgresConvertTest {};
+
+TEST_P(PostgresConvertRefusalTest, AStreamedSchemaIsRefusedAndKeptAsRows) {
+  Migrate(old_, 0);
+  Exec(admin_.get(), "SELECT " + old_ + ".enqueue('order', 'a', 'E', 'a#0'::bytea)");
+  Exec(admin_.get(), "INSERT INTO " + old_ + ".stream_progress (slot, reader, confirmed_lsn, "
+                     "covered_until) VALUES ('outbox_" + old_ + "', 'relay', '0/0', now())");
+  const CommandRun refused = Ctl("migrate --layout log");
+  EXPECT_NE(refused.code, 0) << refused.out;
+  EXPECT_NE(refused.out.find("read by a change stream (replication slot outbox_" + old_),
+            std::string::npos)
+      << refused.out;
+  EXPECT_EQ(Exec(admin_.get(), "SELECT to_regclass('" + old_ + ".log_migrations') IS NULL AND "
+                               "(SELECT count(*) FROM " + old_ + ".outbox WHERE status = "
+                               "'PENDING') = 1"),
+            "t")
+      << "the refusal changed nothing";
+  const CommandRun check = Ctl("migrate --check");
+  EXPECT_EQ(check.code, 0) << check.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Head, PostgresConvertRefusalTest, ::testing::Values(PostgresHead()));
 
 // ------------------------------------------------------------------- MariaDB
 

@@ -17,6 +17,7 @@
 #define OUTBOX_POSTGRES_H_
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,6 +48,28 @@ struct PostgresStoreOptions {
 // After a connection loss each call reconnects first; if that fails the call
 // returns Unavailable and the caller backs off.
 Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options);
+
+// What `ConvertPostgresRowsToLog` did: whether the schema held a row store (if
+// not, nothing was done), and where its rows went.
+struct LogConversion {
+  bool converted = false;
+  std::int64_t into_log = 0;  // unsent, never attempted: read from the log
+  std::int64_t retries = 0;   // unsent, attempted (PENDING with attempts, PROCESSING): RETRY copies
+  std::int64_t terminal = 0;  // FAILED and SKIPPED: copies, listed as before
+  std::int64_t sent = 0;      // SENT: copies kept for trace until rotation passes them
+  std::vector<int> applied;   // the log set's versions installed
+};
+
+// Converts the row store in `options.schema` into the log (issue 42, step 7:
+// `outboxctl migrate --layout log` on a row schema; docs/design.md,
+// "Converting a row store to the log"). First brings the row store to its
+// last version, then in one transaction sets it aside, installs the log set
+// and moves every row, keeping its id, its seq and its aggregate's order; a
+// failure changes nothing. Waits up to 30 s for the producers and relays
+// writing the table, which then fail their statement: stop the relays first.
+// FailedPrecondition, changing nothing, while a change stream reads the
+// schema (relay.source = cdc is not on the log yet). `layout` is ignored.
+Result<LogConversion> ConvertPostgresRowsToLog(const PostgresStoreOptions& options);
 
 // Compares the schema's tables, columns, constraints, indexes, functions and
 // sequences with what its recorded migrations install, built in a scratch

@@ -6,6 +6,7 @@
 #include "outbox/mariadb.h"
 #include "outbox/open.h"
 #include "outbox/parse.h"
+#include "outbox/postgres.h"
 
 namespace outbox::ctl {
 namespace {
@@ -52,8 +53,36 @@ int MigrateCheck(const Options& o) {
   return code;
 }
 
+// migrate --layout log on a PostgreSQL schema: converts a row store (nullopt
+// when the schema holds none: the plain migration goes on).
+std::optional<int> ConvertToLog(const Options& o) {
+  auto done = outbox::ConvertPostgresRowsToLog({.conninfo = o.db, .schema = o.schema});
+  if (!done.ok()) return Fail(done.status(), o.json);
+  if (!done->converted) return std::nullopt;
+  if (o.json) {
+    std::cout << json{{"ok", true},
+                      {"schema", o.schema},
+                      {"applied", done->applied},
+                      {"converted", {{"into_log", done->into_log},
+                                     {"retries", done->retries},
+                                     {"failed_or_skipped", done->terminal},
+                                     {"sent", done->sent}}}}
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << "schema " << o.schema << ": converted from rows to the log: " << done->into_log
+              << " unsent into the log, " << done->retries << " retries, " << done->terminal
+              << " FAILED or SKIPPED, " << done->sent << " SENT kept for trace; applied log "
+              << "migrations " << VersionList(done->applied) << "\n";
+  }
+  return kExitOk;
+}
+
 int Migrate(const Options& o) {
   if (o.check) return MigrateCheck(o);
+  if (o.layout == "log" && !outbox::IsMariaDbUrl(o.db)) {
+    if (auto code = ConvertToLog(o)) return *code;
+  }
   const outbox::StoreLayout layout = o.layout == "log"    ? outbox::StoreLayout::kLog
                                      : o.layout == "rows" ? outbox::StoreLayout::kRows
                                                           : outbox::StoreLayout::kDetect;
@@ -126,7 +155,8 @@ void AddSchemaCommands(CLI::App& app, Options& o, Commands& out) {
                     "binary");
   migrate->add_option("--layout", o.layout,
                       "PostgreSQL: rows (every release so far) or log (issue 42: each event written "
-                      "once; not yet the default); without it, what the schema holds, else rows")
+                      "once; not yet the default; converts a schema holding rows); without it, "
+                      "what the schema holds, else rows")
       ->check(CLI::IsMember({"rows", "log"}));
   out.push_back({migrate, Migrate});
   auto* status = app.add_subcommand("status", "rows per state, held aggregates, oldest unsent age");

@@ -307,10 +307,10 @@ WITH k AS (
               THEN $1::uuid END AS id),
 target AS (
   SELECT l.pos, l.slot, l.txid, l.event_id FROM k JOIN {S}.log l
-    ON l.pos = {S}.pos_of(k.id) AND l.event_id = k.id
+    ON l.pos = {S}.pos_for(k.id) AND l.event_id = k.id
   UNION ALL  -- an exception kept after its partition was rotated away
   SELECT x.pos, x.slot, NULL::xid8, x.event_id FROM k JOIN {S}.exceptions x
-    ON x.pos = {S}.pos_of(k.id) AND x.event_id = k.id AND x.log_gone),
+    ON x.pos = {S}.pos_for(k.id) AND x.event_id = k.id AND x.log_gone),
 state AS (
   SELECT t.pos, coalesce(CASE WHEN x.status IN ('RETRY', 'HELD') AND x.lease_until > now()
                               THEN 'PROCESSING'
@@ -339,8 +339,9 @@ SELECT coalesce((SELECT was FROM state), ''),
        ((SELECT count(*) FROM upd) + (SELECT count(*) FROM ins))::text, '0'
 )SQL";
 
-// $1 key: the event whose id is $1 (its pos is in the id: the BRIN finds it)
-// or whose dedup key is $1.
+// $1 key: the event whose id is $1 (its pos is in the id, or in converted_ids
+// for an event converted from a row store: the BRIN finds it) or whose dedup
+// key is $1.
 const std::string kFind = R"SQL(
 SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
        extract(epoch FROM now() - created_at)::float8 AS age_s,
@@ -353,7 +354,7 @@ SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts
 FROM {S}.outbox
 CROSS JOIN (SELECT CASE WHEN $1 ~ '^\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?$'
                         THEN $1::uuid END AS id) k
-WHERE seq = ANY(ARRAY(SELECT {S}.pos_of(k.id) WHERE k.id IS NOT NULL
+WHERE seq = ANY(ARRAY(SELECT {S}.pos_for(k.id) WHERE k.id IS NOT NULL
                       UNION ALL SELECT d.pos FROM {S}.dedup d WHERE d.dedup_key = $1))
   AND (event_id = k.id OR dedup_key = $1)
 ORDER BY seq
@@ -415,12 +416,15 @@ FROM (SELECT count(*) AS n FROM (SELECT 1 FROM {S}.log_%P LIMIT 1000000) l) c
 )SQL";
 
 // $1 part: after its partition was truncated (same transaction, under its
-// lock), the dedup keys and SENT copies of its events go, and the other copies
-// are marked as having lost their log row. Rows: how many events stay listed
-// from their copy (FAILED, SKIPPED, a retry): not purged.
+// lock), the dedup keys and SENT copies of its events go, with the converted
+// ids of the events no copy lists any more, and the other copies are marked as
+// having lost their log row. Rows: how many events stay listed from their copy
+// (FAILED, SKIPPED, a retry): not purged.
 constexpr const char* kForgetPartition = R"SQL(
 WITH d AS (DELETE FROM {S}.dedup WHERE part = $1::smallint),
 x AS (DELETE FROM {S}.exceptions WHERE status = 'SENT' AND part = $1::smallint),
+c AS (DELETE FROM {S}.converted_ids c WHERE c.part = $1::smallint AND NOT EXISTS (
+        SELECT 1 FROM {S}.exceptions y WHERE y.pos = c.pos AND y.status <> 'SENT')),
 g AS (UPDATE {S}.exceptions SET log_gone = true
       WHERE status <> 'SENT' AND part = $1::smallint AND NOT log_gone RETURNING 1)
 SELECT count(*)::text FROM g

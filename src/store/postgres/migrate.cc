@@ -8,13 +8,15 @@ namespace {
 // PostgreSQL's DDL is transactional: a whole run commits or none of it.
 class PostgresTarget final : public store::MigrationTarget {
  public:
-  PostgresTarget(Session& s, const std::string& schema, const MigrationSet& set)
-      : s_(s), schema_(schema), set_(set) {}
+  PostgresTarget(Session& s, const std::string& schema, const MigrationSet& set,
+                 const RunSteps& steps)
+      : s_(s), schema_(schema), set_(set), steps_(steps) {}
 
   Status Begin() override {
     OUTBOX_RETURN_IF_ERROR(s_.EnsureConnected());
     OUTBOX_RETURN_IF_ERROR(s_.ExecScript("migrate: begin", "BEGIN"));
     Status st = s_.Exec("migrate: lock", sql::MigrateLock(schema_, set_.lock_name)).status();
+    if (st.ok() && steps_.before) st = steps_.before();
     if (st.ok()) {
       st = s_.ExecScript("migrate: bootstrap", sql::EnsureMigrationsTable(schema_, set_.table));
     }
@@ -43,6 +45,13 @@ class PostgresTarget final : public store::MigrationTarget {
   }
 
   Status End(bool ok) override {
+    if (ok && steps_.after) {
+      Status st = steps_.after();
+      if (!st.ok()) {
+        (void)s_.ExecScript("migrate: rollback", "ROLLBACK");
+        return st;
+      }
+    }
     if (!ok) {
       (void)s_.ExecScript("migrate: rollback", "ROLLBACK");
       return Status::Ok();
@@ -54,15 +63,16 @@ class PostgresTarget final : public store::MigrationTarget {
   Session& s_;
   const std::string& schema_;
   const MigrationSet& set_;
+  const RunSteps& steps_;
 };
 
 }  // namespace
 
 Status RunMigrations(Session& session, const std::string& schema, const MigrationSet& set,
-                     std::vector<int>* applied_now, int up_to) {
+                     std::vector<int>* applied_now, int up_to, const RunSteps& steps) {
   auto migrations = store::ParseMigrations(set.files());
   if (!migrations.ok()) return migrations.status();
-  PostgresTarget target(session, schema, set);
+  PostgresTarget target(session, schema, set, steps);
   return store::RunMigrations(target, *migrations, up_to, applied_now);
 }
 
@@ -81,8 +91,9 @@ Status RefuseOtherLayout(Session& session, const std::string& schema, StoreLayou
   return Status::FailedPrecondition(
       "schema " + schema + " holds the outbox as " + (log ? "a log" : "rows") + " (" + schema +
       (log ? ".log_migrations" : ".schema_migrations") + "), not as " + (log ? "rows" : "a log") +
-      "; the migration between the two is not built yet (issue 42): use another schema, or " +
-      (log ? "open it as a log (the default detects it)" : "leave out --layout log"));
+      (log ? "; nothing converts a log back to rows: use another schema, or open it as a log (the "
+             "default detects it)"
+           : "; `outboxctl migrate --layout log` converts it"));
 }
 
 }  // namespace outbox::pg

@@ -5,6 +5,7 @@
 #ifndef OUTBOX_SRC_STORE_POSTGRES_MIGRATE_H_
 #define OUTBOX_SRC_STORE_POSTGRES_MIGRATE_H_
 
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,19 +34,30 @@ inline constexpr MigrationSet kInboxSet{"outbox.inbox.migrate", "inbox_migration
 // check that a schema holds only one of them runs before the lock is taken).
 inline constexpr MigrationSet kLogSet{"outbox.migrate", "log_migrations", LogMigrationFiles};
 
+// Steps a run takes inside its transaction, under the set's lock: `before`
+// ahead of the versions table and the files, `after` once they are applied
+// (the conversion from rows to the log: convert.h). Either failing rolls the
+// whole run back.
+struct RunSteps {
+  std::function<Status()> before;
+  std::function<Status()> after;
+};
+
 // In one transaction, under the set's advisory lock: creates the schema and the
 // set's versions table if missing, then applies and records every migration
 // not yet recorded, in order, up to `up_to` (0: all). Idempotent; concurrent
 // callers serialize. `applied_now` (optional) receives the versions applied.
 Status RunMigrations(Session& session, const std::string& schema, const MigrationSet& set,
-                     std::vector<int>* applied_now = nullptr, int up_to = 0);
+                     std::vector<int>* applied_now = nullptr, int up_to = 0,
+                     const RunSteps& steps = {});
 
 // What `schema` holds: kLog (its log_migrations table), kRows (its
 // schema_migrations table), or kDetect when it holds neither yet.
 Result<StoreLayout> HeldLayout(Session& session, const std::string& schema);
 
 // FailedPrecondition, naming both, when `schema` already holds the other
-// layout than `wanted` (the migration between them is not built yet).
+// layout than `wanted`. The log store converts a row schema instead of calling
+// this (convert.h); nothing converts a log back to rows.
 Status RefuseOtherLayout(Session& session, const std::string& schema, StoreLayout wanted);
 
 }  // namespace outbox::pg
