@@ -336,6 +336,39 @@ TEST_P(PostgresConvertRefusalTest, AStreamedSchemaIsRefusedAndKeptAsRows) {
   EXPECT_EQ(check.code, 0) << check.out;
 }
 
+// A relay left running on the rows while the schema is converted claims
+// nothing more and says to restart it; restarted, it reads the log, and every
+// event goes out once, in order: the one it had sent before, never again.
+TEST_P(PostgresConvertRefusalTest, ARelayLeftRunningSaysRestartAndRestartedReadsTheLog) {
+  Migrate(old_, 0);
+  MockKafka kafka(1, {std::string(kTopic) + ":" + std::to_string(kPartitions)});
+  const std::vector<std::string> argv =
+      RelayArgv(url_, kafka.bootstrap(), {"database.schema=" + old_});
+  relay_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, RelayLog(old_));
+  const std::string enqueue = "SELECT " + old_ + ".enqueue('order', 'a', 'OrderChanged', ";
+  Exec(admin_.get(), enqueue + "'a#0'::bytea)");
+  ASSERT_TRUE(WaitFor([&] {
+    return Exec(admin_.get(), "SELECT count(*) FROM " + old_ + ".outbox WHERE status = 'SENT'") == "1";
+  }, Scaled(20s))) << relay_->Log();
+
+  const CommandRun converted = Ctl("migrate --layout log");
+  ASSERT_EQ(converted.code, 0) << converted.out;
+  Exec(admin_.get(), enqueue + "'a#1'::bytea)");
+  ASSERT_TRUE(WaitFor([&] {
+    return relay_->Log().find("was converted to the log while this process had it open as rows: "
+                              "restart it") != std::string::npos;
+  }, Scaled(20s))) << relay_->Log();
+  EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + old_ + ".outbox"),
+            "SENT,PENDING")
+      << "the old relay claimed nothing";
+
+  relay_.reset();
+  relay_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, RelayLog(old_));
+  const auto published = Published(ReadTopic(kafka.bootstrap(), kTopic, kPartitions, 2, Scaled(20s)));
+  EXPECT_EQ(published, (std::map<std::string, std::vector<std::string>>{{"a", {"a#0", "a#1"}}}))
+      << relay_->Log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Head, PostgresConvertRefusalTest, ::testing::Values(PostgresHead()));
 
 // ------------------------------------------------------------------- MariaDB

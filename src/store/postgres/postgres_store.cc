@@ -64,6 +64,18 @@ class PostgresStore final : public Store, public StreamLedger {
     return applied;
   }
 
+  // A claim that failed because the schema no longer holds the row store
+  // (`outboxctl migrate --layout log` converted it while this store was
+  // open) says so, instead of the missing column or function it ran into.
+  Status ConvertedUnderUs(const Status& failed) {
+    if (failed.code() != Code::kInternal && failed.code() != Code::kFailedPrecondition) return failed;
+    auto held = pg::HeldLayout(*session_, options_.schema);
+    if (!held.ok() || *held != StoreLayout::kLog) return failed;
+    return Status::FailedPrecondition(
+        "schema " + options_.schema + " was converted to the log while this process had it open "
+        "as rows: restart it (it then opens the log); nothing was claimed");
+  }
+
   Result<ClaimResult> Claim(const ClaimOptions& o) override {
     if (o.batch_size <= 0) return Status::InvalidArgument("claim: batch_size must be > 0");
     if (o.batch_bytes <= 0) return Status::InvalidArgument("claim: batch_bytes must be > 0");
@@ -81,7 +93,7 @@ class PostgresStore final : public Store, public StreamLedger {
         {pg::kInt4Oid, pg::kTextOid, pg::kInt8Oid, pg::kInt4Oid, pg::kBoolOid, pg::kInt8Oid,
          pg::kInt8Oid, pg::kInt8Oid},
         /*result_format=*/1);
-    if (!res.ok()) return res.status();
+    if (!res.ok()) return ConvertedUnderUs(res.status());
     const PGresult* r = res->get();
     ClaimResult out;
     const int n = PQntuples(r);
