@@ -531,5 +531,54 @@ TEST_F(LogStoreTest, ASettlementWhoseStatementFailedIsAppliedByItsRetry) {
   EXPECT_TRUE(Drain(*s).empty());
 }
 
+// A settlement statement whose first run committed but whose reply was lost
+// is run again by the relay's retry: the second run changes nothing (a
+// non-counting retry gives its attempt back once) and reports the events as
+// settled (a SENT one is not counted as refused by a fence).
+TEST_F(LogStoreTest, AnExceptionSettlementRunTwiceChangesNothingMoreAndIsNotRefused) {
+  Shape(/*slots=*/1);
+  Enqueue(conn_.get(), "a");
+  Enqueue(conn_.get(), "b");
+  auto s = Open();
+  auto page = s->Claim(Opts());
+  ASSERT_TRUE(page.ok() && page->events.size() == 2u);
+  std::vector<RescheduleItem> back(2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    back[i].ticket = page->events[i].ticket;
+    back[i].error = "broker said no";
+  }
+  auto r = s->Reschedule(back);  // both become RETRY copies, attempts 1
+  ASSERT_TRUE(r.ok() && r->refused.empty());
+  auto again = s->Claim(Opts());  // handed out from their copies: attempts 2
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(again->events.size(), 2u);
+  const auto& a = again->events[0].ticket;
+  const auto& b = again->events[1].ticket;
+  const std::string settle =
+      "[{\"pos\": " + std::to_string(a.seq) + ", \"token\": " + std::to_string(a.token) +
+      ", \"outcome\": \"retry\", \"counts\": false, \"delay_ms\": 0, \"error\": \"outage\"}, "
+      "{\"pos\": " + std::to_string(b.seq) + ", \"token\": " + std::to_string(b.token) +
+      ", \"outcome\": \"sent\", \"counts\": true, \"delay_ms\": 0, \"error\": \"\"}]";
+  const std::string statement = pg::SettleExceptionsStatement(schema_);
+  auto run = [&] {
+    const char* params[] = {settle.c_str()};
+    PGresult* res = PQexecParams(conn_.get(), statement.c_str(), 1, nullptr, params, nullptr,
+                                 nullptr, 0);
+    std::set<std::string> settled;
+    EXPECT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQresultErrorMessage(res);
+    for (int i = 0; i < PQntuples(res); ++i) settled.insert(PQgetvalue(res, i, 0));
+    PQclear(res);
+    return settled;
+  };
+  const std::set<std::string> both = {std::to_string(a.seq), std::to_string(b.seq)};
+  EXPECT_EQ(run(), both);
+  const std::string state = "SELECT string_agg(status || '@' || attempts, ',' ORDER BY pos) FROM " +
+                            schema_ + ".exceptions";
+  EXPECT_EQ(Exec(conn_.get(), state), "RETRY@1,SENT@2");
+  EXPECT_EQ(run(), both) << "the second run refused what the first settled";
+  EXPECT_EQ(Exec(conn_.get(), state), "RETRY@1,SENT@2")
+      << "the second run gave the non-counting attempt back again";
+}
+
 }  // namespace
 }  // namespace outbox::testing

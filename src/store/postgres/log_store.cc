@@ -219,22 +219,37 @@ RETURNING s.slot::text
 
 // $1 settlements (JSON: pos, token, outcome sent|retry|failed, counts,
 // delay_ms, error): exception events handed out, settled under their slot's
-// token. Rows: the positions settled.
+// token while still in flight (lease_until set by the claim). Idempotent: the
+// same statement run again (its first run committed, its reply was lost) finds
+// them settled under the same token with the same outcome, changes nothing
+// (a non-counting retry does not give its attempt back twice) and returns them
+// as settled. Rows: the positions settled.
 constexpr const char* kSettleExceptions = R"SQL(
-UPDATE {S}.exceptions x SET
-  status = CASE v.outcome WHEN 'sent' THEN 'SENT' WHEN 'failed' THEN 'FAILED' ELSE 'RETRY' END,
-  sent_at = CASE WHEN v.outcome = 'sent' THEN now() ELSE x.sent_at END,
-  failed_at = CASE WHEN v.outcome = 'failed' THEN now() ELSE x.failed_at END,
-  next_attempt_at = CASE WHEN v.outcome = 'retry'
-                         THEN now() + v.delay_ms * interval '1 millisecond' ELSE x.next_attempt_at END,
-  attempts = greatest(0, x.attempts - CASE WHEN v.outcome = 'retry' AND NOT v.counts THEN 1 ELSE 0 END),
-  last_error = CASE WHEN v.outcome = 'sent' THEN x.last_error ELSE v.error END,
-  lease_until = NULL
-FROM jsonb_to_recordset($1::jsonb)
-       AS v(pos bigint, token bigint, outcome text, counts boolean, delay_ms bigint, error text),
-     {S}.slots s
-WHERE x.pos = v.pos AND s.slot = x.slot AND s.token = v.token AND x.status IN ('RETRY', 'HELD')
-RETURNING x.pos::text
+WITH v AS (
+  SELECT v.*, CASE v.outcome WHEN 'sent' THEN 'SENT' WHEN 'failed' THEN 'FAILED' ELSE 'RETRY' END
+           AS status
+  FROM jsonb_to_recordset($1::jsonb)
+         AS v(pos bigint, token bigint, outcome text, counts boolean, delay_ms bigint, error text)),
+upd AS (
+  UPDATE {S}.exceptions x SET
+    status = v.status,
+    sent_at = CASE WHEN v.outcome = 'sent' THEN now() ELSE x.sent_at END,
+    failed_at = CASE WHEN v.outcome = 'failed' THEN now() ELSE x.failed_at END,
+    next_attempt_at = CASE WHEN v.outcome = 'retry'
+                           THEN now() + v.delay_ms * interval '1 millisecond' ELSE x.next_attempt_at END,
+    attempts = greatest(0, x.attempts - CASE WHEN v.outcome = 'retry' AND NOT v.counts THEN 1 ELSE 0 END),
+    last_error = CASE WHEN v.outcome = 'sent' THEN x.last_error ELSE v.error END,
+    lease_until = NULL
+  FROM v, {S}.slots s
+  WHERE x.pos = v.pos AND s.slot = x.slot AND s.token = v.token AND x.status IN ('RETRY', 'HELD')
+    AND x.lease_until IS NOT NULL AND x.lease_token = v.token
+  RETURNING x.pos),
+again AS (
+  SELECT x.pos FROM {S}.exceptions x
+  JOIN v ON x.pos = v.pos
+  JOIN {S}.slots s ON s.slot = x.slot AND s.token = v.token
+  WHERE x.lease_until IS NULL AND x.lease_token = v.token AND x.status = v.status)
+SELECT pos::text FROM upd UNION ALL SELECT pos::text FROM again
 )SQL";
 
 // The events no slot has passed yet (each slot's range from lo's xmax, as the
@@ -1263,6 +1278,10 @@ Result<std::int64_t> LogStore::PurgeSent(std::chrono::seconds retention, int bat
 }
 
 }  // namespace
+
+std::string SettleExceptionsStatement(const std::string& schema) {
+  return sql::WithSchema(kSettleExceptions, schema);
+}
 
 Result<std::unique_ptr<Store>> OpenPostgresLogStore(const PostgresStoreOptions& options) {
   auto session = Session::ConnectFor("",

@@ -15,6 +15,7 @@
 #define OUTBOX_SRC_STORE_POSTGRES_LOG_STORE_H_
 
 #include <memory>
+#include <string>
 
 #include "outbox/postgres.h"
 #include "outbox/store.h"
@@ -24,6 +25,12 @@ namespace outbox::pg {
 // Opens a log-layout store on `options.schema` (sent_mode is not used: the
 // log's events stay until rotation). Migrate() installs the log set.
 Result<std::unique_ptr<Store>> OpenPostgresLogStore(const PostgresStoreOptions& options);
+
+// The statement that settles exception events handed out ($1: a JSON array of
+// {pos, token, outcome, counts, delay_ms, error}), for `schema`: tests run it
+// twice to prove that a retry of a statement whose reply was lost changes
+// nothing more.
+std::string SettleExceptionsStatement(const std::string& schema);
 
 }  // namespace outbox::pg
 
