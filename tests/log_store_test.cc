@@ -580,5 +580,75 @@ TEST_F(LogStoreTest, AnExceptionSettlementRunTwiceChangesNothingMoreAndIsNotRefu
       << "the second run gave the non-counting attempt back again";
 }
 
+// A lowered slot count (issue 42): refused while an event is unpublished
+// (nothing changes); once drained, the slots beyond it are retired (never
+// leased, their rows and positions kept), an open exception moves to its
+// aggregate's new slot, new events go to the slots left, and rotation still
+// empties the partitions the retired slots' events were in.
+TEST_F(LogStoreTest, ALoweredSlotCountRetiresSlotsWhoseEventsRotationStillPasses) {
+  PostgresStoreOptions db;
+  db.conninfo = url_;
+  db.schema = schema_;
+  const std::string poison = Enqueue(conn_.get(), "poison");
+  auto s = Open();
+  auto c = s->Claim(Opts(1));
+  ASSERT_TRUE(c.ok() && c->events.size() == 1u);
+  FailItem fail{c->events[0].ticket, "poison"};
+  ASSERT_TRUE(s->MarkFailed(std::span(&fail, 1)).ok());
+  EnqueueMany(300, 30);
+  auto early = SetPostgresLogSlots(db, 2, std::chrono::milliseconds(200));
+  ASSERT_FALSE(early.ok());
+  EXPECT_NE(early.status().message().find("300 events of schema " + schema_ + " are not published"),
+            std::string::npos)
+      << early.status().ToString();
+  EXPECT_EQ(Exec(conn_.get(), "SELECT slots FROM " + schema_ + ".log_settings"), "16")
+      << "refused: nothing changed";
+  ASSERT_EQ(Drain(*s).size(), 300u);
+  s.reset();  // a clean stop: its slots given back
+
+  auto was = SetPostgresLogSlots(db, 2, std::chrono::seconds(5));
+  ASSERT_TRUE(was.ok()) << was.status().ToString();
+  EXPECT_EQ(*was, 16);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(slot::text, ',' ORDER BY slot) FROM " + schema_ +
+                                  ".slots WHERE expires_at = 'infinity' AND owner IS NULL"),
+            "2,3,4,5,6,7,8,9,10,11,12,13,14,15")
+      << "the slots beyond the count are retired, their rows kept";
+  EXPECT_EQ(Exec(conn_.get(), "SELECT slot = " + schema_ + ".slot_of('order', 'poison', 2) FROM " +
+                                  schema_ + ".exceptions"),
+            "t")
+      << "the FAILED exception moved to its aggregate's new slot";
+  auto listed = ReadPostgresLogSlots(db);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->count, 2);
+  EXPECT_EQ(listed->slots.size(), 16u);
+  EXPECT_TRUE(listed->slots[5].retired);
+
+  s = Open();
+  EnqueueMany(100, 30);
+  EXPECT_EQ(Drain(*s).size(), 100u);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(slot::text, ',' ORDER BY slot) FROM " + schema_ +
+                                  ".slots WHERE owner IS NOT NULL"),
+            "0,1")
+      << "only the slots within the count are leased";
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log WHERE slot >= 2 AND pos > " +
+                                  "(SELECT max(pos) - 100 FROM " + schema_ + ".log)"),
+            "0")
+      << "new events go to the slots left";
+  // Retention 1 h: the partition moves on after 10 minutes and goes an hour
+  // after it closed, the retired slots' events with it.
+  AgeCurrent(11);
+  EXPECT_EQ(Purge(*s, std::chrono::hours(1)), 0);
+  EXPECT_EQ(Current(), "1");
+  EXPECT_EQ(Purge(*s, std::chrono::seconds(0)), 400) << "the FAILED one stays listed";
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log"), "0");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT status FROM " + schema_ + ".outbox"), "FAILED");
+
+  auto same = SetPostgresLogSlots(db, 2, std::chrono::seconds(5));
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(*same, 2) << "the same count: nothing to do";
+  EXPECT_EQ(SetPostgresLogSlots(db, 0, std::chrono::seconds(1)).status().code(),
+            Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace outbox::testing

@@ -3,7 +3,9 @@
 // the operator's own application_name, with statement timeouts that hold
 // without a session setting. Needs scripts/testenv's OUTBOX_PGBOUNCER_URL and
 // OUTBOX_PG_TLS_URL (real pgbouncer, a real TLS-only PostgreSQL cluster).
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "ops_assets.h"
 #include "relay_fixture.h"
@@ -121,6 +123,59 @@ TEST_F(RelayDeployTest, OnALogSchemaTwoRelaysDeliverEachEventOnceInOrderAndWrite
   EXPECT_EQ(b.Wait(Scaled(30s)), 0) << b.Log();
   EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".slots WHERE owner IS NOT NULL"), "0")
       << "a clean stop gives the slots back";
+}
+
+// The slot count changed between runs and under load (issue 42): two relays
+// drain while producers write, and `outboxctl slots --set` lowers the count
+// to 4, then raises it to 32. Each change waits for the relays to publish what
+// remains (producers wait meanwhile), so an aggregate whose slot changes never
+// has an older event left in its old slot: every event goes out, in order per
+// aggregate; a retired slot is never leased; no event row is written twice.
+TEST_F(RelayDeployTest, OnALogSchemaTheSlotCountChangedUnderLoadKeepsEveryEventAndItsOrder) {
+  UseLogLayout();
+  if (HasFatalFailure()) return;
+  const std::string db = " --db '" + url_ + "' --schema " + schema_;
+  constexpr int kProducers = 4, kAggs = 25, kPer = 60;  // 6,000 events
+  Subprocess& a = StartRelay({"relay.lease_ms=9000"});
+  Subprocess& b = StartRelay({"relay.lease_ms=9000"});
+  std::atomic<int> rounds{0};
+  std::thread producers([&] {
+    for (int n = 0; n < kPer; ++n) {
+      EnqueueMany(kProducers, kAggs, n + 1, n);
+      rounds = n + 1;
+      std::this_thread::sleep_for(30ms);
+    }
+  });
+  ASSERT_TRUE(WaitFor([&] { return rounds >= 10; }, Scaled(30s)));
+  const CommandRun down = Ctl("slots --set 4 --drain-timeout-s 30" + db);
+  EXPECT_EQ(down.code, 0) << down.out << a.Log() << b.Log();
+  EXPECT_NE(down.out.find("16 slots -> 4"), std::string::npos) << down.out;
+  const int mid = rounds;
+  EXPECT_TRUE(WaitFor([&] {
+    return Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".slots WHERE owner IS NOT NULL") != "0";
+  }, Scaled(20s))) << "the relays lease the 4 slots again";
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".slots WHERE slot >= 4 AND owner IS NOT NULL"),
+            "0")
+      << "a retired slot is never leased";
+  ASSERT_TRUE(WaitFor([&] { return rounds >= mid + 10; }, Scaled(30s)));
+  const CommandRun up = Ctl("slots --set 32 --drain-timeout-s 30" + db);
+  EXPECT_EQ(up.code, 0) << up.out << a.Log() << b.Log();
+  producers.join();
+  EXPECT_LT(mid, kPer) << "the first change came after the producers: not under load";
+  ASSERT_TRUE(WaitFor([&] { return CountStatus("SENT") == kProducers * kAggs * kPer; }, Scaled(60s)))
+      << a.Log() << b.Log();
+  auto msgs = ReadTopic(kafka_->bootstrap(), kTopic, kPartitions, kProducers * kAggs * kPer, Scaled(30s));
+  CheckDelivered(msgs, kProducers, kAggs, kPer);  // order and completeness checked
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) || '/' || count(DISTINCT slot) FROM " + schema_ + ".slots"),
+            "32/32");
+  EXPECT_EQ(Exec(admin_.get(), "SELECT slots FROM " + schema_ + ".log_settings"), "32");
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(DISTINCT slot) > 4 FROM " + schema_ + ".log"), "t")
+      << "events written after the raise spread over more than the 4 slots";
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + schema_ + ".log WHERE xmax <> '0'"), "0");
+  a.Signal(SIGTERM);
+  b.Signal(SIGTERM);
+  EXPECT_EQ(a.Wait(Scaled(30s)), 0) << a.Log();
+  EXPECT_EQ(b.Wait(Scaled(30s)), 0) << b.Log();
 }
 
 // The crash matrix's "relay dies between publish and mark" on the log: a relay

@@ -71,6 +71,37 @@ struct LogConversion {
 // schema (relay.source = cdc is not on the log yet). `layout` is ignored.
 Result<LogConversion> ConvertPostgresRowsToLog(const PostgresStoreOptions& options);
 
+// The log's slots (issue 42): an aggregate's events hash into one of `count`
+// slots; each slot is read by one relay at a time under a lease.
+struct LogSlot {
+  int slot = 0;
+  std::string owner;       // the relay reading it; empty when free
+  std::string expires_at;  // its lease's expiry (database clock, text)
+  bool retired = false;    // beyond the count: kept for its position, never leased
+};
+struct LogSlots {
+  int count = 0;
+  std::vector<LogSlot> slots;
+};
+
+// The slots of the log in `options.schema` (FailedPrecondition when it holds no log).
+Result<LogSlots> ReadPostgresLogSlots(const PostgresStoreOptions& options);
+
+// Changes the log's slot count to `count` (1-1024; `outboxctl slots --set`).
+// An aggregate's slot changes with the count, so the change waits until every
+// slot has passed every event and no retry is in flight: it locks the log's
+// settings (producers' enqueue() waits from then on, up to `drain_timeout`),
+// waits for the relays to publish what remains, then changes the count, gives
+// every slot back (relays lease them again with new tokens: a pause of up to
+// a tenth of relay.lease_ms), and moves the open exceptions to their
+// aggregates' new slots. When the relays do not drain in time (one is down,
+// the broker is out): FailedPrecondition naming how many events remain, and
+// nothing changes. Lowering the count keeps the retired slots' rows (their
+// positions say their events were published, which rotation reads).
+// Returns the count before.
+Result<int> SetPostgresLogSlots(const PostgresStoreOptions& options, int count,
+                                std::chrono::milliseconds drain_timeout);
+
 // Compares the schema's tables, columns, constraints, indexes, functions and
 // sequences with what its recorded migrations install, built in a scratch
 // schema inside a transaction that is rolled back: nothing changes. Needs the

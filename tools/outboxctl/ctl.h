@@ -39,6 +39,9 @@ struct Options {
   bool json = false;
   bool check = false;  // migrate --check
   std::string layout;  // migrate --layout: "" (what the schema holds, else rows), rows, log
+  // slots
+  long long slots = 0;  // --set: the new count (0: only show)
+  std::string drain_timeout = "10";
   // list
   std::string state, aggregate, type, older_than;
   long long limit = 100;

@@ -1,5 +1,6 @@
-// outboxctl migrate [--check] | status | purge: the outbox schema, its rows
-// per state, and the SENT rows' purge.
+// outboxctl migrate [--check] | status | purge | slots: the outbox schema,
+// its rows per state, the SENT rows' purge, and the log's slots.
+#include <cstdio>
 #include <iostream>
 
 #include "ctl.h"
@@ -145,6 +146,50 @@ int Purge(const Options& o) {
   return kExitOk;
 }
 
+// slots [--set N]: the log's slots, and its slot count changed.
+int SlotsCommand(const Options& o) {
+  if (outbox::IsMariaDbUrl(o.db)) {
+    return Fail("slots: a MariaDB outbox has no slots (the log is PostgreSQL's)", o.json);
+  }
+  const outbox::PostgresStoreOptions db{.conninfo = o.db, .schema = o.schema};
+  if (o.slots > 0) {
+    const auto drain = outbox::ParseSeconds("--drain-timeout-s", o.drain_timeout, 3600).value();
+    auto was = outbox::SetPostgresLogSlots(db, static_cast<int>(o.slots),
+                                           std::chrono::duration_cast<std::chrono::milliseconds>(drain));
+    if (!was.ok()) return Fail(was.status(), o.json);
+    if (o.json) {
+      std::cout << json{{"ok", true}, {"schema", o.schema}, {"before", *was}, {"slots", o.slots}}.dump()
+                << "\n";
+    } else if (*was == o.slots) {
+      std::cout << "schema " << o.schema << " already has " << o.slots << " slots: nothing changed\n";
+    } else {
+      std::cout << "schema " << o.schema << ": " << *was << " slots -> " << o.slots
+                << " (every event was published first; the relays lease the slots again)\n";
+    }
+    return kExitOk;
+  }
+  auto slots = outbox::ReadPostgresLogSlots(db);
+  if (!slots.ok()) return Fail(slots.status(), o.json);
+  if (o.json) {
+    json rows = json::array();
+    for (const auto& s : slots->slots) {
+      rows.push_back({{"slot", s.slot}, {"owner", s.owner}, {"expires_at", s.expires_at},
+                      {"retired", s.retired}});
+    }
+    std::cout << json{{"ok", true}, {"schema", o.schema}, {"count", slots->count}, {"slots", rows}}.dump()
+              << "\n";
+    return kExitOk;
+  }
+  std::cout << "schema " << o.schema << ": " << slots->count << " slots\n";
+  std::printf("%-6s %-40s %s\n", "SLOT", "OWNER", "LEASE EXPIRES");
+  for (const auto& s : slots->slots) {
+    std::printf("%-6d %-40s %s\n", s.slot,
+                s.retired ? "(retired: beyond the count)" : s.owner.empty() ? "-" : s.owner.c_str(),
+                s.expires_at.c_str());
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddSchemaCommands(CLI::App& app, Options& o, Commands& out) {
@@ -166,5 +211,16 @@ void AddSchemaCommands(CLI::App& app, Options& o, Commands& out) {
       ->check(tools::Duration("--retention-s", kMaxDurationS));
   purge->add_option("--batch", o.batch, "rows per statement (default 1000)")->check(CLI::Range(1LL, 1000000LL));
   out.push_back({purge, Purge});
+  auto* slots = app.add_subcommand(
+      "slots", "PostgreSQL log: the slots (the relays reading them), or --set a new slot count");
+  slots->add_option("--set", o.slots,
+                    "the new slot count (1-1024): waits until every event is published (producers "
+                    "wait meanwhile), then changes it")
+      ->check(CLI::Range(1LL, 1024LL));
+  slots->add_option("--drain-timeout-s", o.drain_timeout,
+                    "how long --set waits for the relays to publish what remains (default 10 s); "
+                    "past it, nothing changes")
+      ->check(tools::Duration("--drain-timeout-s", 3600));
+  out.push_back({slots, SlotsCommand});
 }
 }  // namespace outbox::ctl

@@ -29,7 +29,10 @@ namespace {
 
 // $1 reader, $2 lease ms, $3 tokens held, $4 renew: renews the held slots and
 // the reader's presence (when $4), then takes free or expired slots up to the
-// fair share. A slot taken from a holder that never released it counts a
+// fair share (the slots not retired: a retired slot, beyond a lowered count, has no
+// owner and a lease that never expires; log_settings is not read, so that a count
+// change, which locks it, does not stop the relays it waits for). A slot taken
+// from a holder that never released it counts a
 // restart (its own holder too, taking it back after its lease ran out: as a
 // row store's claim counts an attempt, the store cannot tell a holder that
 // died from one that stalled). Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
@@ -41,7 +44,7 @@ WITH me AS (
   ON CONFLICT (reader) DO UPDATE SET expires_at = excluded.expires_at
   RETURNING 1),
 share AS (
-  SELECT ceil((SELECT count(*) FROM {S}.slots)::numeric /
+  SELECT ceil((SELECT count(*) FROM {S}.slots WHERE expires_at <> 'infinity')::numeric /
               ((SELECT count(*) FROM {S}.readers WHERE reader <> $1 AND expires_at > now()) + 1))::int AS n),
 renewed AS (
   UPDATE {S}.slots s SET expires_at = now() + $2::bigint * interval '1 millisecond'
@@ -49,7 +52,7 @@ renewed AS (
   RETURNING s.slot, s.token),
 free AS (
   SELECT f.slot FROM {S}.slots f
-  WHERE f.owner IS NULL OR f.expires_at <= now()
+  WHERE f.expires_at <= now()
   ORDER BY f.slot
   LIMIT greatest(0, (SELECT n FROM share) -
                    (SELECT count(*) FROM {S}.slots m
@@ -410,15 +413,16 @@ ORDER BY p.closed_at
 // Whether every slot's position has passed every event of partition %P: per
 // slot, only events from its lo's xmin on can be unpassed, found by the index
 // (never a scan of the partition: the check runs again under its lock); an
-// event of a slot beyond the slot count (the count was lowered) is never passed.
+// event of a slot without a row is never passed (slot rows are never deleted:
+// a slot retired by a lower count keeps its row and its position).
 constexpr const char* kPartitionPassed = R"SQL(
 SELECT (NOT EXISTS (
           SELECT 1 FROM {S}.slots s CROSS JOIN LATERAL (
             SELECT 1 FROM {S}.log_%P l
             WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)
               AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos) LIMIT 1) u)
-        AND NOT EXISTS (SELECT 1 FROM {S}.log_%P l, {S}.log_settings c
-                        WHERE l.slot >= c.slots))::text
+        AND NOT EXISTS (SELECT 1 FROM {S}.log_%P l
+                        WHERE l.slot > (SELECT max(slot) FROM {S}.slots)))::text
 )SQL";
 
 // The events of partition %P, for the purge's count: read up to a million,
