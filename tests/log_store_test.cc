@@ -650,5 +650,35 @@ TEST_F(LogStoreTest, ALoweredSlotCountRetiresSlotsWhoseEventsRotationStillPasses
             Code::kInvalidArgument);
 }
 
+// One position per reader (the log set's version 3): a page that covers
+// every slot writes one row, its reader's progress, and no slot's row; the
+// positions view shows the new positions (the events read SENT), and a clean
+// stop folds them into the slots' rows, which the next reader starts from.
+TEST_F(LogStoreTest, APageEndWritesOneReaderRowWhateverTheSlotsItCovers) {
+  EnqueueMany(200, 200);  // 200 aggregates: every one of the 16 slots has events
+  auto s = Open();
+  auto page = s->Claim(Opts());
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->events.size(), 200u);
+  ASSERT_EQ(Exec(conn_.get(), "SELECT count(DISTINCT slot) FROM " + schema_ + ".log"), "16");
+  const std::string slot_rows = "SELECT string_agg(ctid::text, ',' ORDER BY slot) FROM " + schema_ + ".slots";
+  const std::string reader_row = "SELECT ctid::text FROM " + schema_ + ".readers";
+  const std::string slots_before = Exec(conn_.get(), slot_rows);
+  const std::string reader_before = Exec(conn_.get(), reader_row);
+  std::vector<Ticket> tickets;
+  for (const auto& e : page->events) tickets.push_back(e.ticket);
+  auto sent = s->MarkSent(tickets);
+  ASSERT_TRUE(sent.ok() && sent->applied == 200u) << sent.status().ToString();
+  EXPECT_EQ(Exec(conn_.get(), slot_rows), slots_before) << "no slot row was written";
+  EXPECT_NE(Exec(conn_.get(), reader_row), reader_before) << "the reader's row was";
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'"), "200");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".readers, jsonb_object_keys(progress)"), "16");
+  s.reset();  // a clean stop: the positions folded into the slots' rows
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".readers"), "0");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'"), "200");
+  auto next = Open();
+  EXPECT_TRUE(Drain(*next).empty()) << "the next reader starts where the first stopped";
+}
+
 }  // namespace
 }  // namespace outbox::testing

@@ -23,7 +23,7 @@ FROM {S}.slots s, {S}.log_settings c ORDER BY s.slot
 // the exceptions a relay is publishing now.
 constexpr const char* kUnpassed = R"SQL(
 SELECT ((SELECT count(*) FROM (
-          SELECT 1 FROM {S}.slots s CROSS JOIN LATERAL (
+          SELECT 1 FROM {S}.positions s CROSS JOIN LATERAL (
             SELECT 1 FROM {S}.log l
             WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)
               AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
@@ -46,8 +46,10 @@ added AS (
   INSERT INTO {S}.slots (slot)
   SELECT g FROM generate_series(0, $1::int - 1) g ON CONFLICT (slot) DO NOTHING RETURNING 1),
 fenced AS (
-  UPDATE {S}.slots SET owner = NULL, token = nextval('{S}.lease_token_seq'),
-    expires_at = CASE WHEN slot < $1::int THEN now() ELSE 'infinity' END
+  UPDATE {S}.slots s SET owner = NULL, token = nextval('{S}.lease_token_seq'),
+    expires_at = CASE WHEN s.slot < $1::int THEN now() ELSE 'infinity' END,
+    lo = p.lo, hi = p.hi, done_pos = p.done_pos
+  FROM {S}.positions p WHERE p.slot = s.slot
   RETURNING 1),
 moved AS (
   UPDATE {S}.exceptions x SET slot = {S}.slot_of(x.aggregate_type, x.aggregate_id, $1::int)

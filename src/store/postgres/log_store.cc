@@ -43,6 +43,9 @@ WITH me AS (
   SELECT $1, now() + $2::bigint * interval '1 millisecond' WHERE $4
   ON CONFLICT (reader) DO UPDATE SET expires_at = excluded.expires_at
   RETURNING 1),
+gone AS (  -- readers dead for an hour that hold no slot (their progress is folded)
+  DELETE FROM {S}.readers d WHERE $4 AND d.expires_at < now() - interval '1 hour'
+    AND NOT EXISTS (SELECT 1 FROM {S}.slots o WHERE o.owner = d.reader)),
 share AS (
   SELECT ceil((SELECT count(*) FROM {S}.slots WHERE expires_at <> 'infinity')::numeric /
               ((SELECT count(*) FROM {S}.readers WHERE reader <> $1 AND expires_at > now()) + 1))::int AS n),
@@ -61,24 +64,29 @@ free AS (
 taken AS (
   UPDATE {S}.slots s SET owner = $1, token = nextval('{S}.lease_token_seq'),
     expires_at = now() + $2::bigint * interval '1 millisecond',
+    lo = p.lo, hi = p.hi, done_pos = p.done_pos,
     restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND (
       EXISTS (SELECT 1 FROM {S}.log l
-              WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(s.lo)
-                AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos))
+              WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(p.lo)
+                AND NOT {S}.passed(l.txid, l.pos, p.lo, p.hi, p.done_pos))
       OR EXISTS (SELECT 1 FROM {S}.log l
-                 WHERE l.slot = s.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo)))
-                   AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos))) THEN 1 ELSE 0 END
-  FROM free WHERE s.slot = free.slot
+                 WHERE l.slot = s.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(p.lo)))
+                   AND NOT {S}.passed(l.txid, l.pos, p.lo, p.hi, p.done_pos))) THEN 1 ELSE 0 END
+  FROM free JOIN {S}.positions p ON p.slot = free.slot
+  WHERE s.slot = free.slot
   RETURNING s.slot, s.token, s.hi::text AS hi, s.done_pos, s.restarts)
 SELECT 'r', slot::text, token::text, NULL, '0', '0' FROM renewed
 UNION ALL SELECT 't', slot::text, token::text, hi, done_pos::text, restarts::text FROM taken
 UNION ALL SELECT 's', n::text, '0', NULL, '0', '0' FROM share
 )SQL";
 
-// $1 slots, $2 tokens: gives the slots back (a clean stop: no restart counted).
+// $1 slots, $2 tokens: gives the slots back (a clean stop: no restart
+// counted), their positions folded from the reader's progress into their rows.
 constexpr const char* kRelease = R"SQL(
-UPDATE {S}.slots s SET owner = NULL, expires_at = now()
+UPDATE {S}.slots s SET owner = NULL, expires_at = now(), lo = p.lo, hi = p.hi,
+  done_pos = p.done_pos
 FROM unnest($1::smallint[], $2::bigint[]) m(slot, token)
+JOIN {S}.positions p ON p.slot = m.slot AND p.token = m.token
 WHERE s.slot = m.slot AND s.token = m.token
 )SQL";
 
@@ -166,25 +174,46 @@ constexpr const char* kPageByKeys = R"SQL(
 SELECT * FROM {S}.read_page($1::smallint[], $2::text[], $3::bigint[], $4::boolean, $5::boolean)
 )SQL";
 
-// $1 cuts, $2 exceptions to copy (JSON), $3 reader: a page's end, in one
-// statement: each slot's position moves (fenced by its token), and the events
-// of the slots that moved are copied into the exceptions table. Rows: the
-// slots moved.
-constexpr const char* kEndPage = R"SQL(
-WITH c AS (
+// $1 cuts, $2 reader: a page's end, the positions (the common part of the two
+// statements below). Each slot whose lease the cut's token still holds
+// (`moved`) gets its new position in the reader's progress row — one row
+// written per page, whatever the slots it covers (the log set's version 3:
+// positions) — merged with the reader's entries still under their slots'
+// tokens; a slot out of its crash loop has its restarts reset on its own row
+// (a write only then).
+const std::string kPageEndCtes = R"SQL(
+c AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS c(slot smallint, token bigint, hi text, done bigint, range_done boolean, reset boolean)),
 moved AS (
-  UPDATE {S}.slots s SET
-    lo = CASE WHEN c.range_done THEN c.hi::pg_snapshot ELSE s.lo END,
-    hi = CASE WHEN c.range_done THEN NULL ELSE c.hi::pg_snapshot END,
-    done_pos = CASE WHEN c.range_done THEN 0 ELSE c.done END,
-    restarts = CASE WHEN c.reset THEN 0 ELSE s.restarts END,
-    moved_at = now()
-  FROM c WHERE s.slot = c.slot AND s.token = c.token
-  RETURNING s.slot),
+  SELECT c.*, p.lo::text AS lo, p.restarts FROM c
+  JOIN {S}.positions p ON p.slot = c.slot AND p.token = c.token),
+prog AS (
+  INSERT INTO {S}.readers AS r (reader, expires_at, progress)
+  SELECT $2, now(), jsonb_object_agg(m.slot::text, jsonb_build_object(
+           'token', m.token,
+           'lo', CASE WHEN m.range_done THEN m.hi ELSE m.lo END,
+           'hi', CASE WHEN m.range_done THEN NULL ELSE m.hi END,
+           'done', CASE WHEN m.range_done THEN 0 ELSE m.done END))
+  FROM moved m HAVING count(*) > 0
+  ON CONFLICT (reader) DO UPDATE SET progress = (
+    SELECT coalesce(jsonb_object_agg(e.k, e.v), '{}'::jsonb)
+    FROM jsonb_each(r.progress) e(k, v)
+    JOIN {S}.slots s ON s.slot = e.k::smallint AND s.token = (e.v ->> 'token')::bigint
+                    AND s.owner = r.reader) || excluded.progress
+  RETURNING 1),
+reset AS (
+  UPDATE {S}.slots s SET restarts = 0 FROM moved m
+  WHERE m.reset AND m.restarts <> 0 AND s.slot = m.slot AND s.token = m.token
+  RETURNING 1)
+)SQL";
+
+// $1 cuts, $2 reader, $3 exceptions to copy (JSON): a page's end, in one
+// statement: the positions (kPageEndCtes), and the events of the slots that
+// moved copied into the exceptions table. Rows: the slots moved.
+const std::string kEndPage = "WITH " + kPageEndCtes + R"SQL(,
 x AS (
-  SELECT * FROM jsonb_to_recordset($2::jsonb)
+  SELECT * FROM jsonb_to_recordset($3::jsonb)
     AS x(pos bigint, slot smallint, txid text, status text, attempts int, delay_ms bigint,
          error text)),
 ins AS (
@@ -194,7 +223,7 @@ ins AS (
                               failed_at)
   SELECT l.pos, l.slot, l.part, l.event_id, l.aggregate_type, l.aggregate_id, l.event_type, l.payload,
          l.headers, l.dedup_key, l.created_at, x.status, x.attempts,
-         now() + x.delay_ms * interval '1 millisecond', x.error, $3,
+         now() + x.delay_ms * interval '1 millisecond', x.error, $2,
          CASE WHEN x.status = 'HELD' THEN NULL ELSE now() END,
          CASE WHEN x.status = 'FAILED' THEN now() END
   FROM x JOIN {S}.log l ON l.slot = x.slot AND l.txid = x.txid::xid8 AND l.pos = x.pos
@@ -204,21 +233,9 @@ ins AS (
 SELECT slot::text FROM moved
 )SQL";
 
-// $1 cuts: a page's end with nothing to copy (the happy path): the positions alone,
-// planned without the log's partitions.
-constexpr const char* kMovePositions = R"SQL(
-WITH c AS (
-  SELECT * FROM jsonb_to_recordset($1::jsonb)
-    AS c(slot smallint, token bigint, hi text, done bigint, range_done boolean, reset boolean))
-UPDATE {S}.slots s SET
-  lo = CASE WHEN c.range_done THEN c.hi::pg_snapshot ELSE s.lo END,
-  hi = CASE WHEN c.range_done THEN NULL ELSE c.hi::pg_snapshot END,
-  done_pos = CASE WHEN c.range_done THEN 0 ELSE c.done END,
-  restarts = CASE WHEN c.reset THEN 0 ELSE s.restarts END,
-  moved_at = now()
-FROM c WHERE s.slot = c.slot AND s.token = c.token
-RETURNING s.slot::text
-)SQL";
+// $1 cuts, $2 reader: a page's end with nothing to copy (the happy path): the
+// positions alone, planned without the log's partitions.
+const std::string kMovePositions = "WITH " + kPageEndCtes + "SELECT slot::text FROM moved";
 
 // $1 settlements (JSON: pos, token, outcome sent|retry|failed, counts,
 // delay_ms, error): exception events handed out, settled under their slot's
@@ -259,7 +276,7 @@ SELECT pos::text FROM upd UNION ALL SELECT pos::text FROM again
 // read): for the gauges, which must not read the events already sent.
 constexpr const char* kUnsent = R"SQL(
 unsent AS (
-  SELECT l.pos, l.created_at FROM {S}.slots s CROSS JOIN LATERAL (
+  SELECT l.pos, l.created_at FROM {S}.positions s CROSS JOIN LATERAL (
     SELECT l.pos, l.created_at FROM {S}.log l
     WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(s.lo)
       AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
@@ -338,7 +355,7 @@ state AS (
                               THEN 'SENT'
                               ELSE 'PENDING' END) AS was,
          x.pos IS NOT NULL AS has_row
-  FROM target t JOIN {S}.slots s ON s.slot = t.slot LEFT JOIN {S}.exceptions x ON x.pos = t.pos),
+  FROM target t JOIN {S}.positions s ON s.slot = t.slot LEFT JOIN {S}.exceptions x ON x.pos = t.pos),
 upd AS (
   UPDATE {S}.exceptions x SET status = 'SKIPPED', skipped_at = now(), skipped_by = $2,
     skip_reason = $3
@@ -417,7 +434,7 @@ ORDER BY p.closed_at
 // a slot retired by a lower count keeps its row and its position).
 constexpr const char* kPartitionPassed = R"SQL(
 SELECT (NOT EXISTS (
-          SELECT 1 FROM {S}.slots s CROSS JOIN LATERAL (
+          SELECT 1 FROM {S}.positions s CROSS JOIN LATERAL (
             SELECT 1 FROM {S}.log_%P l
             WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)
               AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos) LIMIT 1) u)
@@ -486,17 +503,23 @@ class LogStore final : public Store {
       : options_(std::move(options)), session_(std::move(session)) {}
 
   ~LogStore() override {
+    // The slots first (their positions are folded from the reader's progress
+    // into their rows), then the reader, unless it still holds a slot (the
+    // release failed: its progress is the slot's position until a taker folds it).
+    if (!held_.empty()) {
+      std::vector<int> slots;
+      std::vector<std::int64_t> tokens;
+      for (const auto& [slot, h] : held_) slots.push_back(slot), tokens.push_back(h.token);
+      (void)session_->Exec(
+          "release slots", S(kRelease),
+          {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens))});
+    }
     if (!reader_.empty()) {
-      (void)session_->Exec("leave", S("DELETE FROM {S}.readers WHERE reader = $1"),
+      (void)session_->Exec("leave",
+                           S("DELETE FROM {S}.readers WHERE reader = $1 AND NOT EXISTS ("
+                             "SELECT 1 FROM {S}.slots WHERE owner = $1)"),
                            {Param::Text(reader_)});
     }
-    if (held_.empty()) return;
-    std::vector<int> slots;
-    std::vector<std::int64_t> tokens;
-    for (const auto& [slot, h] : held_) slots.push_back(slot), tokens.push_back(h.token);
-    (void)session_->Exec(
-        "release slots", S(kRelease),
-        {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens))});
   }
 
   Result<std::vector<int>> Migrate() override {
@@ -1079,10 +1102,11 @@ Result<std::set<int>> LogStore::EndPage() {
   }
   auto res =
       copies.empty()
-          ? session_->Exec("end page", S(kMovePositions), {Param::Text(cuts.dump())})
+          ? session_->Exec("end page", S(kMovePositions),
+                           {Param::Text(cuts.dump()), Param::Text(reader_)})
           : session_->Exec("end page", S(kEndPage),
-                           {Param::Text(cuts.dump()), Param::Text(copies.dump()),
-                            Param::Text(reader_)});
+                           {Param::Text(cuts.dump()), Param::Text(reader_),
+                            Param::Text(copies.dump())});
   if (!res.ok()) {  // the page stays in flight: the caller's retry of its settlement ends
                     // it
     page_ = std::move(page);
