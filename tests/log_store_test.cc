@@ -613,10 +613,11 @@ TEST_F(LogStoreTest, ALoweredSlotCountRetiresSlotsWhoseEventsRotationStillPasses
                                   ".slots WHERE expires_at = 'infinity' AND owner IS NULL"),
             "2,3,4,5,6,7,8,9,10,11,12,13,14,15")
       << "the slots beyond the count are retired, their rows kept";
-  EXPECT_EQ(Exec(conn_.get(), "SELECT slot = " + schema_ + ".slot_of('order', 'poison', 2) FROM " +
-                                  schema_ + ".exceptions"),
+  EXPECT_EQ(Exec(conn_.get(), "SELECT slot = " + schema_ + ".slot_of('order', 'poison', 2) AND slot <> " +
+                                  schema_ + ".slot_of('order', 'poison', 16) FROM " + schema_ +
+                                  ".exceptions"),
             "t")
-      << "the FAILED exception moved to its aggregate's new slot";
+      << "the FAILED exception moved to its aggregate's new slot (another than its old one)";
   auto listed = ReadPostgresLogSlots(db);
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   EXPECT_EQ(listed->count, 2);
@@ -678,6 +679,36 @@ TEST_F(LogStoreTest, APageEndWritesOneReaderRowWhateverTheSlotsItCovers) {
   EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'"), "200");
   auto next = Open();
   EXPECT_TRUE(Drain(*next).empty()) << "the next reader starts where the first stopped";
+}
+
+// A REPEATABLE READ producer whose snapshot predates a slot-count change
+// would read the old count (log migration 4): its enqueue() fails to
+// serialize (40001) instead of writing into a slot the change retired or
+// moved its aggregate from, and its retry writes with the new count.
+TEST_F(LogStoreTest, ARepeatableReadProducerOlderThanASlotCountChangeFailsToSerialize) {
+  PostgresStoreOptions db;
+  db.conninfo = url_;
+  db.schema = schema_;
+  PgConn rr = Connect(url_);
+  Exec(rr.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ");
+  Exec(rr.get(), "SELECT 1");  // its snapshot
+  auto was = SetPostgresLogSlots(db, 2, std::chrono::seconds(5));
+  ASSERT_TRUE(was.ok()) << was.status().ToString();
+  const std::string enqueue =
+      "SELECT event_id FROM " + schema_ + ".enqueue('order', 'poison', 'E', 'x'::bytea)";
+  PGresult* r = PQexec(rr.get(), enqueue.c_str());
+  const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+  EXPECT_EQ(std::string(state ? state : ""), "40001") << PQresultErrorMessage(r);
+  PQclear(r);
+  Exec(rr.get(), "ROLLBACK");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".log"), "0");
+  Exec(rr.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ");
+  Exec(rr.get(), enqueue);
+  Exec(rr.get(), "COMMIT");
+  EXPECT_EQ(Exec(conn_.get(), "SELECT slot = " + schema_ + ".slot_of('order', 'poison', 2) AND slot <> " +
+                                  schema_ + ".slot_of('order', 'poison', 16) FROM " + schema_ + ".log"),
+            "t")
+      << "the retry wrote with the new count";
 }
 
 }  // namespace

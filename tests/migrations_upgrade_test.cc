@@ -56,6 +56,9 @@ std::vector<Row> RowsFor(bool has_skipped) {
       {"failed", "failed#1", "PENDING"},    {"failed", "failed#2", "PENDING"},
       {"sent", "sent#0", "SENT"},           {"sent", "sent#1", "SENT"},
       {"sent", "sent#2", "PENDING"},
+      // an unsent event never attempted, behind which a later one was (a replay
+      // or a non-counting retry can leave this): the earlier still goes first
+      {"mixed", "mixed#0", "PENDING"},      {"mixed", "mixed#1", "PROCESSING"},
   };
   if (has_skipped) {
     rows.push_back({"skipped", "skipped#0", "SKIPPED"});
@@ -302,12 +305,8 @@ TEST_P(PostgresConvertTest, FromThisVersionToTheLogKeepsEveryRowItsIdAndItsOrder
                                    ".outbox WHERE aggregate_id = 'failed'"),
             "FAILED,PENDING,PENDING")
       << "the FAILED row still holds its followers";
-  EXPECT_EQ(Exec(admin_.get(), "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM "
-                               "pg_stat_user_tables WHERE schemaname = '" + old_ +
-                                   "' AND relname LIKE 'log\\_%' AND relname <> 'log_settings' "
-                                   "AND relname <> 'log_parts' AND relname <> 'log_migrations'"),
-            "0")
-      << "no log row written twice";
+  EXPECT_EQ(Exec(admin_.get(), "SELECT count(*) FROM " + old_ + ".log WHERE xmax <> '0'"), "0")
+      << "no log row written twice (nor locked)";
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryVersion, PostgresConvertTest, ::testing::Range(1, PostgresHead() + 1),
@@ -359,8 +358,9 @@ TEST_P(PostgresConvertRefusalTest, ARelayLeftRunningSaysRestartAndRestartedReads
                               "restart it") != std::string::npos;
   }, Scaled(20s))) << relay_->Log();
   EXPECT_EQ(Exec(admin_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + old_ + ".outbox"),
-            "SENT,PENDING")
-      << "the old relay claimed nothing";
+            "SENT,PENDING");
+  EXPECT_EQ(ReadTopic(kafka.bootstrap(), kTopic, kPartitions, 1, Scaled(5s)).size(), 1u)
+      << "the old relay published nothing after the conversion";
 
   relay_.reset();
   relay_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, RelayLog(old_));

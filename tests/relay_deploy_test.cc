@@ -135,6 +135,9 @@ TEST_F(RelayDeployTest, OnALogSchemaTheSlotCountChangedUnderLoadKeepsEveryEventA
   UseLogLayout();
   if (HasFatalFailure()) return;
   const std::string db = " --db '" + url_ + "' --schema " + schema_;
+  const std::string drain =
+      " --drain-timeout-s " +
+      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(Scaled(30s)).count());
   constexpr int kProducers = 4, kAggs = 25, kPer = 60;  // 6,000 events
   Subprocess& a = StartRelay({"relay.lease_ms=9000"});
   Subprocess& b = StartRelay({"relay.lease_ms=9000"});
@@ -147,7 +150,7 @@ TEST_F(RelayDeployTest, OnALogSchemaTheSlotCountChangedUnderLoadKeepsEveryEventA
     }
   });
   ASSERT_TRUE(WaitFor([&] { return rounds >= 10; }, Scaled(30s)));
-  const CommandRun down = Ctl("slots --set 4 --drain-timeout-s 30" + db);
+  const CommandRun down = Ctl("slots --set 4" + drain + db);
   EXPECT_EQ(down.code, 0) << down.out << a.Log() << b.Log();
   EXPECT_NE(down.out.find("16 slots -> 4"), std::string::npos) << down.out;
   const int mid = rounds;
@@ -158,7 +161,7 @@ TEST_F(RelayDeployTest, OnALogSchemaTheSlotCountChangedUnderLoadKeepsEveryEventA
             "0")
       << "a retired slot is never leased";
   ASSERT_TRUE(WaitFor([&] { return rounds >= mid + 10; }, Scaled(30s)));
-  const CommandRun up = Ctl("slots --set 32 --drain-timeout-s 30" + db);
+  const CommandRun up = Ctl("slots --set 32" + drain + db);
   EXPECT_EQ(up.code, 0) << up.out << a.Log() << b.Log();
   producers.join();
   EXPECT_LT(mid, kPer) << "the first change came after the producers: not under load";

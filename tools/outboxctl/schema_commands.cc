@@ -2,6 +2,7 @@
 // its rows per state, the SENT rows' purge, and the log's slots.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "ctl.h"
 #include "outbox/mariadb.h"

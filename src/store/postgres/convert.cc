@@ -33,6 +33,14 @@ std::string RowStoreFunctionNames() {
 constexpr const char* kSetAside = R"SQL(
 SET LOCAL lock_timeout = '30s';
 SET LOCAL statement_timeout = 0;
+DO $do$
+BEGIN
+  IF to_regclass('{S}.schema_migrations') IS NULL THEN
+    RAISE EXCEPTION 'schema {S} holds no row store any more (another conversion ran first)'
+      USING ERRCODE = '55000';
+  END IF;
+END
+$do$;
 LOCK TABLE {S}.outbox IN ACCESS EXCLUSIVE MODE;
 DO $do$
 DECLARE
@@ -80,7 +88,14 @@ UPDATE {S}.slots SET lo = (
         FROM pg_current_snapshot() s) c,
        (SELECT pg_current_xact_id()::text::bigint AS id) x);
 CREATE TEMP TABLE outbox_converted ON COMMIT DROP AS
-SELECT o.*, (o.status = 'PENDING' AND o.attempts = 0) AS into_log,
+SELECT o.*,
+       -- into the log: unsent, never attempted, and no later unsent event of its
+       -- aggregate attempted (that one becomes a RETRY copy, which a claim hands
+       -- out before the log's events: so must this one be, to go first)
+       (o.status = 'PENDING' AND o.attempts = 0 AND NOT coalesce(bool_or(
+          o.status IN ('PENDING', 'PROCESSING') AND NOT (o.status = 'PENDING' AND o.attempts = 0))
+          OVER (PARTITION BY o.aggregate_type, o.aggregate_id ORDER BY o.seq
+                ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), false)) AS into_log,
        {S}.slot_of(o.aggregate_type, o.aggregate_id, c.slots) AS slot, c.cur AS part
 FROM {S}.outbox_converting o, {S}.log_settings c;
 INSERT INTO {S}.log (pos, part, slot, event_id, aggregate_type, aggregate_id, event_type, payload,
@@ -102,7 +117,8 @@ INSERT INTO {S}.dedup (dedup_key, event_id, pos, part)
 SELECT dedup_key, event_id, seq, part FROM outbox_converted WHERE dedup_key IS NOT NULL;
 INSERT INTO {S}.converted_ids (event_id, pos, part)
 SELECT event_id, seq, part FROM outbox_converted;
-SELECT setval('{S}.log_pos', greatest(1, (SELECT max(seq) FROM outbox_converted)));
+SELECT setval('{S}.log_pos', greatest(1, (SELECT max(seq) FROM outbox_converted),
+  pg_sequence_last_value(pg_get_serial_sequence('{S}.outbox_converting', 'seq')::regclass)));
 DROP TABLE {S}.outbox_converting;
 )SQL";
 

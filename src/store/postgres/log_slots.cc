@@ -1,5 +1,6 @@
 // The log's slot count, read and changed (issue 42): see ReadPostgresLogSlots
 // and SetPostgresLogSlots in outbox/postgres.h.
+#include <algorithm>
 #include <thread>
 
 #include "migrate.h"
@@ -18,22 +19,25 @@ SELECT s.slot::text, coalesce(s.owner, ''),
 FROM {S}.slots s, {S}.log_settings c ORDER BY s.slot
 )SQL";
 
-// How many events no slot has passed yet (up to 1,000; each slot's range from
-// its lo's xmax and the transactions lo saw running, through the index), plus
-// the exceptions a relay is publishing now.
+// How many events no slot has passed yet (up to 1,000; per slot from its lo's
+// xmin, through the index; an event with an exception copy too: a skipped one
+// still has to be passed, or rotation would wait for it in a retired slot),
+// plus the exceptions a relay is publishing now (clock_timestamp(): this runs
+// again and again in one transaction).
 constexpr const char* kUnpassed = R"SQL(
 SELECT ((SELECT count(*) FROM (
           SELECT 1 FROM {S}.positions s CROSS JOIN LATERAL (
             SELECT 1 FROM {S}.log l
             WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)
-              AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
-              AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)) u
+              AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)) u
           LIMIT 1000) n)
         + (SELECT count(*) FROM {S}.exceptions
-           WHERE status IN ('RETRY', 'HELD') AND lease_until > now()))::text
+           WHERE status IN ('RETRY', 'HELD') AND lease_until > clock_timestamp()))::text
 )SQL";
 
-// $1 the new count: the count changes; missing slot rows are added (lo: now,
+// $1 the new count: the count changes (also in log_slot_count, which a
+// REPEATABLE READ producer's enqueue() locks: one whose snapshot predates the
+// change gets a serialization failure, not the old count); missing slot rows are added (lo: now,
 // as at install); every slot is given back under a new token (a relay's page
 // end and renewal under the old one are refused: it leases again, from the
 // positions), those beyond the count retired (no owner, a lease that never
@@ -42,6 +46,7 @@ SELECT ((SELECT count(*) FROM (
 // exceptions moved.
 constexpr const char* kChange = R"SQL(
 WITH c AS (UPDATE {S}.log_settings SET slots = $1::int RETURNING slots),
+serial AS (UPDATE {S}.log_slot_count SET slots = $1::int RETURNING 1),
 added AS (
   INSERT INTO {S}.slots (slot)
   SELECT g FROM generate_series(0, $1::int - 1) g ON CONFLICT (slot) DO NOTHING RETURNING 1),
@@ -101,19 +106,19 @@ Result<int> SetPostgresLogSlots(const PostgresStoreOptions& options, int count,
   auto session = LogSession(options);
   if (!session.ok()) return session.status();
   pg::Session& s = **session;
-  const auto S = [&](const char* text) { return pg::sql::WithSchema(text, options.schema); };
+  const auto in_schema = [&](const char* text) { return pg::sql::WithSchema(text, options.schema); };
   OUTBOX_RETURN_IF_ERROR(s.ExecScript(
-      "slots: lock", "BEGIN; SET LOCAL lock_timeout = " +
+      "slots: lock", "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = " +
                          std::to_string(std::max<std::int64_t>(1, drain_timeout.count())) +
-                         "; " + S("LOCK TABLE {S}.log_settings IN ACCESS EXCLUSIVE MODE")));
+                         "; " + in_schema("LOCK TABLE {S}.log_settings IN ACCESS EXCLUSIVE MODE")));
   auto run = [&]() -> Result<int> {
-    auto before = s.Exec("slots: count", S("SELECT slots::text FROM {S}.log_settings"));
+    auto before = s.Exec("slots: count", in_schema("SELECT slots::text FROM {S}.log_settings"));
     if (!before.ok()) return before.status();
     const int was = static_cast<int>(pg::GetInt64(before->get(), 0, 0));
     if (was == count) return was;
     const auto until = std::chrono::steady_clock::now() + drain_timeout;
     for (;;) {
-      auto left = s.Exec("slots: unpassed", S(kUnpassed));
+      auto left = s.Exec("slots: unpassed", in_schema(kUnpassed));
       if (!left.ok()) return left.status();
       const std::int64_t n = pg::GetInt64(left->get(), 0, 0);
       if (n == 0) break;
@@ -128,7 +133,7 @@ Result<int> SetPostgresLogSlots(const PostgresStoreOptions& options, int count,
       }
       std::this_thread::sleep_for(50ms);
     }
-    auto changed = s.Exec("slots: change", S(kChange), {pg::Param::Text(std::to_string(count))});
+    auto changed = s.Exec("slots: change", in_schema(kChange), {pg::Param::Text(std::to_string(count))});
     if (!changed.ok()) return changed.status();
     return was;
   };

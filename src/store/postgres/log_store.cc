@@ -44,8 +44,8 @@ WITH me AS (
   ON CONFLICT (reader) DO UPDATE SET expires_at = excluded.expires_at
   RETURNING 1),
 gone AS (  -- readers dead for an hour that hold no slot (their progress is folded)
-  DELETE FROM {S}.readers d WHERE $4 AND d.expires_at < now() - interval '1 hour'
-    AND NOT EXISTS (SELECT 1 FROM {S}.slots o WHERE o.owner = d.reader)),
+  DELETE FROM {S}.readers d WHERE $4 AND d.reader <> $1
+    AND d.expires_at < now() - interval '1 hour' AND NOT EXISTS (SELECT 1 FROM {S}.slots o WHERE o.owner = d.reader)),
 share AS (
   SELECT ceil((SELECT count(*) FROM {S}.slots WHERE expires_at <> 'infinity')::numeric /
               ((SELECT count(*) FROM {S}.readers WHERE reader <> $1 AND expires_at > now()) + 1))::int AS n),
@@ -176,7 +176,7 @@ SELECT * FROM {S}.read_page($1::smallint[], $2::text[], $3::bigint[], $4::boolea
 
 // $1 cuts, $2 reader: a page's end, the positions (the common part of the two
 // statements below). Each slot whose lease the cut's token still holds
-// (`moved`) gets its new position in the reader's progress row — one row
+// (`moved`, under a share lock on the slot's row: the fence) gets its new position in the reader's progress row — one row
 // written per page, whatever the slots it covers (the log set's version 3:
 // positions) — merged with the reader's entries still under their slots'
 // tokens; a slot out of its crash loop has its restarts reset on its own row
@@ -185,8 +185,13 @@ const std::string kPageEndCtes = R"SQL(
 c AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS c(slot smallint, token bigint, hi text, done bigint, range_done boolean, reset boolean)),
+held AS (  -- the fence: a take-over (an UPDATE of the row) waits for this page end,
+           -- or this page end, once it committed, sees its new token and is refused
+  SELECT s.slot FROM {S}.slots s JOIN c ON s.slot = c.slot AND s.token = c.token
+  FOR SHARE OF s),
 moved AS (
   SELECT c.*, p.lo::text AS lo, p.restarts FROM c
+  JOIN held h ON h.slot = c.slot
   JOIN {S}.positions p ON p.slot = c.slot AND p.token = c.token),
 prog AS (
   INSERT INTO {S}.readers AS r (reader, expires_at, progress)

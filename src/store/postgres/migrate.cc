@@ -14,7 +14,10 @@ class PostgresTarget final : public store::MigrationTarget {
 
   Status Begin() override {
     OUTBOX_RETURN_IF_ERROR(s_.EnsureConnected());
-    OUTBOX_RETURN_IF_ERROR(s_.ExecScript("migrate: begin", "BEGIN"));
+    // READ COMMITTED whatever the server's default: a step that waits for a
+    // lock (the conversion's) must then see what committed meanwhile.
+    OUTBOX_RETURN_IF_ERROR(
+        s_.ExecScript("migrate: begin", "BEGIN ISOLATION LEVEL READ COMMITTED"));
     Status st = s_.Exec("migrate: lock", sql::MigrateLock(schema_, set_.lock_name)).status();
     if (st.ok() && steps_.before) st = steps_.before();
     if (st.ok()) {
