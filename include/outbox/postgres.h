@@ -90,7 +90,8 @@ Result<LogSlots> ReadPostgresLogSlots(const PostgresStoreOptions& options);
 // Changes the log's slot count to `count` (1-1024; `outboxctl slots --set`).
 // An aggregate's slot changes with the count, so the change waits until every
 // slot has passed every event and no retry is in flight: it locks the log's
-// settings (producers' enqueue() waits from then on, up to `drain_timeout`),
+// settings (up to `drain_timeout` for the lock; producers' enqueue() waits from
+// then on, up to `drain_timeout` more),
 // waits for the relays to publish what remains, then changes the count, gives
 // every slot back (relays lease them again with new tokens: a pause of up to
 // a tenth of relay.lease_ms), and moves the open exceptions to their
