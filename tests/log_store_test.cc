@@ -711,5 +711,35 @@ TEST_F(LogStoreTest, ARepeatableReadProducerOlderThanASlotCountChangeFailsToSeri
       << "the retry wrote with the new count";
 }
 
+// A holder that stopped without giving its slots back (killed): once its
+// lease ran out a taker folds the holder's progress into the slots' rows, so
+// it starts where the holder stopped — nothing published again, no restart
+// counted (the holder had passed everything it read).
+TEST_F(LogStoreTest, ATakerOfAnExpiredLeaseStartsFromTheHoldersProgress) {
+  EnqueueMany(200, 200);
+  auto holder = Open();
+  ClaimOptions o = Opts();
+  o.lease = std::chrono::milliseconds(60'000);
+  ASSERT_EQ(Drain(*holder, o).size(), 200u);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".slots s WHERE s.lo::text <> "
+                              "(SELECT p.lo::text FROM " + schema_ + ".positions p WHERE p.slot = s.slot)"),
+            "16")
+      << "the positions are in the holder's progress, not yet in the slots' rows";
+  // The holder is killed: its store is never destroyed, its lease runs out.
+  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET expires_at = now() - interval '1 second'");
+  Exec(conn_.get(), "UPDATE " + schema_ + ".readers SET expires_at = now() - interval '1 second'");
+  auto taker = Open();
+  EXPECT_TRUE(Drain(*taker, o).empty()) << "the taker published again what the holder had";
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".slots WHERE owner LIKE 'relay-test/%' "
+                              "AND restarts = 0"),
+            "16")
+      << "every slot taken over, none counted as a crash";
+  EnqueueMany(50, 50);
+  EXPECT_EQ(Drain(*taker, o).size(), 50u);
+  holder.reset();  // its slots went to the taker: its release changes nothing
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".slots WHERE owner LIKE 'relay-test/%'"),
+            "16");
+}
+
 }  // namespace
 }  // namespace outbox::testing
