@@ -312,8 +312,8 @@ TEST_P(PostgresConvertTest, FromThisVersionToTheLogKeepsEveryRowItsIdAndItsOrder
 INSTANTIATE_TEST_SUITE_P(EveryVersion, PostgresConvertTest, ::testing::Range(1, PostgresHead() + 1),
                          [](const auto& p) { return "from_v" + std::to_string(p.param); });
 
-// A schema a change stream reads is refused, and nothing changes: the log has
-// no CDC yet.
+// A schema a change stream reads (a progress row, or a logical slot by the
+// relay's default name) is refused, and nothing changes: the log has no CDC yet.
 class PostgresConvertRefusalTest : public PostgresConvertTest {};
 
 TEST_P(PostgresConvertRefusalTest, AStreamedSchemaIsRefusedAndKeptAsRows) {
@@ -333,6 +333,17 @@ TEST_P(PostgresConvertRefusalTest, AStreamedSchemaIsRefusedAndKeptAsRows) {
       << "the refusal changed nothing";
   const CommandRun check = Ctl("migrate --check");
   EXPECT_EQ(check.code, 0) << check.out;
+
+  // A replication slot by the relay's default name, with no progress row yet.
+  Exec(admin_.get(), "DELETE FROM " + old_ + ".stream_progress");
+  const std::string slot = "outbox_" + old_;
+  Exec(admin_.get(), "SELECT pg_create_logical_replication_slot('" + slot + "', 'pgoutput')");
+  const CommandRun slotted = Ctl("migrate --layout log");
+  Exec(admin_.get(), "SELECT pg_drop_replication_slot('" + slot + "')");
+  EXPECT_NE(slotted.code, 0) << slotted.out;
+  EXPECT_NE(slotted.out.find("read by a change stream (replication slot " + slot), std::string::npos)
+      << slotted.out;
+  EXPECT_EQ(Exec(admin_.get(), "SELECT to_regclass('" + old_ + ".log_migrations') IS NULL"), "t");
 }
 
 // A relay left running on the rows while the schema is converted claims

@@ -44,10 +44,15 @@ $do$;
 LOCK TABLE {S}.outbox IN ACCESS EXCLUSIVE MODE;
 DO $do$
 DECLARE
-  v_slot text := (SELECT slot FROM {S}.stream_progress ORDER BY slot LIMIT 1);
+  -- a stream's progress row, or a logical slot of this database by the
+  -- relay's default name (outbox_<schema>) that may not have written one yet
+  v_slot text := coalesce(
+    (SELECT slot FROM {S}.stream_progress ORDER BY slot LIMIT 1),
+    (SELECT slot_name::text FROM pg_replication_slots
+     WHERE slot_name = 'outbox_{S}' AND database = current_database()));
 BEGIN
   IF v_slot IS NOT NULL THEN
-    RAISE EXCEPTION 'schema {S} is read by a change stream (replication slot %, {S}.stream_progress): relay.source = cdc is not built on the log yet; keep the row store, or stop the cdc relays, drop their slot and DELETE FROM {S}.stream_progress before converting', v_slot
+    RAISE EXCEPTION 'schema {S} is read by a change stream (replication slot %, {S}.stream_progress): relay.source = cdc is not built on the log yet; keep the row store, or stop the cdc relays, drop their slot (pg_drop_replication_slot) and DELETE FROM {S}.stream_progress before converting', v_slot
       USING ERRCODE = '55000';
   END IF;
 END
