@@ -41,11 +41,15 @@ class LogStoreTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<Store> Open() {
+  PostgresStoreOptions Options() const {
     PostgresStoreOptions o;
     o.conninfo = url_;
     o.schema = schema_;
-    auto s = pg::OpenPostgresLogStore(o);
+    return o;
+  }
+
+  std::unique_ptr<Store> Open() {
+    auto s = pg::OpenPostgresLogStore(Options());
     if (!s.ok()) {
       ADD_FAILURE() << s.status().ToString();
       return nullptr;
@@ -97,6 +101,14 @@ class LogStoreTest : public ::testing::Test {
     for (int i = 0; i < n; ++i)
       Enqueue(conn_.get(), "agg-" + std::to_string(i % aggregates), false);
     Exec(conn_.get(), "COMMIT");
+  }
+
+  // Claims the one event due and marks it FAILED with `error`.
+  void FailTheNext(Store& s, const std::string& error) {
+    auto c = s.Claim(Opts(1));
+    ASSERT_TRUE(c.ok() && c->events.size() == 1u);
+    FailItem fail{c->events[0].ticket, error};
+    ASSERT_TRUE(s.MarkFailed(std::span(&fail, 1)).ok());
   }
 
   static ClaimOptions Opts(int batch = 500) {
@@ -326,10 +338,7 @@ TEST_F(LogStoreTest, RotationTruncatesPassedPartitionsAndGivesTheDiskBack) {
   // partition is gone.
   const std::string poison = Enqueue(conn_.get(), "poison");
   auto s = Open();
-  auto c = s->Claim(Opts(1));
-  ASSERT_TRUE(c.ok() && c->events.size() == 1u);
-  FailItem fail{c->events[0].ticket, "poison"};
-  ASSERT_TRUE(s->MarkFailed(std::span(&fail, 1)).ok());
+  ASSERT_NO_FATAL_FAILURE(FailTheNext(*s, "poison"));
   EnqueueMany(449, 30);
   ASSERT_EQ(Drain(*s).size(), 449u);
   auto size = [&] {
@@ -586,15 +595,10 @@ TEST_F(LogStoreTest, AnExceptionSettlementRunTwiceChangesNothingMoreAndIsNotRefu
 // aggregate's new slot, new events go to the slots left, and rotation still
 // empties the partitions the retired slots' events were in.
 TEST_F(LogStoreTest, ALoweredSlotCountRetiresSlotsWhoseEventsRotationStillPasses) {
-  PostgresStoreOptions db;
-  db.conninfo = url_;
-  db.schema = schema_;
+  const PostgresStoreOptions db = Options();
   const std::string poison = Enqueue(conn_.get(), "poison");
   auto s = Open();
-  auto c = s->Claim(Opts(1));
-  ASSERT_TRUE(c.ok() && c->events.size() == 1u);
-  FailItem fail{c->events[0].ticket, "poison"};
-  ASSERT_TRUE(s->MarkFailed(std::span(&fail, 1)).ok());
+  ASSERT_NO_FATAL_FAILURE(FailTheNext(*s, "poison"));
   EnqueueMany(300, 30);
   auto early = SetPostgresLogSlots(db, 2, std::chrono::milliseconds(200));
   ASSERT_FALSE(early.ok());
@@ -686,9 +690,7 @@ TEST_F(LogStoreTest, APageEndWritesOneReaderRowWhateverTheSlotsItCovers) {
 // serialize (40001) instead of writing into a slot the change retired or
 // moved its aggregate from, and its retry writes with the new count.
 TEST_F(LogStoreTest, ARepeatableReadProducerOlderThanASlotCountChangeFailsToSerialize) {
-  PostgresStoreOptions db;
-  db.conninfo = url_;
-  db.schema = schema_;
+  const PostgresStoreOptions db = Options();
   PgConn rr = Connect(url_);
   Exec(rr.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ");
   Exec(rr.get(), "SELECT 1");  // its snapshot
