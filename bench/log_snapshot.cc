@@ -131,6 +131,18 @@ void Drain(const std::function<std::vector<std::int64_t>()>& round, const std::a
   }
 }
 
+// Where a Store round's time goes (--store 1): each round's Claim and
+// MarkSent durations (ms) and its events, reset by RunLoad.
+struct RoundTimes {
+  std::vector<double> claim_ms, mark_ms;
+  long rounds = 0, empty = 0, events = 0;
+};
+RoundTimes g_rounds;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
 struct Outcome {
   double p50 = 0, p99 = 0, max = 0;
   long events = 0;
@@ -157,6 +169,7 @@ Outcome RunLoad(const std::string& url, const std::string& schema, const std::st
     MustExec(holder, "SELECT count(*) FROM pg_class");
   }
   const std::int64_t writes_before = RowWrites(admin, schema);
+  g_rounds = RoundTimes();
   std::atomic<bool> stop{false};
   std::atomic<long> produced{0};
   std::vector<std::thread> producers;
@@ -218,7 +231,9 @@ std::vector<std::int64_t> TodayRound(Store& store) {
   ClaimOptions co;
   co.batch_size = 500;
   co.owner = "bench";
+  const auto t0 = Clock::now();
   auto claim = store.Claim(co);
+  g_rounds.claim_ms.push_back(MsSince(t0));
   if (!claim.ok()) {
     std::fprintf(stderr, "claim: %s\n", claim.status().ToString().c_str());
     std::exit(1);
@@ -229,7 +244,15 @@ std::vector<std::int64_t> TodayRound(Store& store) {
     out.push_back(std::atoll(e.event.payload.c_str()));
     t.push_back(e.ticket);
   }
-  if (!t.empty() && !store.MarkSent(t).ok()) std::exit(1);
+  ++g_rounds.rounds;
+  g_rounds.events += static_cast<long>(t.size());
+  if (t.empty()) {
+    ++g_rounds.empty;
+    return out;
+  }
+  const auto t1 = Clock::now();
+  if (!store.MarkSent(t).ok()) std::exit(1);
+  g_rounds.mark_ms.push_back(MsSince(t1));
   return out;
 }
 
@@ -318,6 +341,18 @@ std::vector<std::int64_t> LogGroupRound(PGconn* c, int slots) {
   return out;
 }
 
+// The last run's rounds (to stderr: the table on stdout stays a table).
+void PrintRounds(int seconds) {
+  const RoundTimes& r = g_rounds;
+  std::fprintf(stderr,
+               "  rounds %ld (%.0f/s, %ld empty), %.1f events a round with events; claim p50/p99/max "
+               "%.2f/%.2f/%.1f ms, mark p50/p99/max %.2f/%.2f/%.1f ms\n",
+               r.rounds, static_cast<double>(r.rounds) / seconds, r.empty,
+               r.rounds > r.empty ? static_cast<double>(r.events) / static_cast<double>(r.rounds - r.empty) : 0.0,
+               Percentile(r.claim_ms, 0.5), Percentile(r.claim_ms, 0.99), Percentile(r.claim_ms, 1.0),
+               Percentile(r.mark_ms, 0.5), Percentile(r.mark_ms, 0.99), Percentile(r.mark_ms, 1.0));
+}
+
 struct PurgeOutcome {
   double peak_mb = 0, after_mb = 0, took_s = 0;
 };
@@ -380,6 +415,7 @@ int main(int argc, char** argv) {
       MustExec(admin, "VACUUM " + kToday + ".outbox");
       Outcome t = RunLoad(url, kToday, today_sql, rate, seconds, hold, [&](PGconn*) { return TodayRound(**store); });
       row("today: enqueue(), Claim + MarkSent", hold, t);
+      PrintRounds(seconds);
       for (int tick : {0, 10}) {
         FillLog(admin, url, kStoreSnap, 10, 10, 10, 10);  // a fresh log schema (its 10 events drained first)
         PostgresStoreOptions lo;
@@ -394,6 +430,7 @@ int main(int argc, char** argv) {
         row(tick == 0 ? "log store (built): enqueue(), Claim + MarkSent"
                       : "log store (built): the same, rounds at most every 10 ms",
             hold, l);
+        PrintRounds(seconds);
       }
     }
     MustExec(admin, "DROP SCHEMA IF EXISTS " + kStoreSnap + " CASCADE");
