@@ -248,9 +248,9 @@ TEST_F(LogStoreTest, AReadPlannedOnAnEmptyLogReadsOnlyTheNewEventsOnceItHoldsTho
   PgConn c = Connect(url_);
   const std::string call =
       "SELECT count(*) FROM (SELECT array_agg(slot) AS slots, array_agg(token) AS tokens, "
-      "array_agg(NULL::text) AS his, array_agg(0::bigint) AS dones FROM " +
-      schema_ + ".slots) s CROSS JOIN LATERAL " + schema_ +
-      ".read_keys(s.slots, s.tokens, s.his, s.dones, 20000)";
+      "array_agg(lo::text) AS los, array_agg(NULL::text) AS his, array_agg(0::bigint) AS dones "
+      "FROM " + schema_ + ".slots) s CROSS JOIN LATERAL " + schema_ +
+      ".read_keys(s.slots, s.tokens, s.los, s.his, s.dones, 20000)";
   for (int i = 0; i < 10; ++i) EXPECT_EQ(Exec(c.get(), call), "0");  // planned on the empty log
   EnqueueMany(20000, 1000);
   EXPECT_EQ(Exec(c.get(), call), "20000");

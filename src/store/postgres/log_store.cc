@@ -36,7 +36,7 @@ namespace {
 // restart (its own holder too, taking it back after its lease ran out: as a
 // row store's claim counts an attempt, the store cannot tell a holder that
 // died from one that stalled). Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
-// restarts) taken; ('s', share).
+// restarts, lo) taken; ('s', share).
 constexpr const char* kLease = R"SQL(
 WITH me AS (
   INSERT INTO {S}.readers AS r (reader, expires_at)
@@ -74,10 +74,10 @@ taken AS (
                    AND NOT {S}.passed(l.txid, l.pos, p.lo, p.hi, p.done_pos))) THEN 1 ELSE 0 END
   FROM free JOIN {S}.positions p ON p.slot = free.slot
   WHERE s.slot = free.slot
-  RETURNING s.slot, s.token, s.hi::text AS hi, s.done_pos, s.restarts)
-SELECT 'r', slot::text, token::text, NULL, '0', '0' FROM renewed
-UNION ALL SELECT 't', slot::text, token::text, hi, done_pos::text, restarts::text FROM taken
-UNION ALL SELECT 's', n::text, '0', NULL, '0', '0' FROM share
+  RETURNING s.slot, s.token, s.hi::text AS hi, s.done_pos, s.restarts, s.lo::text AS lo)
+SELECT 'r', slot::text, token::text, NULL, '0', '0', NULL FROM renewed
+UNION ALL SELECT 't', slot::text, token::text, hi, done_pos::text, restarts::text, lo FROM taken
+UNION ALL SELECT 's', n::text, '0', NULL, '0', '0', NULL FROM share
 )SQL";
 
 // $1 slots, $2 tokens: gives the slots back (a clean stop: no restart
@@ -159,12 +159,15 @@ SELECT )SQL") + EventColumns("upd") +
 FROM upd ORDER BY upd.pos
 )SQL";
 
-// $1 slots, $2 tokens, $3 his (NULL: a new range), $4 done_pos, $5 limit: the
-// keys of each slot's range, in pos order, with each range's hi (the log set's
-// read_keys(); a range bigger than a page is read once, its pages then fetched
-// by key: bench/log_drain.cc measured re-reading the range for each page).
+// $1 slots, $2 tokens, $3 los, $4 his (NULL: a new range), $5 done_pos, $6 limit:
+// the keys of each slot's range, in pos order, with each range's hi (the log
+// set's read_keys(); a range bigger than a page is read once, its pages then
+// fetched by key: bench/log_drain.cc measured re-reading the range for each
+// page). The positions are the store's own (log set version 6): the reader's
+// row is not read.
 constexpr const char* kRangeKeys = R"SQL(
-SELECT * FROM {S}.read_keys($1::smallint[], $2::bigint[], $3::text[], $4::bigint[], $5::integer)
+SELECT * FROM {S}.read_keys($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
+                            $6::integer)
 )SQL";
 
 // $1 slots, $2 txids, $3 pos (keys, in page order), $4 failed holds, $5
@@ -174,38 +177,30 @@ constexpr const char* kPageByKeys = R"SQL(
 SELECT * FROM {S}.read_page($1::smallint[], $2::text[], $3::bigint[], $4::boolean, $5::boolean)
 )SQL";
 
-// $1 cuts, $2 reader: a page's end, the positions (the common part of the two
-// statements below). Each slot whose lease the cut's token still holds
-// (`moved`, under a share lock on the slot's row: the fence) gets its new position in the reader's progress row — one row
-// written per page, whatever the slots it covers (the log set's version 3:
-// positions) — merged with the reader's entries still under their slots'
-// tokens; a slot out of its crash loop has its restarts reset on its own row
-// (a write only then).
+// $1 cuts, $2 reader, $3 progress: a page's end, the positions (the common
+// part of the two statements below). When a slot of the page's cuts still has
+// its lease under the cut's token (`moved`, under a share lock on the slot's
+// row: the fence), the reader's progress row is written — one row per page,
+// whatever the slots it covers (the log set's version 3: positions) — with
+// $3, the store's whole progress ({slot: {token, lo, hi, done}} for every slot
+// it holds, this page's cuts applied): the row's old value is not read
+// (version 6), and an entry whose token is no longer its slot's is ignored by
+// `positions`. A slot out of its crash loop has its restarts reset on its own
+// row (a write only then).
 const std::string kPageEndCtes = R"SQL(
 c AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
-    AS c(slot smallint, token bigint, hi text, done bigint, range_done boolean, reset boolean)),
+    AS c(slot smallint, token bigint, reset boolean)),
 held AS (  -- the fence: a take-over (an UPDATE of the row) waits for this page end,
            -- or this page end, once it committed, sees its new token and is refused
-  SELECT s.slot FROM {S}.slots s JOIN c ON s.slot = c.slot AND s.token = c.token
+  SELECT s.slot, s.restarts FROM {S}.slots s JOIN c ON s.slot = c.slot AND s.token = c.token
   FOR SHARE OF s),
 moved AS (
-  SELECT c.*, p.lo::text AS lo, p.restarts FROM c
-  JOIN held h ON h.slot = c.slot
-  JOIN {S}.positions p ON p.slot = c.slot AND p.token = c.token),
+  SELECT c.*, h.restarts FROM c JOIN held h ON h.slot = c.slot),
 prog AS (
   INSERT INTO {S}.readers AS r (reader, expires_at, progress)
-  SELECT $2, now(), jsonb_object_agg(m.slot::text, jsonb_build_object(
-           'token', m.token,
-           'lo', CASE WHEN m.range_done THEN m.hi ELSE m.lo END,
-           'hi', CASE WHEN m.range_done THEN NULL ELSE m.hi END,
-           'done', CASE WHEN m.range_done THEN 0 ELSE m.done END))
-  FROM moved m HAVING count(*) > 0
-  ON CONFLICT (reader) DO UPDATE SET progress = (
-    SELECT coalesce(jsonb_object_agg(e.k, e.v), '{}'::jsonb)
-    FROM jsonb_each(r.progress) e(k, v)
-    JOIN {S}.slots s ON s.slot = e.k::smallint AND s.token = (e.v ->> 'token')::bigint
-                    AND s.owner = r.reader) || excluded.progress
+  SELECT $2, now(), $3::jsonb WHERE EXISTS (SELECT 1 FROM moved)
+  ON CONFLICT (reader) DO UPDATE SET progress = excluded.progress
   RETURNING 1),
 reset AS (
   UPDATE {S}.slots s SET restarts = 0 FROM moved m
@@ -213,12 +208,12 @@ reset AS (
   RETURNING 1)
 )SQL";
 
-// $1 cuts, $2 reader, $3 exceptions to copy (JSON): a page's end, in one
+// $1 cuts, $2 reader, $3 progress, $4 exceptions to copy (JSON): a page's end, in one
 // statement: the positions (kPageEndCtes), and the events of the slots that
 // moved copied into the exceptions table. Rows: the slots moved.
 const std::string kEndPage = "WITH " + kPageEndCtes + R"SQL(,
 x AS (
-  SELECT * FROM jsonb_to_recordset($3::jsonb)
+  SELECT * FROM jsonb_to_recordset($4::jsonb)
     AS x(pos bigint, slot smallint, txid text, status text, attempts int, delay_ms bigint,
          error text)),
 ins AS (
@@ -238,7 +233,7 @@ ins AS (
 SELECT slot::text FROM moved
 )SQL";
 
-// $1 cuts, $2 reader: a page's end with nothing to copy (the happy path): the
+// $1 cuts, $2 reader, $3 progress: a page's end with nothing to copy (the happy path): the
 // positions alone, planned without the log's partitions.
 const std::string kMovePositions = "WITH " + kPageEndCtes + "SELECT slot::text FROM moved";
 
@@ -496,6 +491,9 @@ std::string ReaderName(const std::string& owner) {
 // A slot this store leases: the lease's token, and its range in flight.
 struct HeldSlot {
   std::int64_t token = 0;
+  // The snapshot whose events are done (the range's lower end), as the store
+  // last wrote it or read it when it took the slot.
+  std::string lo;
   // The range's upper snapshot, once a page of it was done.
   std::optional<std::string> hi;
   std::int64_t done_pos = 0;
@@ -744,6 +742,9 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   Status TakePage(const PGresult* r, std::int64_t batch_bytes, int* used,
                   ClaimResult* out);
   Result<std::set<int>> EndPage();
+  // The store's whole progress once `page`'s cuts are applied: {slot: {token,
+  // lo, hi, done}} for every slot it holds (what a page end writes).
+  nlohmann::json ProgressAfter(const log::Page& page) const;
   Result<TransitionResult> Settle(const std::vector<Settlement>& items);
   Result<std::set<int>> Fenced(const std::set<int>& slots);
 
@@ -810,6 +811,7 @@ Status LogStore::Lease(const ClaimOptions& o) {
       h.hi = GetOptionalText(r, i, 3);
       h.done_pos = GetInt64(r, i, 4);
       h.restarts = static_cast<int>(GetInt64(r, i, 5));
+      h.lo = GetText(r, i, 6);
       kept[slot] = std::move(h);
     }
   }
@@ -923,9 +925,11 @@ Status LogStore::LoadKeys(const ClaimOptions& o, const std::vector<int>& slots) 
   key_slots_ = slots;
   std::vector<std::int64_t> tokens, dones;
   std::vector<std::optional<std::string>> his;
+  std::vector<std::string> los;
   for (int slot : slots) {
     const HeldSlot& h = held_[slot];
     tokens.push_back(h.token);
+    los.push_back(h.lo);
     his.push_back(h.hi);
     dones.push_back(h.done_pos);
   }
@@ -934,6 +938,7 @@ Status LogStore::LoadKeys(const ClaimOptions& o, const std::vector<int>& slots) 
   auto res = session_->Exec(
       "read log keys", S(kRangeKeys),
       {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens)),
+       Param::Text(TextArrayLiteral(std::span<const std::string>(los))),
        Param::Text(TextArrayLiteral(std::span<const std::optional<std::string>>(his))),
        Param::Text(Int64ArrayLiteral(dones)), Param::Text(Text(cap))});
   if (!res.ok()) return res.status();
@@ -1076,14 +1081,8 @@ Result<std::set<int>> LogStore::EndPage() {
     return moved;
   }
   nlohmann::json cuts = nlohmann::json::array(), copies = nlohmann::json::array();
-  for (const log::SlotCut& c : page.cuts()) {
-    cuts.push_back({{"slot", c.slot},
-                    {"token", c.token},
-                    {"hi", c.hi},
-                    {"done", c.done_pos},
-                    {"range_done", c.range_done},
-                    {"reset", c.reset}});
-  }
+  for (const log::SlotCut& c : page.cuts())
+    cuts.push_back({{"slot", c.slot}, {"token", c.token}, {"reset", c.reset}});
   for (const log::Entry& e : page.Exceptions()) {
     const char* status = e.outcome == log::Outcome::kHeld     ? "HELD"
                          : e.outcome == log::Outcome::kFailed ? "FAILED"
@@ -1105,13 +1104,15 @@ Result<std::set<int>> LogStore::EndPage() {
                                     consumed, static_cast<std::ptrdiff_t>(keys_.size())));
     return moved;
   }
+  const std::string progress = ProgressAfter(page).dump();
   auto res =
       copies.empty()
           ? session_->Exec("end page", S(kMovePositions),
-                           {Param::Text(cuts.dump()), Param::Text(reader_)})
+                           {Param::Text(cuts.dump()), Param::Text(reader_),
+                            Param::Text(progress)})
           : session_->Exec("end page", S(kEndPage),
                            {Param::Text(cuts.dump()), Param::Text(reader_),
-                            Param::Text(copies.dump())});
+                            Param::Text(progress), Param::Text(copies.dump())});
   if (!res.ok()) {  // the page stays in flight: the caller's retry of its settlement ends
                     // it
     page_ = std::move(page);
@@ -1138,11 +1139,34 @@ Result<std::set<int>> LogStore::EndPage() {
       continue;
     }
     HeldSlot& h = it->second;
+    if (c.range_done) h.lo = c.hi;
     h.hi = c.range_done ? std::nullopt : std::optional<std::string>(c.hi);
     h.done_pos = c.range_done ? 0 : c.done_pos;
     if (c.reset) h.restarts = 0;
   }
   return moved;
+}
+
+nlohmann::json LogStore::ProgressAfter(const log::Page& page) const {
+  std::map<int, const log::SlotCut*> cut_of;
+  for (const log::SlotCut& c : page.cuts()) cut_of[c.slot] = &c;
+  nlohmann::json progress = nlohmann::json::object();
+  for (const auto& [slot, h] : held_) {
+    std::string lo = h.lo;
+    std::optional<std::string> hi = h.hi;
+    std::int64_t done = h.done_pos;
+    if (auto it = cut_of.find(slot); it != cut_of.end() && it->second->token == h.token) {
+      const log::SlotCut& c = *it->second;
+      if (c.range_done) lo = c.hi;
+      hi = c.range_done ? std::nullopt : std::optional<std::string>(c.hi);
+      done = c.range_done ? 0 : c.done_pos;
+    }
+    progress[std::to_string(slot)] = {{"token", h.token},
+                                      {"lo", lo},
+                                      {"hi", hi ? nlohmann::json(*hi) : nlohmann::json()},
+                                      {"done", done}};
+  }
+  return progress;
 }
 
 Result<std::set<int>> LogStore::Fenced(const std::set<int>& slots) {
