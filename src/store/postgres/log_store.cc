@@ -181,12 +181,13 @@ SELECT * FROM {S}.read_page($1::smallint[], $2::text[], $3::bigint[], $4::boolea
 // part of the two statements below). When a slot of the page's cuts still has
 // its lease under the cut's token (`moved`, under a share lock on the slot's
 // row: the fence), the reader's progress row is written — one row per page,
-// whatever the slots it covers (the log set's version 3: positions) — with
-// $3, the store's whole progress ({slot: {token, lo, hi, done}} for every slot
-// it holds, this page's cuts applied): the row's old value is not read
-// (version 6), and an entry whose token is no longer its slot's is ignored by
-// `positions`. A slot out of its crash loop has its restarts reset on its own
-// row (a write only then).
+// whatever the slots it covers (the log set's version 3: positions): $3, the
+// page's slots' new positions ({slot: {token, lo, hi, done}}, computed by the
+// store from the positions it holds: the view `positions` is not read, version
+// 6), merged into the row's entries still under their slots' tokens and owned
+// by this reader (an expired lease not yet renewed or taken keeps its entry).
+// A slot out of its crash loop has its restarts reset on its own row (a write
+// only then).
 const std::string kPageEndCtes = R"SQL(
 c AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
@@ -200,7 +201,11 @@ moved AS (
 prog AS (
   INSERT INTO {S}.readers AS r (reader, expires_at, progress)
   SELECT $2, now(), $3::jsonb WHERE EXISTS (SELECT 1 FROM moved)
-  ON CONFLICT (reader) DO UPDATE SET progress = excluded.progress
+  ON CONFLICT (reader) DO UPDATE SET progress = (
+    SELECT coalesce(jsonb_object_agg(e.k, e.v), '{}'::jsonb)
+    FROM jsonb_each(r.progress) e(k, v)
+    JOIN {S}.slots s ON s.slot = e.k::smallint AND s.token = (e.v ->> 'token')::bigint
+                    AND s.owner = r.reader) || excluded.progress
   RETURNING 1),
 reset AS (
   UPDATE {S}.slots s SET restarts = 0 FROM moved m
@@ -742,8 +747,8 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   Status TakePage(const PGresult* r, std::int64_t batch_bytes, int* used,
                   ClaimResult* out);
   Result<std::set<int>> EndPage();
-  // The store's whole progress once `page`'s cuts are applied: {slot: {token,
-  // lo, hi, done}} for every slot it holds (what a page end writes).
+  // The positions of `page`'s slots once its cuts are applied: {slot: {token,
+  // lo, hi, done}} (what a page end writes, from the positions the store holds).
   nlohmann::json ProgressAfter(const log::Page& page) const;
   Result<TransitionResult> Settle(const std::vector<Settlement>& items);
   Result<std::set<int>> Fenced(const std::set<int>& slots);
@@ -1148,23 +1153,15 @@ Result<std::set<int>> LogStore::EndPage() {
 }
 
 nlohmann::json LogStore::ProgressAfter(const log::Page& page) const {
-  std::map<int, const log::SlotCut*> cut_of;
-  for (const log::SlotCut& c : page.cuts()) cut_of[c.slot] = &c;
   nlohmann::json progress = nlohmann::json::object();
-  for (const auto& [slot, h] : held_) {
-    std::string lo = h.lo;
-    std::optional<std::string> hi = h.hi;
-    std::int64_t done = h.done_pos;
-    if (auto it = cut_of.find(slot); it != cut_of.end() && it->second->token == h.token) {
-      const log::SlotCut& c = *it->second;
-      if (c.range_done) lo = c.hi;
-      hi = c.range_done ? std::nullopt : std::optional<std::string>(c.hi);
-      done = c.range_done ? 0 : c.done_pos;
-    }
-    progress[std::to_string(slot)] = {{"token", h.token},
-                                      {"lo", lo},
-                                      {"hi", hi ? nlohmann::json(*hi) : nlohmann::json()},
-                                      {"done", done}};
+  for (const log::SlotCut& c : page.cuts()) {
+    auto it = held_.find(c.slot);
+    if (it == held_.end()) continue;  // not written: nothing of the slot is known here
+    progress[std::to_string(c.slot)] = {
+        {"token", c.token},
+        {"lo", c.range_done ? c.hi : it->second.lo},
+        {"hi", c.range_done ? nlohmann::json() : nlohmann::json(c.hi)},
+        {"done", c.range_done ? 0 : c.done_pos}};
   }
   return progress;
 }

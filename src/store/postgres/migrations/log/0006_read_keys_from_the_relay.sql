@@ -11,12 +11,11 @@
 -- returns lo with hi and done_pos). So the read takes lo as an argument, beside
 -- hi and done_pos, and checks only that the tokens still hold (the slots' own
 -- rows, rewritten at a tenth of the lease, not per page). A relay's page end
--- likewise writes its whole progress, no longer merged with the row's old one
--- (the store's statement, not this file). Version 5's read (five arguments) is
--- dropped: a relay of the release before this one exits 3 on this schema
--- (a version it does not know), as on any newer schema.
-
-DROP FUNCTION {S}.read_keys(smallint[], bigint[], text[], bigint[], integer);
+-- likewise computes its slots' new positions from those it holds instead of
+-- reading the view (the store's statement, not this file). Version 5's read
+-- (five arguments) stays, unused by this release, for a relay of an earlier
+-- build still running while this migration is applied; a later version drops
+-- it.
 
 -- The keys (slot, txid, pos) of each slot's range (visible in hi, not in lo,
 -- after done_pos; hi NULL: a new range, up to this statement's snapshot), in pos
