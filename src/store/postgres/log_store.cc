@@ -505,6 +505,13 @@ struct HeldSlot {
   int restarts = 0;
 };
 
+// `h`'s position once the cut `c` is done: a finished range's hi becomes lo.
+void Advance(HeldSlot* h, const log::SlotCut& c) {
+  if (c.range_done) h->lo = c.hi;
+  h->hi = c.range_done ? std::nullopt : std::optional<std::string>(c.hi);
+  h->done_pos = c.range_done ? 0 : c.done_pos;
+}
+
 class LogStore final : public Store {
  public:
   LogStore(PostgresStoreOptions options, std::unique_ptr<Session> session)
@@ -1144,9 +1151,7 @@ Result<std::set<int>> LogStore::EndPage() {
       continue;
     }
     HeldSlot& h = it->second;
-    if (c.range_done) h.lo = c.hi;
-    h.hi = c.range_done ? std::nullopt : std::optional<std::string>(c.hi);
-    h.done_pos = c.range_done ? 0 : c.done_pos;
+    Advance(&h, c);
     if (c.reset) h.restarts = 0;
   }
   return moved;
@@ -1157,11 +1162,13 @@ nlohmann::json LogStore::ProgressAfter(const log::Page& page) const {
   for (const log::SlotCut& c : page.cuts()) {
     auto it = held_.find(c.slot);
     if (it == held_.end()) continue;  // not written: nothing of the slot is known here
+    HeldSlot next = it->second;
+    Advance(&next, c);
     progress[std::to_string(c.slot)] = {
         {"token", c.token},
-        {"lo", c.range_done ? c.hi : it->second.lo},
-        {"hi", c.range_done ? nlohmann::json() : nlohmann::json(c.hi)},
-        {"done", c.range_done ? 0 : c.done_pos}};
+        {"lo", next.lo},
+        {"hi", next.hi ? nlohmann::json(*next.hi) : nlohmann::json()},
+        {"done", next.done_pos}};
   }
   return progress;
 }
