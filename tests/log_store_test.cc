@@ -48,8 +48,9 @@ class LogStoreTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<Store> Open() {
-    auto s = pg::OpenPostgresLogStore(Options());
+  std::unique_ptr<Store> Open() { return Open(Options()); }
+  std::unique_ptr<Store> Open(const PostgresStoreOptions& options) {
+    auto s = pg::OpenPostgresLogStore(options);
     if (!s.ok()) {
       ADD_FAILURE() << s.status().ToString();
       return nullptr;
@@ -720,6 +721,63 @@ TEST_F(LogStoreTest, APageEndWritesOneReaderRowWhateverTheSlotsItCovers) {
   EXPECT_EQ(Exec(conn_.get(), "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'"), "200");
   auto next = Open();
   EXPECT_TRUE(Drain(*next).empty()) << "the next reader starts where the first stopped";
+}
+
+// Page ends within log_position_every of the last write keep their positions
+// in the store (its claims read them from there): the reader's row is not
+// rewritten, others see the events sent once the store writes them — at a
+// claim that finds nothing, before its own stats — and a holder killed before
+// writing has exactly those events published again by its taker (at least
+// once), never the ones written before.
+TEST_F(LogStoreTest, PageEndsWithinTheWriteIntervalAreWrittenOnceAndAKilledHolderRepublishesThemOnly) {
+  PostgresStoreOptions every = Options();
+  every.log_position_every = std::chrono::milliseconds(20'000);
+  auto s = Open(every);
+  ClaimOptions o = Opts();
+  o.lease = std::chrono::milliseconds(120'000);
+  const std::string sent = "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'";
+  const std::string reader_row = "SELECT ctid::text FROM " + schema_ + ".readers";
+  auto round = [&](int expect) {
+    EnqueueMany(10, 10);
+    auto c = s->Claim(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->events.size(), static_cast<std::size_t>(expect));
+    std::vector<Ticket> t;
+    for (const auto& e : c->events) t.push_back(e.ticket);
+    auto m = s->MarkSent(t);
+    ASSERT_TRUE(m.ok() && m->applied == t.size() && m->refused.empty());
+  };
+  round(10);  // the first page end writes
+  ASSERT_EQ(Exec(conn_.get(), sent), "10");
+  const std::string written = Exec(conn_.get(), reader_row);
+  round(10);
+  round(10);
+  EXPECT_EQ(Exec(conn_.get(), reader_row), written) << "two page ends deferred: no write";
+  EXPECT_EQ(Exec(conn_.get(), sent), "10") << "others see the deferred events unsent";
+  auto stats = s->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->pending, 0) << "the store writes before it reads positions";
+  EXPECT_EQ(Exec(conn_.get(), sent), "30");
+  round(10);
+  EXPECT_EQ(Exec(conn_.get(), sent), "30");
+  auto idle = s->Claim(o);
+  ASSERT_TRUE(idle.ok() && idle->events.empty());
+  EXPECT_EQ(Exec(conn_.get(), sent), "40") << "a claim that finds nothing writes";
+  round(10);  // deferred; then the holder is killed: never destroyed, its lease runs out
+  ASSERT_EQ(Exec(conn_.get(), sent), "40");
+  const std::string last10 = "SELECT string_agg(event_id::text, ',' ORDER BY pos) FROM (SELECT * FROM " +
+                             schema_ + ".log ORDER BY pos DESC LIMIT 10) l";
+  const std::string deferred = Exec(conn_.get(), last10);
+  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET expires_at = now() - interval '1 second'");
+  Exec(conn_.get(), "UPDATE " + schema_ + ".readers SET expires_at = now() - interval '1 second'");
+  auto taker = Open();
+  std::vector<std::string> again = Drain(*taker, o);
+  std::string joined;
+  for (const auto& id : again) joined += (joined.empty() ? "" : ",") + id;
+  EXPECT_EQ(joined, deferred) << "exactly the deferred page again, in order";
+  s.reset();  // its write at the end is refused by the slots' new tokens
+  EXPECT_EQ(Exec(conn_.get(), sent), "50");
+  EXPECT_TRUE(Drain(*taker, o).empty());
 }
 
 // A REPEATABLE READ producer whose snapshot predates a slot-count change

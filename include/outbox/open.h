@@ -34,6 +34,9 @@ struct StoreOptions {
   // as a retryable error instead of a hung caller.
   std::chrono::milliseconds statement_timeout{30'000};
   std::chrono::seconds connect_timeout{5};
+  // PostgreSQL log layout: how often at most a relay's page ends write their
+  // positions (PostgresStoreOptions::log_position_every; 0: every page end).
+  std::chrono::milliseconds log_position_every{10};
 };
 
 // The URL with its password redacted, in either store's form (for logs and

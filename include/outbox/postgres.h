@@ -42,6 +42,16 @@ struct PostgresStoreOptions {
   std::chrono::seconds connect_timeout{5};
   // Which store to open; kDetect reads the schema (one query at open).
   StoreLayout layout = StoreLayout::kDetect;
+  // The log layout only: a page end whose events were all sent (no retry, no
+  // failure) writes its slots' positions at most this often. Between writes
+  // the positions are kept in the store: its own claims read them, and it
+  // writes them at its first claim after this interval, at a claim that finds
+  // nothing (idle), before any other read of positions it makes (stats, list,
+  // trace), before its slots' leases change hands, and when it is destroyed. A process killed in between has
+  // those events published again (at least once). Others (outboxctl, the view
+  // `<schema>.outbox`) see them sent up to this much later. 0: every page end
+  // writes.
+  std::chrono::milliseconds log_position_every{10};
 };
 
 // Opens a session (connects at once). A failed connection is Unavailable.

@@ -453,6 +453,9 @@ void AddDatabaseKeys(Schema<T>& s, std::function<StoreOptions&(T&)> db) {
   s.keys.push_back(Span<T, std::chrono::seconds>(
       "database.connect_timeout_s", "OUTBOX_DATABASE_CONNECT_TIMEOUT_S", 1, 3600,
       [db](T& c) -> std::chrono::seconds& { return db(c).connect_timeout; }));
+  s.keys.push_back(Span<T, std::chrono::milliseconds>(
+      "database.log_position_every_ms", "OUTBOX_DATABASE_LOG_POSITION_EVERY_MS", 0, 60000,
+      [db](T& c) -> std::chrono::milliseconds& { return db(c).log_position_every; }));
   s.env_aliases.emplace_back("OUTBOX_PG_URL", "database.url");  // scripts/testenv's name
 }
 

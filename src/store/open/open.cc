@@ -22,7 +22,8 @@ PostgresStoreOptions Postgres(const StoreOptions& o) {
           .sent_mode = o.sent_mode,
           .statement_timeout = o.statement_timeout,
           .connect_timeout = o.connect_timeout,
-          .layout = o.layout};
+          .layout = o.layout,
+          .log_position_every = o.log_position_every};
 }
 
 }  // namespace

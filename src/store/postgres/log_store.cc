@@ -505,6 +505,14 @@ struct HeldSlot {
   int restarts = 0;
 };
 
+// `h`'s position as a page end writes it into the reader's progress.
+nlohmann::json PositionJson(const HeldSlot& h) {
+  return {{"token", h.token},
+          {"lo", h.lo},
+          {"hi", h.hi ? nlohmann::json(*h.hi) : nlohmann::json()},
+          {"done", h.done_pos}};
+}
+
 // `h`'s position once the cut `c` is done: a finished range's hi becomes lo.
 void Advance(HeldSlot* h, const log::SlotCut& c) {
   if (c.range_done) h->lo = c.hi;
@@ -521,6 +529,7 @@ class LogStore final : public Store {
     // The slots first (their positions are folded from the reader's progress
     // into their rows), then the reader, unless it still holds a slot (the
     // release failed: its progress is the slot's position until a taker folds it).
+    (void)WriteDeferred();  // the release folds the reader's progress: write it first
     if (!held_.empty()) {
       std::vector<int> slots;
       std::vector<std::int64_t> tokens;
@@ -565,6 +574,9 @@ class LogStore final : public Store {
     page_keys_ = 0;
     page_at_ = now;
     if (reader_.empty()) reader_ = ReaderName(o.owner);
+    lease_ = o.lease;
+    if (now - written_at_ >= options_.log_position_every)
+      OUTBOX_RETURN_IF_ERROR(WriteDeferred());
     OUTBOX_RETURN_IF_ERROR(Lease(o));
     ClaimResult out;
     // A claim hands out exceptions or a page of the log, never both: a page's
@@ -574,6 +586,8 @@ class LogStore final : public Store {
         std::chrono::steady_clock::now() >= paused_until_) {
       st = ReadLog(o, o.batch_size, &out);
     }
+    // Idle: the deferred positions are written now, so that others see them.
+    if (st.ok() && out.events.empty() && out.expired_to_failed.empty()) st = WriteDeferred();
     if (!st.ok()) {  // nothing of a claim that failed half-way stays in flight
       page_ = log::Page();
       page_keys_ = 0;
@@ -619,6 +633,7 @@ class LogStore final : public Store {
   Status MoveOnIfDue(std::chrono::seconds retention);
 
   Result<StoreStats> Stats() override {
+    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
     auto res = session_->Exec("stats", S(kStats));
     if (!res.ok()) return res.status();
     const PGresult* r = res->get();
@@ -633,6 +648,7 @@ class LogStore final : public Store {
   }
 
   Result<std::int64_t> CountSent() override {
+    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
     auto res = session_->Exec("count sent",
                               S("SELECT count(*) FROM {S}.outbox WHERE status = 'SENT'"));
     if (!res.ok()) return res.status();
@@ -676,6 +692,7 @@ class LogStore final : public Store {
   }
 
   Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
+    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
     auto res = session_->Exec("oldest unsent", S(kOldestUnsent));
     if (!res.ok()) return res.status();
     if (PQntuples(res->get()) == 0)
@@ -692,6 +709,7 @@ class LogStore final : public Store {
           "list: --state, --aggregate and --type must be text");
     }
     if (f.limit < 1) return Status::InvalidArgument("list: limit must be >= 1");
+    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
     return EventRecords(session_->Exec(
         "list", sql::List(options_.schema),
         {Param::Text(f.state), Param::Text(f.aggregate_id), Param::Text(f.event_type),
@@ -701,6 +719,7 @@ class LogStore final : public Store {
 
   Result<std::vector<EventRecord>> Find(const std::string& key) override {
     if (!IsValidText(key)) return Status::InvalidArgument("trace: the key must be text");
+    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
     return EventRecords(session_->Exec("trace", S(kFind), {Param::Text(key)}));
   }
 
@@ -754,6 +773,17 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   Status TakePage(const PGresult* r, std::int64_t batch_bytes, int* used,
                   ClaimResult* out);
   Result<std::set<int>> EndPage();
+  // Whether a page end may leave its positions unwritten (options_.log_position_every):
+  // only one whose events were all sent, within the interval, under a fresh lease.
+  bool MayDefer(const log::Page& page) const;
+  // Writes the positions of the slots whose page ends were deferred (unwritten_);
+  // a slot refused by its fence is no longer held.
+  Status WriteDeferred();
+  // The deferred slots but `except`, added to a page end's cuts and progress.
+  void AddDeferred(const std::set<int>& except, nlohmann::json* cuts,
+                   nlohmann::json* progress) const;
+  // After a write: the deferred slots but `except` not in `written` are no longer held.
+  void ForgetDeferred(const std::set<int>& except, const std::set<int>& written);
   // The positions of `page`'s slots once its cuts are applied: {slot: {token,
   // lo, hi, done}} (what a page end writes, from the positions the store holds).
   nlohmann::json ProgressAfter(const log::Page& page) const;
@@ -765,6 +795,11 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   PGconn* listening_on_ = nullptr;
   std::string reader_;  // the relay id, made unique per store: the slots' owner
   std::map<int, HeldSlot> held_;
+  // Held slots whose position in held_ is ahead of the reader's row: their page
+  // ends were deferred (at most options_.log_position_every after written_at_).
+  std::set<int> unwritten_;
+  std::chrono::steady_clock::time_point written_at_{};
+  std::chrono::milliseconds lease_{0};  // the last claim's
   log::Page page_;
   int page_keys_ =
       0;  // keys the page in flight covers (consumed when its end is written)
@@ -798,6 +833,9 @@ Status LogStore::Lease(const ClaimOptions& o) {
                      now - renewed_at_ >= o.lease / 10;
   if (!renew && !held_.empty() && now - looked_at_ < kLookEvery) return Status::Ok();
   looked_at_ = now;
+  // A slot given back or taken again has its position folded from the reader's
+  // row: the row must hold it.
+  OUTBOX_RETURN_IF_ERROR(WriteDeferred());
   std::vector<std::int64_t> tokens;
   for (const auto& [slot, h] : held_) tokens.push_back(h.token);
   auto res = session_->Exec(
@@ -1116,23 +1154,44 @@ Result<std::set<int>> LogStore::EndPage() {
                                     consumed, static_cast<std::ptrdiff_t>(keys_.size())));
     return moved;
   }
-  const std::string progress = ProgressAfter(page).dump();
+  const auto now = std::chrono::steady_clock::now();
+  if (MayDefer(page)) {  // held slots: the fence would pass them
+    for (const log::SlotCut& c : page.cuts()) {
+      Advance(&held_.at(c.slot), c);
+      unwritten_.insert(c.slot);
+      moved.insert(c.slot);
+    }
+    keys_.erase(keys_.begin(),
+                keys_.begin() + std::min<std::ptrdiff_t>(
+                                    consumed, static_cast<std::ptrdiff_t>(keys_.size())));
+    return moved;
+  }
+  nlohmann::json progress = ProgressAfter(page);
+  std::set<int> page_slots;
+  for (const log::SlotCut& c : page.cuts()) page_slots.insert(c.slot);
+  AddDeferred(page_slots, &cuts, &progress);  // they go with this write
   auto res =
       copies.empty()
           ? session_->Exec("end page", S(kMovePositions),
                            {Param::Text(cuts.dump()), Param::Text(reader_),
-                            Param::Text(progress)})
+                            Param::Text(progress.dump())})
           : session_->Exec("end page", S(kEndPage),
                            {Param::Text(cuts.dump()), Param::Text(reader_),
-                            Param::Text(progress), Param::Text(copies.dump())});
+                            Param::Text(progress.dump()), Param::Text(copies.dump())});
   if (!res.ok()) {  // the page stays in flight: the caller's retry of its settlement ends
                     // it
     page_ = std::move(page);
     page_keys_ = consumed;
     return res.status();
   }
+  std::set<int> written;
   for (int i = 0; i < PQntuples(res->get()); ++i) {
-    moved.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
+    written.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
+  }
+  written_at_ = now;
+  ForgetDeferred(page_slots, written);
+  for (int slot : page_slots) {
+    if (written.count(slot)) moved.insert(slot);
   }
   // The page's keys are done; a slot that did not move (its lease went to
   // another relay) invalidates the rest (they are read again from the database).
@@ -1164,13 +1223,62 @@ nlohmann::json LogStore::ProgressAfter(const log::Page& page) const {
     if (it == held_.end()) continue;  // not written: nothing of the slot is known here
     HeldSlot next = it->second;
     Advance(&next, c);
-    progress[std::to_string(c.slot)] = {
-        {"token", c.token},
-        {"lo", next.lo},
-        {"hi", next.hi ? nlohmann::json(*next.hi) : nlohmann::json()},
-        {"done", next.done_pos}};
+    next.token = c.token;
+    progress[std::to_string(c.slot)] = PositionJson(next);
   }
   return progress;
+}
+
+bool LogStore::MayDefer(const log::Page& page) const {
+  const auto every = options_.log_position_every;
+  const auto now = std::chrono::steady_clock::now();
+  if (every.count() <= 0 || now - written_at_ >= every) return false;
+  // A retry, failure or hold is copied into the exceptions at once, with the positions.
+  if (!page.Exceptions().empty()) return false;
+  // The lease, renewed at renewed_at_, outlasts the deferral by far: no other
+  // relay can hold these slots before the positions are written.
+  if (now + every >= renewed_at_ + lease_ / 2) return false;
+  for (const log::SlotCut& c : page.cuts()) {
+    auto it = held_.find(c.slot);
+    if (it == held_.end() || it->second.token != c.token) return false;
+    if (c.reset && it->second.restarts != 0) return false;  // the slot's row is written
+  }
+  return true;
+}
+
+void LogStore::AddDeferred(const std::set<int>& except, nlohmann::json* cuts,
+                           nlohmann::json* progress) const {
+  for (int slot : unwritten_) {
+    if (except.count(slot)) continue;
+    const HeldSlot& h = held_.at(slot);
+    cuts->push_back({{"slot", slot}, {"token", h.token}, {"reset", false}});
+    (*progress)[std::to_string(slot)] = PositionJson(h);
+  }
+}
+
+void LogStore::ForgetDeferred(const std::set<int>& except, const std::set<int>& written) {
+  for (int slot : unwritten_) {
+    if (except.count(slot) || written.count(slot)) continue;
+    held_.erase(slot);  // refused by its fence: its lease went to another relay
+    keys_.clear();
+  }
+  unwritten_.clear();
+}
+
+Status LogStore::WriteDeferred() {
+  if (unwritten_.empty()) return Status::Ok();
+  nlohmann::json cuts = nlohmann::json::array(), progress = nlohmann::json::object();
+  AddDeferred({}, &cuts, &progress);
+  auto res = session_->Exec(
+      "write positions", S(kMovePositions),
+      {Param::Text(cuts.dump()), Param::Text(reader_), Param::Text(progress.dump())});
+  if (!res.ok()) return res.status();  // kept: written by the next call
+  std::set<int> written;
+  for (int i = 0; i < PQntuples(res->get()); ++i)
+    written.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
+  written_at_ = std::chrono::steady_clock::now();
+  ForgetDeferred({}, written);
+  return Status::Ok();
 }
 
 Result<std::set<int>> LogStore::Fenced(const std::set<int>& slots) {
