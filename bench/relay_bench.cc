@@ -30,6 +30,11 @@
 //                                  measured load: the relay's idle poll backs off, and
 //                                  the measured load's first events meet it)
 //               [--log 0]         (1: also drain a log-layout schema, issue 42)
+//               [--layout rows]   (log: the latency run on a log-layout schema; the
+//                                  log keeps no send time, so only the relay's
+//                                  commit-to-ack histogram is reported; it is
+//                                  reported on either layout, its quantiles
+//                                  interpolated inside the buckets)
 //               [--keep-schema 0] (1: leave the bench's schema and its rows for
 //                                  inspection; the next run drops it first)
 // --rows 0 skips the drain.
@@ -37,8 +42,10 @@
 
 #include <filesystem>
 #include <functional>
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "drain_common.h"
@@ -102,6 +109,44 @@ std::unique_ptr<Subprocess> StartRelay(const Flags& f, const std::string& url,
   return std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log.string());
 }
 
+// The relay's outbox_relay_commit_to_ack_seconds histogram between two scrapes
+// of /metrics: {upper bound in s, events at or below it}, ascending (+Inf last).
+std::vector<std::pair<double, double>> AckHistogram(const std::string& before,
+                                                    const std::string& after) {
+  std::vector<std::pair<double, double>> out;
+  const std::string name = "outbox_relay_commit_to_ack_seconds_bucket";
+  std::istringstream lines(after);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(name + "{", 0) != 0) continue;
+    const auto le = line.find("le=\"");
+    if (le == std::string::npos) continue;
+    const std::string bound = line.substr(le + 4, line.find('"', le + 4) - le - 4);
+    const std::string query = name + "{le=\"" + bound + "\"}";
+    out.emplace_back(bound == "+Inf" ? 1e9 : std::stod(bound),
+                     MetricSample(after, query) - MetricSample(before, query));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A quantile of that histogram, in ms, interpolated linearly inside its bucket
+// (as Prometheus' histogram_quantile): an estimate, as wide as the bucket.
+double HistogramQuantileMs(const std::vector<std::pair<double, double>>& h, double q) {
+  if (h.empty() || h.back().second <= 0) return -1;
+  const double rank = q * h.back().second;
+  double lower = 0, below = 0;
+  for (const auto& [bound, count] : h) {
+    if (count >= rank) {
+      const double upper = bound >= 1e9 ? lower : bound;
+      const double in = count - below;
+      return 1000 * (lower + (upper - lower) * (in > 0 ? (rank - below) / in : 0));
+    }
+    lower = bound;
+    below = count;
+  }
+  return -1;
+}
+
 RelayRun DrainWithRelay(const Flags& f, PGconn* admin, const std::string& url,
                         const std::string& bootstrap, const std::string& mode, long rows,
                         const std::vector<std::string>& sets = {},
@@ -138,7 +183,7 @@ int main(int argc, char** argv) {
                        {"runs", "3"}, {"rate", "5000"}, {"seconds", "20"}, {"batch", "500"},
                        {"workers", "4"}, {"aggregates", "1000"}, {"relay-log-level", "warn"},
                        {"relay-set", ""}, {"producer-sql", ""}, {"http-drain", "0"}, {"rabbitmq", ""}, {"rabbitmq-queue", "durable"}, {"warmup", "0"}, {"idle", "0"},
-                       {"keep-schema", "0"}, {"log", "0"}, {"bare-latency", "0"}});
+                       {"keep-schema", "0"}, {"log", "0"}, {"bare-latency", "0"}, {"layout", "rows"}});
   if (f.Int("bare-latency") == 1 && !f.Str("rabbitmq").empty()) {
     const bool durable = f.Str("rabbitmq-queue") != "transient";
     PrepareRabbitMq(f.Str("rabbitmq"), "outbox.event.bench", durable ? "bench.relay" : "bench.relay.transient",
@@ -259,7 +304,15 @@ int main(int argc, char** argv) {
   }
 
   // ---- latency at a steady offered load ----
-  MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
+  // --layout log: the relay on a log-layout schema (issue 42); the log keeps no
+  // send time per event, so only the relay's histogram measures it.
+  const bool on_log = f.Str("layout") == "log";
+  const std::string lat_schema = on_log ? kLogSchema : kSchema;
+  if (on_log) {
+    FillLog(admin, url, kLogSchema, 10, 10, 10, 10);  // drained by the relay before the load
+  } else {
+    MustExec(admin, "TRUNCATE " + kSchema + ".outbox");
+  }
   // A relay set to RabbitMQ (--relay-set) publishes to the bench's bound queue.
   // --rabbitmq-queue transient: a non-durable queue instead (no disk write per
   // message: what the fsync before each confirm costs).
@@ -270,17 +323,17 @@ int main(int argc, char** argv) {
   }
   const fs::path log = fs::temp_directory_path() / "relay_bench_latency.log";
   const int port = FreePort();
-  auto relay = StartRelay(f, url, bootstrap, "update", log, port);
+  auto relay = StartRelay(f, url, bootstrap, "update", log, port, {"database.schema=" + lat_schema});
   std::this_thread::sleep_for(std::chrono::seconds(1));
   std::string warm_seq = "0";  // the last event of the warm-up
   if (f.Int("warmup") > 0) {
-    (void)OfferSteadyLoad(url, kSchema, f.Int("rate"), f.Int("warmup"), f.Str("producer-sql"));
-    warm_seq = Scalar(admin, "SELECT coalesce(max(seq), 0) FROM " + kSchema + ".outbox");
+    (void)OfferSteadyLoad(url, lat_schema, f.Int("rate"), f.Int("warmup"), f.Str("producer-sql"));
+    warm_seq = Scalar(admin, "SELECT coalesce(max(seq), 0) FROM " + lat_schema + ".outbox");
   }
   // An idle spell: the claims it costs (idle polls and the workers' safety nets).
   double idle_claims_per_s = -1;
   if (f.Int("idle") > 0) {
-    while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (AnyUnsent(admin, lat_schema)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const std::string idle_from = HttpGet(port, "/metrics");
     std::this_thread::sleep_for(std::chrono::seconds(f.Int("idle")));
     const std::string idle_to = HttpGet(port, "/metrics");
@@ -292,17 +345,21 @@ int main(int argc, char** argv) {
   }
   // The claims the relay made while the load ran (idle polls included): what
   // its latency costs the database.
+  while (AnyUnsent(admin, lat_schema)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const std::string before = HttpGet(port, "/metrics");
   const int seconds = f.Int("seconds");
-  const SteadyLoad load = OfferSteadyLoad(url, kSchema, f.Int("rate"), seconds, f.Str("producer-sql"));
-  while (AnyUnsent(admin)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const SteadyLoad load = OfferSteadyLoad(url, lat_schema, f.Int("rate"), seconds, f.Str("producer-sql"));
+  while (AnyUnsent(admin, lat_schema)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const std::string after = HttpGet(port, "/metrics");
+  const auto acks = AckHistogram(before, after);
   auto delta = [&](const char* name) { return MetricSample(after, name) - MetricSample(before, name); };
   const double claims = delta("outbox_relay_claims_total");
   const double empty = delta("outbox_relay_empty_claims_total");
   relay->Signal(SIGTERM);
   relay->Wait(std::chrono::seconds(60));
-  const std::vector<std::string> lat = SentLatency(admin, kSchema, "seq > " + warm_seq);
+  const std::vector<std::string> lat =
+      on_log ? std::vector<std::string>{"-", "-", "-", std::to_string(static_cast<long>(load.offered * seconds))}
+             : SentLatency(admin, kSchema, "seq > " + warm_seq);
   const auto row = [](const std::string& label, const std::vector<std::string>& l) {
     std::printf("| %s | %s | %s ms | %s ms | %s ms |\n", label.c_str(), l[3].c_str(), l[0].c_str(),
                 l[1].c_str(), l[2].c_str());
@@ -313,7 +370,17 @@ int main(int argc, char** argv) {
   std::printf("\n#### Latency at a steady offered load\n\n");
   std::printf("| offered load | events | enqueue → marked SENT p50 | p99 | max |\n|---|---|---|---|---|\n");
   row(label, lat);
-  if (warm_seq != "0") {
+  // The relay's own histogram (enqueue → broker ack), on either layout.
+  double within20 = 0;
+  for (const auto& [bound, count] : acks) {
+    if (bound <= 0.02 + 1e-9) within20 = count;
+  }
+  std::printf("\nRelay histogram (%s layout), enqueue → broker ack: p50 ≈ %.2f ms, p99 ≈ %.2f ms, "
+              "%.2f %% within 20 ms, %.0f events.\n",
+              on_log ? "log" : "rows", HistogramQuantileMs(acks, 0.5), HistogramQuantileMs(acks, 0.99),
+              acks.empty() || acks.back().second <= 0 ? 0.0 : 100 * within20 / acks.back().second,
+              acks.empty() ? 0.0 : acks.back().second);
+  if (warm_seq != "0" && !on_log) {
     row("warm-up: the same load for " + std::to_string(f.Int("warmup")) +
             " s straight after the relay started",
         SentLatency(admin, kSchema, "seq <= " + warm_seq));

@@ -292,21 +292,28 @@ TEST_F(CrashMatrixLogTest, RelayDiesAfterPublishBeforeTheSlotMoves_RepublishedAn
 TEST_F(CrashMatrixLogTest, RelayDiesWithPositionsNotYetWritten_ExactlyThosePagesRepublishedAndAbsorbed) {
   EnqueueMany(2, 10, 10);  // 200 events
   StartConsumer();
-  Subprocess& a = StartRelay({"kafka.properties.message.timeout.ms=1000", "relay.lease_ms=20000",
+  // Lease 60 s: renewed (and the deferred positions written) every 6 s; page
+  // ends defer for 20 s after a renewal.
+  Subprocess& a = StartRelay({"kafka.properties.message.timeout.ms=5000", "relay.lease_ms=60000",
                               "relay.workers=1", "relay.batch_size=10",
-                              "database.log_position_every_ms=5000"},
+                              "database.log_position_every_ms=20000"},
                              {{"OUTBOX_FAULTS", "Relay::AfterPublishBeforeMarkSent=crash@15"}});
   EXPECT_EQ(a.Wait(Scaled(30s)), 70) << a.Log();
-  // 15 pages published, 14 marked; the first written at once, later ones only
-  // at a lease renewal (every 2 s), the last one marked never.
+  // 15 pages published, 14 marked: the first written at once, the next ones
+  // deferred unless a renewal came between (a run over 6 s), the last never.
   const long written = CountStatus("SENT");
   RecordProperty("written", static_cast<int>(written));
   EXPECT_GE(written, 10) << a.Log();
-  EXPECT_LE(written, 130) << "the page before the crash was marked within 5 s of a write: deferred";
+  EXPECT_LE(written, 130) << "the page before the crash was marked within 20 s of a write: deferred";
   Exec(admin_.get(), "UPDATE " + schema_ + ".slots SET expires_at = now() - interval '1 second'");
   Exec(admin_.get(), "UPDATE " + schema_ + ".readers SET expires_at = now() - interval '1 second'");
   Subprocess& b = StartRelay(Fast());
   ExpectBooksBalance(200);
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string log = consumer_->Log();
+    const auto pos = log.rfind("total_duplicates=");
+    return pos != std::string::npos && std::atol(log.c_str() + pos + 17) >= 150 - written;
+  }, 30s)) << consumer_->Log();
   EXPECT_EQ(Duplicates(), 150 - written) << "exactly what was published and not written, again";
   b.Signal(SIGTERM);
   EXPECT_EQ(b.Wait(Scaled(30s)), 0);

@@ -725,46 +725,61 @@ TEST_F(LogStoreTest, APageEndWritesOneReaderRowWhateverTheSlotsItCovers) {
 
 // Page ends within log_position_every of the last write keep their positions
 // in the store (its claims read them from there): the reader's row is not
-// rewritten, others see the events sent once the store writes them — at a
-// claim that finds nothing, before its own stats — and a holder killed before
-// writing has exactly those events published again by its taker (at least
-// once), never the ones written before.
+// rewritten, others see the events sent once the store writes them — before
+// its own stats, at a claim that finds nothing, at the first claim after the
+// interval, at a clean stop — and a holder killed before writing has exactly
+// those events published again by its taker (at least once), never the ones
+// written before.
 TEST_F(LogStoreTest, PageEndsWithinTheWriteIntervalAreWrittenOnceAndAKilledHolderRepublishesThemOnly) {
-  PostgresStoreOptions every = Options();
-  every.log_position_every = std::chrono::milliseconds(20'000);
-  auto s = Open(every);
   ClaimOptions o = Opts();
-  o.lease = std::chrono::milliseconds(120'000);
+  o.lease = std::chrono::milliseconds(120'000);  // renewed every 12 s: no renewal writes here
   const std::string sent = "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'";
-  const std::string reader_row = "SELECT ctid::text FROM " + schema_ + ".readers";
-  auto round = [&](int expect) {
+  auto round = [&](Store& store) {
     EnqueueMany(10, 10);
-    auto c = s->Claim(o);
+    auto c = store.Claim(o);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    ASSERT_EQ(c->events.size(), static_cast<std::size_t>(expect));
+    ASSERT_EQ(c->events.size(), 10u);
     std::vector<Ticket> t;
     for (const auto& e : c->events) t.push_back(e.ticket);
-    auto m = s->MarkSent(t);
+    auto m = store.MarkSent(t);
     ASSERT_TRUE(m.ok() && m->applied == t.size() && m->refused.empty());
   };
-  round(10);  // the first page end writes
+  PostgresStoreOptions long_every = Options();
+  long_every.log_position_every = std::chrono::milliseconds(20'000);
+  auto s = Open(long_every);
+  round(*s);  // a store's first page end writes
   ASSERT_EQ(Exec(conn_.get(), sent), "10");
+  const std::string reader_row = "SELECT ctid::text FROM " + schema_ + ".readers";
   const std::string written = Exec(conn_.get(), reader_row);
-  round(10);
-  round(10);
+  round(*s);
+  round(*s);
   EXPECT_EQ(Exec(conn_.get(), reader_row), written) << "two page ends deferred: no write";
   EXPECT_EQ(Exec(conn_.get(), sent), "10") << "others see the deferred events unsent";
   auto stats = s->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(stats->pending, 0) << "the store writes before it reads positions";
   EXPECT_EQ(Exec(conn_.get(), sent), "30");
-  round(10);
+  round(*s);
   EXPECT_EQ(Exec(conn_.get(), sent), "30");
   auto idle = s->Claim(o);
   ASSERT_TRUE(idle.ok() && idle->events.empty());
   EXPECT_EQ(Exec(conn_.get(), sent), "40") << "a claim that finds nothing writes";
-  round(10);  // deferred; then the holder is killed: never destroyed, its lease runs out
-  ASSERT_EQ(Exec(conn_.get(), sent), "40");
+  round(*s);
+  EXPECT_EQ(Exec(conn_.get(), sent), "40");
+  s.reset();
+  EXPECT_EQ(Exec(conn_.get(), sent), "50") << "a clean stop writes, then gives the slots back";
+
+  PostgresStoreOptions short_every = Options();
+  short_every.log_position_every = std::chrono::milliseconds(300);
+  auto p = Open(short_every);
+  round(*p);
+  round(*p);
+  ASSERT_EQ(Exec(conn_.get(), sent), "60") << "the second page end deferred";
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  round(*p);  // its claim writes the deferred page first; its own end is deferred
+  EXPECT_EQ(Exec(conn_.get(), sent), "70") << "the claim after the interval wrote";
+
+  // p is killed: never destroyed, its lease runs out.
   const std::string last10 = "SELECT string_agg(event_id::text, ',' ORDER BY pos) FROM (SELECT * FROM " +
                              schema_ + ".log ORDER BY pos DESC LIMIT 10) l";
   const std::string deferred = Exec(conn_.get(), last10);
@@ -775,9 +790,40 @@ TEST_F(LogStoreTest, PageEndsWithinTheWriteIntervalAreWrittenOnceAndAKilledHolde
   std::string joined;
   for (const auto& id : again) joined += (joined.empty() ? "" : ",") + id;
   EXPECT_EQ(joined, deferred) << "exactly the deferred page again, in order";
-  s.reset();  // its write at the end is refused by the slots' new tokens
-  EXPECT_EQ(Exec(conn_.get(), sent), "50");
+  p.reset();  // its write at the end is refused by the slots' new tokens
+  EXPECT_EQ(Exec(conn_.get(), sent), "80");
   EXPECT_TRUE(Drain(*taker, o).empty());
+}
+
+// A slot counting restarts (its holder died) writes at every page end: the
+// crash-loop check reads where the dead holder's pages ended, so a deferred
+// end would let it take an event already published for the killer.
+TEST_F(LogStoreTest, ASlotInACrashLoopWritesEveryPageEnd) {
+  Shape(/*slots=*/1);
+  EnqueueMany(16, 16);
+  ClaimOptions dies = Opts(8);
+  dies.lease = std::chrono::milliseconds(0);  // its holder "dies" at once
+  dies.max_attempts = 1;
+  auto dead = Open();
+  auto c = dead->Claim(dies);
+  ASSERT_TRUE(c.ok() && c->events.size() == 8u);
+  PostgresStoreOptions long_every = Options();
+  long_every.log_position_every = std::chrono::milliseconds(20'000);
+  auto s = Open(long_every);
+  ClaimOptions o = dies;
+  o.lease = std::chrono::milliseconds(120'000);
+  const std::string sent = "SELECT count(*) FROM " + schema_ + ".outbox WHERE status = 'SENT'";
+  long marked = 0;
+  for (int page = 0; page < 3; ++page) {
+    auto p = s->Claim(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_EQ(p->events.size(), 4u) << "read in halves after the restart";
+    std::vector<Ticket> t;
+    for (const auto& e : p->events) t.push_back(e.ticket);
+    ASSERT_TRUE(s->MarkSent(t).ok());
+    marked += 4;
+    EXPECT_EQ(Exec(conn_.get(), sent), std::to_string(marked)) << "page " << page << " written";
+  }
 }
 
 // A REPEATABLE READ producer whose snapshot predates a slot-count change

@@ -42,15 +42,21 @@ struct PostgresStoreOptions {
   std::chrono::seconds connect_timeout{5};
   // Which store to open; kDetect reads the schema (one query at open).
   StoreLayout layout = StoreLayout::kDetect;
-  // The log layout only: a page end whose events were all sent (no retry, no
-  // failure) writes its slots' positions at most this often. Between writes
-  // the positions are kept in the store: its own claims read them, and it
-  // writes them at its first claim after this interval, at a claim that finds
-  // nothing (idle), before any other read of positions it makes (stats, list,
-  // trace), before its slots' leases change hands, and when it is destroyed. A process killed in between has
-  // those events published again (at least once). Others (outboxctl, the view
-  // `<schema>.outbox`) see them sent up to this much later. 0: every page end
-  // writes.
+  // The log layout only: a page end whose events were all sent (none retried,
+  // failed or held) writes its slots' positions at most this often. Between
+  // writes the positions are kept in the store: its own claims read them, and
+  // it writes them at its first claim or page end after this interval, at a
+  // claim that finds nothing (idle), before its own reads of positions (stats,
+  // list, trace, skip, purge; not while a page is in flight), before its lease
+  // renewals and give-backs, and when it is destroyed. Page ends defer only
+  // early in the lease (the interval ends before half of it), never in a slot
+  // counting restarts, so a value of half the lease or more writes every page
+  // end. A process killed in between has those events published again (at
+  // least once); others (outboxctl, the view `<schema>.outbox`) see them sent
+  // that much later, or until the next round when a round runs longer. 10 ms:
+  // at 3,000 events/s under a held snapshot a write per round (0.07 row writes
+  // per event) misses issue 42's 0.05, and 10 ms reaches 0.03 (docs/benchmarks.md).
+  // 0: every page end writes.
   std::chrono::milliseconds log_position_every{10};
 };
 

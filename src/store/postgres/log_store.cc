@@ -633,7 +633,7 @@ class LogStore final : public Store {
   Status MoveOnIfDue(std::chrono::seconds retention);
 
   Result<StoreStats> Stats() override {
-    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
+    OUTBOX_RETURN_IF_ERROR(WriteBeforeRead());
     auto res = session_->Exec("stats", S(kStats));
     if (!res.ok()) return res.status();
     const PGresult* r = res->get();
@@ -648,7 +648,7 @@ class LogStore final : public Store {
   }
 
   Result<std::int64_t> CountSent() override {
-    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
+    OUTBOX_RETURN_IF_ERROR(WriteBeforeRead());
     auto res = session_->Exec("count sent",
                               S("SELECT count(*) FROM {S}.outbox WHERE status = 'SENT'"));
     if (!res.ok()) return res.status();
@@ -679,6 +679,7 @@ class LogStore final : public Store {
       return Status::InvalidArgument("skip: event id is required");
     if (!IsValidText(req.event_id))
       return Status::InvalidArgument("skip: event id must be text");
+    OUTBOX_RETURN_IF_ERROR(WriteBeforeRead());
     auto res = session_->Exec(
         "skip", S(kSkip),
         {Param::Text(req.event_id), Param::Text(SafeText(req.by)),
@@ -692,7 +693,7 @@ class LogStore final : public Store {
   }
 
   Result<std::optional<std::chrono::system_clock::time_point>> OldestUnsent() override {
-    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
+    OUTBOX_RETURN_IF_ERROR(WriteBeforeRead());
     auto res = session_->Exec("oldest unsent", S(kOldestUnsent));
     if (!res.ok()) return res.status();
     if (PQntuples(res->get()) == 0)
@@ -709,7 +710,7 @@ class LogStore final : public Store {
           "list: --state, --aggregate and --type must be text");
     }
     if (f.limit < 1) return Status::InvalidArgument("list: limit must be >= 1");
-    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
+    OUTBOX_RETURN_IF_ERROR(WriteBeforeRead());
     return EventRecords(session_->Exec(
         "list", sql::List(options_.schema),
         {Param::Text(f.state), Param::Text(f.aggregate_id), Param::Text(f.event_type),
@@ -719,7 +720,7 @@ class LogStore final : public Store {
 
   Result<std::vector<EventRecord>> Find(const std::string& key) override {
     if (!IsValidText(key)) return Status::InvalidArgument("trace: the key must be text");
-    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
+    OUTBOX_RETURN_IF_ERROR(WriteBeforeRead());
     return EventRecords(session_->Exec("trace", S(kFind), {Param::Text(key)}));
   }
 
@@ -779,6 +780,10 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   // Writes the positions of the slots whose page ends were deferred (unwritten_);
   // a slot refused by its fence is no longer held.
   Status WriteDeferred();
+  // The same before a read of positions by this store (stats, list, trace, skip,
+  // rotation), unless a page is in flight: a slot refused then would leave the
+  // page unfinished; the read sees the positions last written.
+  Status WriteBeforeRead() { return page_.Empty() ? WriteDeferred() : Status::Ok(); }
   // The deferred slots but `except`, added to a page end's cuts and progress.
   void AddDeferred(const std::set<int>& except, nlohmann::json* cuts,
                    nlohmann::json* progress) const;
@@ -796,7 +801,7 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   std::string reader_;  // the relay id, made unique per store: the slots' owner
   std::map<int, HeldSlot> held_;
   // Held slots whose position in held_ is ahead of the reader's row: their page
-  // ends were deferred (at most options_.log_position_every after written_at_).
+  // ends were deferred (MayDefer), written by the next call after the interval.
   std::set<int> unwritten_;
   std::chrono::steady_clock::time_point written_at_{};
   std::chrono::milliseconds lease_{0};  // the last claim's
@@ -833,9 +838,9 @@ Status LogStore::Lease(const ClaimOptions& o) {
                      now - renewed_at_ >= o.lease / 10;
   if (!renew && !held_.empty() && now - looked_at_ < kLookEvery) return Status::Ok();
   looked_at_ = now;
-  // A slot given back or taken again has its position folded from the reader's
-  // row: the row must hold it.
-  OUTBOX_RETURN_IF_ERROR(WriteDeferred());
+  // A renewal may take a lapsed slot again from its folded position: the
+  // reader's row must hold it (the look alone takes free slots only).
+  if (renew) OUTBOX_RETURN_IF_ERROR(WriteDeferred());
   std::vector<std::int64_t> tokens;
   for (const auto& [slot, h] : held_) tokens.push_back(h.token);
   auto res = session_->Exec(
@@ -869,6 +874,8 @@ Status LogStore::Lease(const ClaimOptions& o) {
   held_ = std::move(kept);
   // More than the fair share (another relay came): the highest slots go back.
   if (share > 0 && static_cast<int>(held_.size()) > share) {
+    // A slot given back has its position folded from the reader's row.
+    OUTBOX_RETURN_IF_ERROR(WriteDeferred());
     std::vector<int> slots;
     std::vector<std::int64_t> give;
     while (static_cast<int>(held_.size()) > share) {
@@ -1155,7 +1162,7 @@ Result<std::set<int>> LogStore::EndPage() {
     return moved;
   }
   const auto now = std::chrono::steady_clock::now();
-  if (MayDefer(page)) {  // held slots: the fence would pass them
+  if (MayDefer(page)) {  // held slots under a fresh lease: the fence would pass them
     for (const log::SlotCut& c : page.cuts()) {
       Advance(&held_.at(c.slot), c);
       unwritten_.insert(c.slot);
@@ -1235,13 +1242,16 @@ bool LogStore::MayDefer(const log::Page& page) const {
   if (every.count() <= 0 || now - written_at_ >= every) return false;
   // A retry, failure or hold is copied into the exceptions at once, with the positions.
   if (!page.Exceptions().empty()) return false;
-  // The lease, renewed at renewed_at_, outlasts the deferral by far: no other
-  // relay can hold these slots before the positions are written.
+  // Only early in the lease (renewed at renewed_at_): a page end within it is
+  // not fenced out, and the next one, unless its round outlasts half the
+  // lease (a publish that slow, an outage), writes before the lease can lapse.
   if (now + every >= renewed_at_ + lease_ / 2) return false;
   for (const log::SlotCut& c : page.cuts()) {
     auto it = held_.find(c.slot);
     if (it == held_.end() || it->second.token != c.token) return false;
-    if (c.reset && it->second.restarts != 0) return false;  // the slot's row is written
+    // A slot counting restarts is written at every page end: the crash-loop
+    // check reads where its last holder's pages ended.
+    if (it->second.restarts != 0) return false;
   }
   return true;
 }
@@ -1402,6 +1412,7 @@ Status LogStore::MoveOnIfDue(std::chrono::seconds retention) {
 
 Result<std::int64_t> LogStore::PurgeSent(std::chrono::seconds retention, int batch) {
   if (batch <= 0) return Status::InvalidArgument("purge: batch must be > 0");
+  OUTBOX_RETURN_IF_ERROR(WriteBeforeRead());
   OUTBOX_RETURN_IF_ERROR(MoveOnIfDue(retention));
   auto parts = session_->Exec("rotation: partitions", S(kRotatable),
                               {Param::Text(Text(retention.count()))});
