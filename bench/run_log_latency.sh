@@ -35,7 +35,7 @@ one() {  # rate layout
     --warmup "$WARMUP" --layout "$2" | grep -E '^\| [0-9.]+ events/s|^Relay histogram' |
     awk -v r="$1" -v l="$2" '
       /^Relay histogram/ { split($0, a, "≈ "); h50 = a[2] + 0; h99 = a[3] + 0
-                           split($0, b, ", "); w = b[3] + 0; next }
+                           split($0, b, ", "); w = b[4] + 0; next }
       { gsub(/ ms| /, "", $4); gsub(/ ms| /, "", $5); s50 = $4; s99 = $5 }
       END { print r, l, h50, h99, w, (s50 == "-" || s50 == "" ? "-" : s50), (s99 == "-" || s99 == "" ? "-" : s99) }' FS='|' >>"$RAW"
 }

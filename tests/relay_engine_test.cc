@@ -317,6 +317,54 @@ TEST(RelayEngine, AfterWorkIsFoundOneWorkerTakesOverThePollingAtPollMin) {
   EXPECT_LE(r.Deliver(2), 30ms) << "the next poller starts at poll_min, not poll_max";
 }
 
+// A queue that sees only its share of the rows, as the PostgreSQL log's slots:
+// the i-th queue made claims only rows whose seq modulo 4 is i.
+class ShareQueue final : public ClaimQueueWrapper {
+ public:
+  ShareQueue(std::unique_ptr<ClaimQueue> base, FakeTable& t, int share)
+      : ClaimQueueWrapper(std::move(base)), t_(t), share_(share) {}
+  Result<ClaimResult> Claim(const ClaimOptions& o) override {
+    bool mine = false;
+    {
+      std::lock_guard<std::mutex> l(t_.mu);
+      for (const auto& [seq, attempts] : t_.attempts) mine = mine || seq % 4 == share_;
+    }
+    if (mine) return base_->Claim(o);
+    ++t_.claims;  // an empty claim of its share
+    return ClaimResult{};
+  }
+  bool ClaimsSeeEveryRow() const override { return false; }
+
+ private:
+  FakeTable& t_;
+  const int share_;
+};
+
+// When a worker's claims see only its share, nobody can poll for it: every idle
+// worker polls on its own, so a row in any share is found within poll_max, not
+// at a waiting worker's safety net (a second). One shared poller finds at most
+// its own share's rows in time.
+TEST(RelayEngine, WorkersWhoseClaimsSeeOnlyTheirShareEachPollForThemselves) {
+  IdleRelay r(10ms, 0ms, 200ms);
+  std::atomic<int> made{0};
+  r.e.wrap = [&](std::unique_ptr<ClaimQueue> q) -> std::unique_ptr<ClaimQueue> {
+    return std::make_unique<ShareQueue>(std::move(q), r.e.table, made++ % 4);
+  };
+  r.relay = r.e.Make([&] {
+    RelayOptions o = Options();
+    o.clock = &r.clock;
+    o.poll_min = 10ms;
+    o.poll_hot = 0ms;
+    o.poll_max = 200ms;
+    return o;
+  }());
+  ASSERT_NO_FATAL_FAILURE(r.Start());
+  r.Pass(1200ms);  // every worker's interval at poll_max
+  for (std::int64_t seq = 1; seq <= 4; ++seq) {
+    EXPECT_LE(r.Deliver(seq), 250ms) << "row " << seq << " (share " << seq % 4 << ")";
+  }
+}
+
 // For poll_hot after work was found, the poller stays at poll_min; then it
 // backs off.
 TEST(RelayEngine, ThePollerStaysAtPollMinForPollHotAfterWork) {

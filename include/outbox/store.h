@@ -275,6 +275,12 @@ class ClaimQueue {
   // enqueue() notifies when the setting outbox.notify is on (docs/relay.md).
   // Relays use it to wake idle workers; polling stays the fallback.
   virtual Result<bool> WaitForWork(std::chrono::milliseconds timeout) = 0;
+
+  // Whether a claim sees every due row (true), or only the share this queue
+  // leases (the PostgreSQL log: its slots). A relay's idle workers then each
+  // poll their own claims: one worker polling for the others would not see
+  // their rows (docs/relay.md, "Polling").
+  virtual bool ClaimsSeeEveryRow() const { return true; }
 };
 
 // The operators' view: read the table, and the few writes an operator makes.

@@ -204,9 +204,16 @@ bool RelayImpl::SleepFor(milliseconds d) {
   return !stopping_;
 }
 
-void RelayImpl::IdleWait(int index, milliseconds claim_cost, bool ran_out) {
+void RelayImpl::IdleWait(int index, milliseconds claim_cost, bool ran_out,
+                         relay_internal::IdlePoller* own) {
   MutexLock lock(mu_);
   const std::uint64_t seen = wake_seq_;
+  if (own != nullptr) {  // it polls its own share: nobody else can poll for it
+    const auto now = clock_.Now();
+    if (ran_out) own->RanOut(0, now);
+    WaitForWake(lock, seen, now + own->Next(0, now, claim_cost).sleep);
+    return;
+  }
   if (ran_out) idle_.RanOut(index, clock_.Now());
   for (;;) {
     const auto now = clock_.Now();

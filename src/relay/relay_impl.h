@@ -109,7 +109,12 @@ class RelayImpl final : public Relay, private relay_internal::StreamHost {
   // Idle polling (idle_poller.h): an idle worker's wait after an empty claim;
   // EndIdle when an idle worker found work (`full`: its batch was full, so
   // every idle worker claims now); LeavePolling when a worker backs off.
-  void IdleWait(int index, milliseconds claim_cost, bool ran_out);
+  // `own`: the worker's own poller, when its claims see only its share
+  // (OwnIdle): it then polls for itself, at its own interval.
+  void IdleWait(int index, milliseconds claim_cost, bool ran_out,
+                relay_internal::IdlePoller* own = nullptr);
+  // The worker's own idle poller if `store`'s claims see only its share, else null.
+  relay_internal::IdlePoller* OwnIdle(Worker& w, const ClaimQueue& store);
   void EndIdle(bool full);
   void LeavePolling(int index);
   // True when a claim stopped at batch_size or batch_bytes (more may be due).

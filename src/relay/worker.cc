@@ -55,7 +55,19 @@ struct RelayImpl::Worker {
   bool logged_outage = false;
   bool was_idle = true;  // a worker starts idle: its first empty claim is not running out
   milliseconds db_backoff{100};
+  // Its own idle polling, for a queue whose claims see only its share
+  // (ClaimQueue::ClaimsSeeEveryRow); else the relay's shared idle_ is used.
+  std::unique_ptr<relay_internal::IdlePoller> own_idle;
 };
+
+relay_internal::IdlePoller* RelayImpl::OwnIdle(Worker& w, const ClaimQueue& store) {
+  if (store.ClaimsSeeEveryRow()) return nullptr;
+  if (!w.own_idle) {
+    w.own_idle = std::make_unique<relay_internal::IdlePoller>(options_.poll_min, options_.poll_max,
+                                                              options_.poll_hot);
+  }
+  return w.own_idle.get();
+}
 
 ClaimOptions RelayImpl::WorkerClaimOptions() {
   ClaimOptions co;
@@ -152,11 +164,17 @@ void RelayImpl::WorkerLoop(int index) {
       // An empty claim can be costly (it walked rows held behind in-flight
       // events): the idle poller waits at least as long as its last one took.
       IdleWait(index, std::chrono::duration_cast<milliseconds>(clock_.Now() - claimed_at),
-               /*ran_out=*/!w.was_idle);
+               /*ran_out=*/!w.was_idle, OwnIdle(w, *store));
       w.was_idle = true;
       continue;
     }
-    if (w.was_idle) EndIdle(FullBatch(claim->events));
+    if (w.was_idle) {
+      if (relay_internal::IdlePoller* own = OwnIdle(w, *store)) {
+        own->Found(clock_.Now());
+      } else {
+        EndIdle(FullBatch(claim->events));
+      }
+    }
     w.was_idle = false;
     PublishAndSettle(w, *store, claim->events, probing, claimed_at);
   }

@@ -99,6 +99,7 @@ class ClaimQueueWrapper : public ClaimQueue {
     return base_->MarkFailed(i);
   }
   Result<bool> WaitForWork(std::chrono::milliseconds t) override { return base_->WaitForWork(t); }
+  bool ClaimsSeeEveryRow() const override { return base_->ClaimsSeeEveryRow(); }
 
  protected:
   std::unique_ptr<ClaimQueue> base_;

@@ -628,6 +628,8 @@ class LogStore final : public Store {
     return WaitForNotify(*session_, "outbox_" + options_.schema, &listening_on_, timeout);
   }
 
+  bool ClaimsSeeEveryRow() const override { return false; }  // its slots' only
+
   Result<std::int64_t> PurgeSent(std::chrono::seconds retention, int batch) override;
   // Rotation's move to the next partition, when due (kRotationDue).
   Status MoveOnIfDue(std::chrono::seconds retention);
