@@ -86,4 +86,10 @@ std::int64_t Page::MinDelayMs() const {
   return m == std::numeric_limits<std::int64_t>::max() ? 0 : m;
 }
 
+void ExceptionLook::Looked(TimePoint now, bool found) {
+  at_once_ = found;
+  look_at_ = now + kEvery;
+  retries_.erase(retries_.begin(), retries_.upper_bound(now));  // due ones were looked for
+}
+
 }  // namespace outbox::pg::log

@@ -17,8 +17,10 @@
 #ifndef OUTBOX_SRC_STORE_POSTGRES_LOG_PAGE_H_
 #define OUTBOX_SRC_STORE_POSTGRES_LOG_PAGE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,34 @@ class Page {
  private:
   std::map<std::int64_t, Entry> entries_;  // by pos
   std::vector<SlotCut> cuts_;
+};
+
+// When a claim looks for due exceptions of its slots (a statement of its own,
+// about a third of a claim's time on the log): only when one can be due as far
+// as the store knows — it wrote or settled one, took a slot over, found some
+// at its last look, a retry it wrote comes due — and at least every kEvery for
+// what others did (an operator's replay, an exception a dead holder left in
+// flight). The times are the caller's clock; a value, not thread-safe.
+class ExceptionLook {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // How late a replay by another process (outboxctl) is seen, at most.
+  static constexpr std::chrono::milliseconds kEvery{1000};
+
+  bool Due(TimePoint now) const {
+    return at_once_ || now >= look_at_ || (!retries_.empty() && now >= *retries_.begin());
+  }
+  // A look ran at `now`; `found`: it handed something out (more may follow).
+  void Looked(TimePoint now, bool found);
+  // Something may be due at once (a slot taken, a follower released, a replay).
+  void AtOnce() { at_once_ = true; }
+  // A retry this store wrote or settled is due at `t`.
+  void RetryAt(TimePoint t) { retries_.insert(t); }
+
+ private:
+  bool at_once_ = true;
+  TimePoint look_at_{};
+  std::multiset<TimePoint> retries_;
 };
 
 }  // namespace outbox::pg::log

@@ -568,8 +568,10 @@ class LogStore final : public Store {
     // once); nothing of it is written.
     const auto now = std::chrono::steady_clock::now();
     if (!page_.Empty() && now - page_at_ < o.lease) return ClaimResult{};
-    if (!page_.Empty())
+    if (!page_.Empty()) {
       keys_.clear();  // abandoned: read again from the database's position
+      look_.AtOnce();  // and its exceptions, their leases ended with it
+    }
     page_ = log::Page();
     page_keys_ = 0;
     page_at_ = now;
@@ -581,7 +583,8 @@ class LogStore final : public Store {
     ClaimResult out;
     // A claim hands out exceptions or a page of the log, never both: a page's
     // end (and a crash loop's FAILED) is then about log events only.
-    Status st = ClaimExceptions(o, &out);
+    Status st = look_.Due(std::chrono::steady_clock::now()) ? ClaimExceptions(o, &out)
+                                                            : Status::Ok();
     if (st.ok() && out.events.empty() && out.expired_to_failed.empty() &&
         std::chrono::steady_clock::now() >= paused_until_) {
       st = ReadLog(o, o.batch_size, &out);
@@ -668,6 +671,7 @@ class LogStore final : public Store {
         {Param::Text(sel.event_id), Param::Text(sel.aggregate_id),
          Param::Text(sel.event_type), Param::Text(sel.dry_run ? "true" : "false")});
     if (!res.ok()) return res.status();
+    look_.AtOnce();  // what it released is due now (another process's: within a second)
     ReplayCounts c;
     c.matched = GetInt64(res->get(), 0, 0);
     c.replayed = GetInt64(res->get(), 0, 1);
@@ -687,6 +691,7 @@ class LogStore final : public Store {
         {Param::Text(req.event_id), Param::Text(SafeText(req.by)),
          Param::Text(SafeText(req.reason)), Param::Text(req.dry_run ? "true" : "false")});
     if (!res.ok()) return res.status();
+    look_.AtOnce();  // the aggregate's later events may be released
     SkipResult r;
     r.was = GetText(res->get(), 0, 0);
     r.skipped = GetInt64(res->get(), 0, 1);
@@ -795,6 +800,16 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   // lo, hi, done}} (what a page end writes, from the positions the store holds).
   nlohmann::json ProgressAfter(const log::Page& page) const;
   Result<TransitionResult> Settle(const std::vector<Settlement>& items);
+  // An exception written or settled at `now` with `outcome`: when the next look
+  // for due exceptions must run (a retry when due; its aggregate's later ones at once).
+  void NoteException(log::Outcome outcome, std::int64_t delay_ms,
+                     std::chrono::steady_clock::time_point now) {
+    if (outcome == log::Outcome::kRetry) {
+      look_.RetryAt(now + std::chrono::milliseconds(delay_ms));
+    } else {
+      look_.AtOnce();
+    }
+  }
   Result<std::set<int>> Fenced(const std::set<int>& slots);
 
   PostgresStoreOptions options_;
@@ -808,6 +823,7 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   std::chrono::steady_clock::time_point written_at_{};
   std::chrono::milliseconds lease_{0};  // the last claim's
   log::Page page_;
+  log::ExceptionLook look_;  // when a claim looks for due exceptions
   int page_keys_ =
       0;  // keys the page in flight covers (consumed when its end is written)
   // A big range's keys, read once, in pos order (for `key_slots_`, each with
@@ -863,6 +879,7 @@ Status LogStore::Lease(const ClaimOptions& o) {
     } else {
       keys_.clear();  // a slot taken (again): its position is the database's, not the
                       // cache's
+      look_.AtOnce();  // its former holder may have left exceptions
       HeldSlot h;
       h.token = GetInt64(r, i, 2);
       h.hi = GetOptionalText(r, i, 3);
@@ -925,6 +942,10 @@ Status LogStore::ClaimExceptions(const ClaimOptions& o, ClaimResult* out) {
       {}, /*result_format=*/1);
   if (!res.ok()) return res.status();
   const PGresult* r = res->get();
+  const auto now = std::chrono::steady_clock::now();
+  look_.Looked(now, PQntuples(r) > 0);
+  // Those handed out are due again when their lease ends, if not settled by then.
+  if (PQntuples(r) > 0) look_.RetryAt(now + o.lease);
   for (int i = 0; i < PQntuples(r); ++i) {
     const std::int64_t pos = GetInt64(r, i, 0);
     if (GetText(r, i, 12) == "true") {
@@ -1198,6 +1219,7 @@ Result<std::set<int>> LogStore::EndPage() {
     written.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
   }
   written_at_ = now;
+  for (const log::Entry& e : page.Exceptions()) NoteException(e.outcome, e.delay_ms, now);
   ForgetDeferred(page_slots, written);
   for (int slot : page_slots) {
     if (written.count(slot)) moved.insert(slot);
@@ -1358,10 +1380,12 @@ Result<TransitionResult> LogStore::Settle(const std::vector<Settlement>& items) 
     std::set<std::int64_t> done;
     for (int i = 0; i < PQntuples(res->get()); ++i)
       done.insert(GetInt64(res->get(), i, 0));
+    const auto now = std::chrono::steady_clock::now();
     for (const Settlement* s : exceptions) {
       // Refused ones too: the slot went to another relay, this page is done with them.
       page_.Settle(s->ticket.seq, s->outcome, s->counts, s->delay_ms, s->error);
       if (done.count(s->ticket.seq)) {
+        NoteException(s->outcome, s->delay_ms, now);
         ++out.applied;
       } else {
         out.refused.push_back(s->ticket);
