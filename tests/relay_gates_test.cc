@@ -109,6 +109,26 @@ TEST(OutageGateTest, TheErrorReportedIsCappedAt500Bytes) {
   EXPECT_EQ(g.DownError(), "no answer");
 }
 
+// A worker polling its own share (a log schema) is heated by the others' work:
+// back at its poll_min, then doubling after poll_hot as before; old news changes nothing.
+TEST(IdlePollerTest, AnOwnPollerIsHeatedByWorkFoundElsewhere) {
+  IdlePoller p(milliseconds(2), milliseconds(20), milliseconds(20));
+  p.Found(kT0);
+  for (int t = 30; t <= 60; t += 10) (void)p.Next(0, kT0 + milliseconds(t), milliseconds(0));
+  EXPECT_EQ(p.interval(), milliseconds(20)) << "backed off";
+  p.Heat(kT0 + milliseconds(65), milliseconds(8));
+  EXPECT_EQ(p.interval(), milliseconds(8)) << "the others' work: its next sleep at the relay's share";
+  EXPECT_EQ(p.Next(0, kT0 + milliseconds(70), milliseconds(0)).sleep, milliseconds(8));
+  EXPECT_EQ(p.interval(), milliseconds(16)) << "then doubling: its own poll_hot has passed";
+  p.Heat(kT0 + milliseconds(65), milliseconds(8));
+  EXPECT_EQ(p.interval(), milliseconds(16)) << "the same news twice";
+  p.Heat(kT0 + milliseconds(75), milliseconds(8));
+  EXPECT_EQ(p.interval(), milliseconds(8)) << "news again";
+  p.Found(kT0 + milliseconds(100));
+  p.Heat(kT0 + milliseconds(101), milliseconds(8));
+  EXPECT_EQ(p.interval(), milliseconds(2)) << "its own work keeps poll_min";
+}
+
 TEST(IdlePollerTest, TheFirstIdleWorkerPollsAndTheOthersWaitForAHandover) {
   IdlePoller p(milliseconds(2), milliseconds(20), milliseconds(100));
   const IdlePoller::Wait first = p.Next(0, kT0, milliseconds(0));

@@ -26,6 +26,12 @@ void IdlePoller::Found(TimePoint now) {
   found_at_ = now;
 }
 
+void IdlePoller::Heat(TimePoint found_at, milliseconds interval) {
+  if (found_at <= heated_at_) return;
+  heated_at_ = found_at;
+  interval_ = std::min(interval_, std::max(interval, min_));
+}
+
 bool IdlePoller::Leave(int index) {
   if (poller_ != index) return false;
   poller_ = -1;

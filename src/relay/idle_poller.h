@@ -52,6 +52,13 @@ class IdlePoller {
   // Some idle worker found work at `now` (a claim after idling returned
   // rows): the role is free and the interval back at poll_min.
   void Found(TimePoint now);
+  // A worker polling only its own share (a log schema) learns that a worker
+  // found work at `found_at`: if that is news, its next sleep is `interval` at
+  // most, doubling again after it (the relay's events spread over the workers'
+  // shares, so the others' work predicts its own; the relay passes workers x
+  // poll_min, so that its workers together poll about as often as one shared
+  // poller would). Its own work keeps poll_min for poll_hot, as before.
+  void Heat(TimePoint found_at, milliseconds interval);
   // Worker `index` backs off (database error, broker outage) or stops: true
   // if it was the poller (the role is then free and a waiter is to be told).
   bool Leave(int index);
@@ -63,6 +70,7 @@ class IdlePoller {
   int poller_ = -1;  // the worker polling for the idle ones
   milliseconds interval_;  // its next sleep (poll_min after work)
   TimePoint found_at_{};   // when an idle worker last found work
+  TimePoint heated_at_{};  // the last news Heat acted on
 };
 
 }  // namespace outbox::relay_internal

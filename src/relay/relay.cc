@@ -210,7 +210,11 @@ void RelayImpl::IdleWait(int index, milliseconds claim_cost, bool ran_out,
   const std::uint64_t seen = wake_seq_;
   if (own != nullptr) {  // it polls its own share: nobody else can poll for it
     const auto now = clock_.Now();
-    if (ran_out) own->RanOut(0, now);
+    if (ran_out) {
+      own->RanOut(0, now);
+      own_found_at_ = now;
+    }
+    own->Heat(own_found_at_, std::min(options_.poll_min * options_.workers, options_.poll_max));
     WaitForWake(lock, seen, now + own->Next(0, now, claim_cost).sleep);
     return;
   }
@@ -233,6 +237,12 @@ void RelayImpl::IdleWait(int index, milliseconds claim_cost, bool ran_out,
     if (stopping_ || wake_seq_ != seen) return;
     claim_cost = milliseconds(0);
   }
+}
+
+void RelayImpl::OwnFound(relay_internal::IdlePoller& own) {
+  MutexLock lock(mu_);
+  own_found_at_ = clock_.Now();
+  own.Found(own_found_at_);
 }
 
 void RelayImpl::EndIdle(bool full) {

@@ -115,6 +115,8 @@ class RelayImpl final : public Relay, private relay_internal::StreamHost {
                 relay_internal::IdlePoller* own = nullptr);
   // The worker's own idle poller if `store`'s claims see only its share, else null.
   relay_internal::IdlePoller* OwnIdle(Worker& w, const ClaimQueue& store);
+  // A worker with its own poller found work after idling.
+  void OwnFound(relay_internal::IdlePoller& own);
   void EndIdle(bool full);
   void LeavePolling(int index);
   // True when a claim stopped at batch_size or batch_bytes (more may be due).
@@ -156,6 +158,9 @@ class RelayImpl final : public Relay, private relay_internal::StreamHost {
   // see its connections up when the path black-holes).
   std::atomic<bool> broker_down_{false};
   relay_internal::IdlePoller idle_ OUTBOX_GUARDED_BY(mu_);
+  // When a worker polling only its own share last found work or ran out of it
+  // (the others' own pollers are heated from it).
+  std::chrono::steady_clock::time_point own_found_at_ OUTBOX_GUARDED_BY(mu_){};
   // The last PermissionDenied of the workers' claims and of housekeeping's
   // stats, each until that side succeeds again.
   std::string refused_by_workers_ OUTBOX_GUARDED_BY(mu_);

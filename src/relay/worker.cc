@@ -170,7 +170,7 @@ void RelayImpl::WorkerLoop(int index) {
     }
     if (w.was_idle) {
       if (relay_internal::IdlePoller* own = OwnIdle(w, *store)) {
-        own->Found(clock_.Now());
+        OwnFound(*own);
       } else {
         EndIdle(FullBatch(claim->events));
       }
