@@ -126,7 +126,8 @@ struct RelayOptions {
   milliseconds poll_hot{20};
   // 20 ms (was 250): the first event after an idle spell waits at most this;
   // an idle relay makes about 55 claims a second, each an empty index probe
-  // (docs/benchmarks.md, "Latency with the defaults").
+  // (docs/benchmarks.md, "Latency with the defaults"); on a PostgreSQL log
+  // schema each worker polls its own slots: about 50 a second per worker.
   milliseconds poll_max{20};
   milliseconds db_retry_max{5'000};   // cap of the backoff on database errors
   milliseconds shutdown_timeout{30'000};  // graceful stop: finish in-flight, then exit

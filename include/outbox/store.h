@@ -279,7 +279,7 @@ class ClaimQueue {
   // Whether a claim sees every due row (true), or only the share this queue
   // leases (the PostgreSQL log: its slots). A relay's idle workers then each
   // poll their own claims: one worker polling for the others would not see
-  // their rows (docs/relay.md, "Polling").
+  // their rows (docs/relay.md, "Wake-up").
   virtual bool ClaimsSeeEveryRow() const { return true; }
 };
 

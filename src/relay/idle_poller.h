@@ -15,6 +15,11 @@
 // worker's next batch does not reset it, so with a hot aggregate in flight
 // (the others' claims walk its held rows) the poller backs off.
 //
+// Where a worker's claims see only its share of the rows (a PostgreSQL log
+// schema: ClaimQueue::ClaimsSeeEveryRow), nobody can poll for it: each worker
+// has an IdlePoller of its own, always its poller (index 0), with its own
+// interval, heated (Heat) by the other workers' finds.
+//
 // Thread-safety: not thread-safe; the relay calls it under its mutex.
 #ifndef OUTBOX_SRC_RELAY_IDLE_POLLER_H_
 #define OUTBOX_SRC_RELAY_IDLE_POLLER_H_

@@ -1,6 +1,7 @@
 #include "log_page.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 namespace outbox::pg::log {
@@ -84,6 +85,11 @@ std::int64_t Page::MinDelayMs() const {
     if (e.outcome == Outcome::kRetry) m = std::min(m, e.delay_ms);
   }
   return m == std::numeric_limits<std::int64_t>::max() ? 0 : m;
+}
+
+void ExceptionLook::RetryAt(TimePoint t) {
+  retries_.insert(t);
+  if (retries_.size() > kMaxRetries) retries_.erase(std::prev(retries_.end()));
 }
 
 void ExceptionLook::Looked(TimePoint now, bool found) {

@@ -118,8 +118,10 @@ class ExceptionLook {
   void Looked(TimePoint now, bool found);
   // Something may be due at once (a slot taken, a follower released, a replay).
   void AtOnce() { at_once_ = true; }
-  // A retry this store wrote or settled is due at `t`.
-  void RetryAt(TimePoint t) { retries_.insert(t); }
+  // A retry this store wrote or settled is due at `t`. The kMaxRetries earliest
+  // are kept: a later one is found by the look every kEvery.
+  void RetryAt(TimePoint t);
+  static constexpr std::size_t kMaxRetries = 256;
 
  private:
   bool at_once_ = true;

@@ -932,6 +932,8 @@ Status LogStore::ClaimExceptions(const ClaimOptions& o, ClaimResult* out) {
   std::vector<int> slots;
   std::vector<std::int64_t> tokens;
   for (const auto& [slot, h] : held_) slots.push_back(slot), tokens.push_back(h.token);
+  // Before the statement: a retry that comes due while it runs is looked for again.
+  const auto looked_at = std::chrono::steady_clock::now();
   auto res = session_->Exec(
       "claim exceptions", S(kClaimExceptions),
       {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens)),
@@ -942,10 +944,9 @@ Status LogStore::ClaimExceptions(const ClaimOptions& o, ClaimResult* out) {
       {}, /*result_format=*/1);
   if (!res.ok()) return res.status();
   const PGresult* r = res->get();
-  const auto now = std::chrono::steady_clock::now();
-  look_.Looked(now, PQntuples(r) > 0);
+  look_.Looked(looked_at, PQntuples(r) > 0);
   // Those handed out are due again when their lease ends, if not settled by then.
-  if (PQntuples(r) > 0) look_.RetryAt(now + o.lease);
+  if (PQntuples(r) > 0) look_.RetryAt(std::chrono::steady_clock::now() + o.lease);
   for (int i = 0; i < PQntuples(r); ++i) {
     const std::int64_t pos = GetInt64(r, i, 0);
     if (GetText(r, i, 12) == "true") {
@@ -1219,7 +1220,9 @@ Result<std::set<int>> LogStore::EndPage() {
     written.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
   }
   written_at_ = now;
-  for (const log::Entry& e : page.Exceptions()) NoteException(e.outcome, e.delay_ms, now);
+  // After the statement: a retry is due no sooner than the database's now() + delay.
+  const auto noted_at = std::chrono::steady_clock::now();
+  for (const log::Entry& e : page.Exceptions()) NoteException(e.outcome, e.delay_ms, noted_at);
   ForgetDeferred(page_slots, written);
   for (int slot : page_slots) {
     if (written.count(slot)) moved.insert(slot);
