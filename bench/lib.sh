@@ -3,10 +3,15 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DOC="$ROOT/docs/benchmarks.md"
 
+# bench_build [TARGET...]: the packages, then the release build (only TARGETs when given).
 bench_build() {
   "$ROOT/scripts/deps"
   cmake --preset release >/dev/null
-  cmake --build --preset release -j"$(nproc)" >/dev/null
+  if [ $# -gt 0 ]; then
+    cmake --build --preset release -j"$(nproc)" --target "$@" >/dev/null
+  else
+    cmake --build --preset release -j"$(nproc)" >/dev/null
+  fi
 }
 
 # Starts a throwaway testenv unless OUTBOX_PG_URL is already set; exports its env.

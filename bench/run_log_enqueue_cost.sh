@@ -17,9 +17,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
-"$ROOT/scripts/deps"
-cmake --preset release >/dev/null
-cmake --build --preset release -j"$(nproc)" --target enqueue_cost outbox-mock-kafka >/dev/null
+bench_build enqueue_cost outbox-mock-kafka
 bench_env
 machine="$(machine_line)"  # before running: the commit that was built
 out="$("$ROOT/build/release/bench/enqueue_cost" --log 1 --clients "$CLIENTS" --seconds "$SECONDS_EACH" \

@@ -22,9 +22,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
-"$ROOT/scripts/deps"
-cmake --preset release >/dev/null
-cmake --build --preset release -j"$(nproc)" --target relay_bench outbox-relay outbox-mock-kafka >/dev/null
+bench_build relay_bench outbox-relay outbox-mock-kafka
 bench_env
 B="$ROOT/build/release"
 machine="$(machine_line)"

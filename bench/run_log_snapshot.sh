@@ -16,9 +16,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
-"$ROOT/scripts/deps"
-cmake --preset release >/dev/null
-cmake --build --preset release -j"$(nproc)" --target log_snapshot outbox-mock-kafka >/dev/null
+bench_build log_snapshot outbox-mock-kafka
 bench_env
 machine="$(machine_line)"  # before running: the commit that was built
 table="$("$ROOT/build/release/bench/log_snapshot" --rate "$RATE" --seconds "$SECS" --purge-rows "$PURGE")"

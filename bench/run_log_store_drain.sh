@@ -15,9 +15,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
-"$ROOT/scripts/deps"
-cmake --preset release >/dev/null
-cmake --build --preset release -j"$(nproc)" --target log_drain outbox-mock-kafka >/dev/null
+bench_build log_drain outbox-mock-kafka
 bench_env
 B="$ROOT/build/release"
 machine="$(machine_line)"  # before running: the commit that was built

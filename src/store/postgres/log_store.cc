@@ -505,6 +505,13 @@ struct HeldSlot {
   int restarts = 0;
 };
 
+// The slots a fenced statement returned (its first column): those it moved.
+std::set<int> SlotColumn(const PGresult* r) {
+  std::set<int> slots;
+  for (int i = 0; i < PQntuples(r); ++i) slots.insert(static_cast<int>(GetInt64(r, i, 0)));
+  return slots;
+}
+
 // `h`'s position as a page end writes it into the reader's progress.
 nlohmann::json PositionJson(const HeldSlot& h) {
   return {{"token", h.token},
@@ -781,6 +788,12 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   Status TakePage(const PGresult* r, std::int64_t batch_bytes, int* used,
                   ClaimResult* out);
   Result<std::set<int>> EndPage();
+  // The first `consumed` keys of a big range are done (their page ended).
+  void ConsumeKeys(int consumed) {
+    keys_.erase(keys_.begin(),
+                keys_.begin() + std::min<std::ptrdiff_t>(
+                                    consumed, static_cast<std::ptrdiff_t>(keys_.size())));
+  }
   // Whether a page end may leave its positions unwritten (options_.log_position_every):
   // only one whose events were all sent, within the interval, under a fresh lease.
   bool MayDefer(const log::Page& page) const;
@@ -1180,9 +1193,7 @@ Result<std::set<int>> LogStore::EndPage() {
          {"error", e.error.empty() ? nlohmann::json() : nlohmann::json(e.error)}});
   }
   if (cuts.empty()) {
-    keys_.erase(keys_.begin(),
-                keys_.begin() + std::min<std::ptrdiff_t>(
-                                    consumed, static_cast<std::ptrdiff_t>(keys_.size())));
+    ConsumeKeys(consumed);
     return moved;
   }
   const auto now = std::chrono::steady_clock::now();
@@ -1192,9 +1203,7 @@ Result<std::set<int>> LogStore::EndPage() {
       unwritten_.insert(c.slot);
       moved.insert(c.slot);
     }
-    keys_.erase(keys_.begin(),
-                keys_.begin() + std::min<std::ptrdiff_t>(
-                                    consumed, static_cast<std::ptrdiff_t>(keys_.size())));
+    ConsumeKeys(consumed);
     return moved;
   }
   nlohmann::json progress = ProgressAfter(page);
@@ -1215,10 +1224,7 @@ Result<std::set<int>> LogStore::EndPage() {
     page_keys_ = consumed;
     return res.status();
   }
-  std::set<int> written;
-  for (int i = 0; i < PQntuples(res->get()); ++i) {
-    written.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
-  }
+  const std::set<int> written = SlotColumn(res->get());
   written_at_ = now;
   // After the statement: a retry is due no sooner than the database's now() + delay.
   const auto noted_at = std::chrono::steady_clock::now();
@@ -1230,9 +1236,7 @@ Result<std::set<int>> LogStore::EndPage() {
   // The page's keys are done; a slot that did not move (its lease went to
   // another relay) invalidates the rest (they are read again from the database).
   if (moved.size() == page.cuts().size()) {
-    keys_.erase(keys_.begin(),
-                keys_.begin() + std::min<std::ptrdiff_t>(
-                                    consumed, static_cast<std::ptrdiff_t>(keys_.size())));
+    ConsumeKeys(consumed);
   } else {
     keys_.clear();
   }
@@ -1310,9 +1314,7 @@ Status LogStore::WriteDeferred() {
       "write positions", S(kMovePositions),
       {Param::Text(cuts.dump()), Param::Text(reader_), Param::Text(progress.dump())});
   if (!res.ok()) return res.status();  // kept: written by the next call
-  std::set<int> written;
-  for (int i = 0; i < PQntuples(res->get()); ++i)
-    written.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
+  const std::set<int> written = SlotColumn(res->get());
   written_at_ = std::chrono::steady_clock::now();
   ForgetDeferred({}, written);
   return Status::Ok();
@@ -1327,15 +1329,12 @@ Result<std::set<int>> LogStore::Fenced(const std::set<int>& slots) {
     s.push_back(slot);
     tokens.push_back(it->second.token);
   }
-  std::set<int> live;
-  if (s.empty()) return live;
+  if (s.empty()) return std::set<int>();
   auto res = session_->Exec(
       "fence", S(kFence),
       {Param::Text(SmallintArray(s)), Param::Text(Int64ArrayLiteral(tokens))});
   if (!res.ok()) return res.status();
-  for (int i = 0; i < PQntuples(res->get()); ++i)
-    live.insert(static_cast<int>(GetInt64(res->get(), i, 0)));
-  return live;
+  return SlotColumn(res->get());
 }
 
 Result<TransitionResult> LogStore::Settle(const std::vector<Settlement>& items) {
