@@ -967,5 +967,32 @@ TEST_F(LogStoreTest, ATakerOfAnExpiredLeaseStartsFromTheHoldersProgress) {
             "16");
 }
 
+// A claim reads a range's keys and its first page in one statement; the keys
+// it passes over (an event skipped before it was read) come back without an
+// event. Such a key neither fills the page nor stops it: the bytes bound lets a
+// page's first event through whatever its size, and the first here is the
+// second key's. The range's later pages are read by key.
+TEST_F(LogStoreTest, AFirstPageReadWithItsKeysHandsOutTheEventsAfterOnePassedOver) {
+  Shape(1);
+  const std::string skipped = Enqueue(conn_.get(), "a");
+  const std::string second = Enqueue(conn_.get(), "b");
+  const std::string third = Enqueue(conn_.get(), "c");
+  auto s = Open();
+  auto sk = s->Skip({skipped, "test", "before it was read", false});
+  ASSERT_TRUE(sk.ok()) << sk.status().ToString();
+  ASSERT_EQ(sk->skipped, 1);
+  ClaimOptions o = Opts();
+  o.batch_bytes = 1;  // one event a page
+  auto c = s->Claim(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->events.size(), 1u) << "the passed-over key stopped the page";
+  EXPECT_EQ(c->events[0].event_id, second);
+  ASSERT_TRUE(s->MarkSent(std::vector<Ticket>{c->events[0].ticket}).ok());
+  EXPECT_EQ(Drain(*s, o), std::vector<std::string>{third});  // by key, from the keys read
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
+                                  ".outbox"),
+            "SKIPPED,SENT,SENT");
+}
+
 }  // namespace
 }  // namespace outbox::testing

@@ -164,18 +164,37 @@ FROM upd ORDER BY upd.pos
 // set's read_keys(); a range bigger than a page is read once, its pages then
 // fetched by key: bench/log_drain.cc measured re-reading the range for each
 // page). The positions are the store's own (log set version 6): the reader's
-// row is not read.
-constexpr const char* kRangeKeys = R"SQL(
-SELECT * FROM {S}.read_keys($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
-                            $6::integer)
+// row is not read. $7 page, $8 failed holds, $9 ordered: the events of the
+// first $7 keys are read in the same statement (read_page(), in the same
+// snapshot, so each one is there): a claim whose range fits a page is one
+// round trip. A row per key, in pos order: the page's columns (NULL for a key
+// past the page, or one passed over: it has an exception), then the key
+// (slot, txid, pos, hi).
+constexpr const char* kRangeAndPage = R"SQL(
+WITH k AS MATERIALIZED (
+  SELECT r.slot, r.txid, r.pos, r.hi, r.i
+  FROM {S}.read_keys($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
+                     $6::integer) WITH ORDINALITY r(slot, txid, pos, hi, i)),
+p AS MATERIALIZED (
+  SELECT * FROM {S}.read_page(
+    ARRAY(SELECT k.slot::smallint FROM k WHERE k.i <= $7::integer ORDER BY k.i),
+    ARRAY(SELECT k.txid FROM k WHERE k.i <= $7::integer ORDER BY k.i),
+    ARRAY(SELECT k.pos::bigint FROM k WHERE k.i <= $7::integer ORDER BY k.i),
+    $8::boolean, $9::boolean))
+SELECT p.*, k.slot, k.txid, k.pos, k.hi FROM k LEFT JOIN p ON p.key_index::bigint = k.i
+ORDER BY k.i
 )SQL";
 
 // $1 slots, $2 txids, $3 pos (keys, in page order), $4 failed holds, $5
 // ordered: the events of a page (the log set's read_page(): its columns are
 // the event columns, then txid, the key's index from 1, and whether it is held).
+// A range's later pages, from the keys read with its first.
 constexpr const char* kPageByKeys = R"SQL(
 SELECT * FROM {S}.read_page($1::smallint[], $2::text[], $3::bigint[], $4::boolean, $5::boolean)
 )SQL";
+
+// The columns of kPageByKeys's rows (kRangeAndPage's first ones).
+constexpr int kPageColumns = 14;
 
 // $1 cuts, $2 reader, $3 progress: a page's end, the positions (the common
 // part of the two statements below). When a slot of the page's cuts still has
@@ -784,7 +803,9 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   Status ReadLog(const ClaimOptions& o, int room, ClaimResult* out);
   Status ReadSlots(const ClaimOptions& o, const std::vector<int>& slots, int limit,
                    bool split, ClaimResult* out);
-  Status LoadKeys(const ClaimOptions& o, const std::vector<int>& slots);
+  // Reads the keys of `slots`' ranges into keys_; the result holds the events
+  // of the first `page` keys too (kRangeAndPage).
+  Result<ResultPtr> LoadKeys(const ClaimOptions& o, const std::vector<int>& slots, int page);
   Status TakePage(const PGresult* r, std::int64_t batch_bytes, int* used,
                   ClaimResult* out);
   Result<std::set<int>> EndPage();
@@ -1013,7 +1034,8 @@ Status LogStore::ReadLog(const ClaimOptions& o, int room, ClaimResult* out) {
   return ReadSlots(o, slots, room, /*split=*/false, out);
 }
 
-Status LogStore::LoadKeys(const ClaimOptions& o, const std::vector<int>& slots) {
+Result<ResultPtr> LogStore::LoadKeys(const ClaimOptions& o, const std::vector<int>& slots,
+                                     int page) {
   keys_.clear();
   key_hi_.clear();
   key_slots_ = slots;
@@ -1030,26 +1052,36 @@ Status LogStore::LoadKeys(const ClaimOptions& o, const std::vector<int>& slots) 
   // Enough keys for many pages, never a whole backlog in memory.
   const int cap = std::max(o.batch_size * 32, 10'000);
   auto res = session_->Exec(
-      "read log keys", S(kRangeKeys),
+      "read log keys and page", S(kRangeAndPage),
       {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens)),
        Param::Text(TextArrayLiteral(std::span<const std::string>(los))),
        Param::Text(TextArrayLiteral(std::span<const std::optional<std::string>>(his))),
-       Param::Text(Int64ArrayLiteral(dones)), Param::Text(Text(cap))});
+       Param::Text(Int64ArrayLiteral(dones)), Param::Text(Text(cap)), Param::Text(Text(page)),
+       Param::Text(o.failed_holds_aggregate ? "true" : "false"),
+       Param::Text(o.ordered ? "true" : "false")},
+      {}, /*result_format=*/1);
   if (!res.ok()) return res.status();
   const PGresult* r = res->get();
   const int n = PQntuples(r);
   for (int i = 0; i < n; ++i) {
-    const int slot = static_cast<int>(GetInt64(r, i, 0));
-    keys_.push_back({slot, GetText(r, i, 1), GetInt64(r, i, 2)});
-    key_hi_[slot] = GetText(r, i, 3);
+    const int slot = static_cast<int>(GetInt64(r, i, kPageColumns));
+    keys_.push_back({slot, GetText(r, i, kPageColumns + 1), GetInt64(r, i, kPageColumns + 2)});
+    key_hi_[slot] = GetText(r, i, kPageColumns + 3);
   }
   keys_capped_ = n == cap;
-  return Status::Ok();
+  return res;
 }
 
 Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
                            int limit, bool split, ClaimResult* out) {
-  if (keys_.empty() || key_slots_ != slots) OUTBOX_RETURN_IF_ERROR(LoadKeys(o, slots));
+  // A range read afresh comes with its first page (a slot in a crash loop
+  // decides its page from the keys: none is read with them).
+  ResultPtr first;
+  if (keys_.empty() || key_slots_ != slots) {
+    auto res = LoadKeys(o, slots, split ? 0 : limit);
+    if (!res.ok()) return res.status();
+    if (!split) first = std::move(res).value();
+  }
   const int slot0 = slots.front();
   const int avail = static_cast<int>(keys_.size());
   // The crash loop's check: the event its last holder died with stood alone.
@@ -1076,15 +1108,17 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
   }
   if (split) limit = log::PageLimit(held_[slot0].restarts, o.max_attempts, o.batch_size);
   const int take = std::min(limit, avail);
-  std::vector<std::int64_t> ks, kp;
-  std::vector<std::string> kt;
-  for (int i = 0; i < take; ++i) {
-    ks.push_back(keys_[static_cast<std::size_t>(i)].slot);
-    kt.push_back(keys_[static_cast<std::size_t>(i)].txid);
-    kp.push_back(keys_[static_cast<std::size_t>(i)].pos);
-  }
   int used = take;  // keys the page covers (the bytes bound may stop it early)
-  if (take > 0) {
+  if (first) {
+    OUTBOX_RETURN_IF_ERROR(TakePage(first.get(), o.batch_bytes, &used, out));
+  } else if (take > 0) {
+    std::vector<std::int64_t> ks, kp;
+    std::vector<std::string> kt;
+    for (int i = 0; i < take; ++i) {
+      ks.push_back(keys_[static_cast<std::size_t>(i)].slot);
+      kt.push_back(keys_[static_cast<std::size_t>(i)].txid);
+      kp.push_back(keys_[static_cast<std::size_t>(i)].pos);
+    }
     auto res =
         session_->Exec("read log page", S(kPageByKeys),
                        {Param::Text(Int64ArrayLiteral(ks)),
@@ -1131,10 +1165,12 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
 Status LogStore::TakePage(const PGresult* r, std::int64_t batch_bytes, int* used,
                           ClaimResult* out) {
   std::int64_t bytes = 0;
+  int seen = 0;  // the page's rows so far (a key without an event has none)
   for (int i = 0; i < PQntuples(r); ++i) {
+    if (PQgetisnull(r, i, 0)) continue;  // past the page, or passed over
     const std::int64_t size = PQgetlength(r, i, 5);
     const int key_index = static_cast<int>(GetInt64(r, i, 12));  // from 1
-    if (i > 0 && bytes + size > batch_bytes) {
+    if (seen++ > 0 && bytes + size > batch_bytes) {
       *used = key_index - 1;  // this event and the keys after it wait for the next page
       break;
     }
