@@ -38,6 +38,7 @@ using namespace outbox;
 using namespace outbox::bench;
 
 const std::string kSchema = "bench_cost";  // PostgreSQL schema and MariaDB database
+const std::string kLogSchema = "bench_cost_log";  // a built log-layout schema (--log 1)
 const std::string kPayload(200, 'p');
 const std::string kBusinessRow(200, 'b');
 const std::string kHeaders = R"({"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})";
@@ -157,6 +158,8 @@ void PgSetUp(const std::string& url, const std::string& before_file) {
                       "payload, headers) VALUES ((h & 2147483647) % 16, v_id, enqueue_log.aggregate_type, "
                       "enqueue_log.aggregate_id, enqueue_log.event_type, enqueue_log.payload, enqueue_log.headers); "
                       "event_id := v_id; enqueued := true; RETURN NEXT; END $fn$");
+  // The built log layout (`outboxctl migrate --layout log`): its own enqueue().
+  FillLog(admin, url, kLogSchema, 0, 1, 1, 1);
   PQfinish(admin);
 }
 
@@ -193,6 +196,8 @@ PGconn* PgClient(const std::string& url, bool durable, const std::string& sessio
                 ".uuid_v7(), 'order', $1, 'OrderCreated', $2, $3::jsonb)");
   PgPrepare(c, "enqueue_log",
             "SELECT * FROM " + kSchema + ".enqueue_log('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+  PgPrepare(c, "enqueue_built_log",
+            "SELECT * FROM " + kLogSchema + ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   // The same work as one statement, no PL/pgSQL: the quick check (enqueue_ok,
   // a SQL function the planner inlines; enqueue_refuse raises on a refusal),
   // the aggregate's lock, then the INSERT (its pos taken after the lock).
@@ -233,7 +238,7 @@ double PgRate(const std::string& url, bool durable, int clients, int seconds, in
               const std::string& session, const PgBody& body) {
   PGconn* admin = MustConnect(url);
   MustExec(admin, "TRUNCATE " + kSchema + ".business, " + kSchema + ".outbox, " + kSchema +
-                      ".outbox_hand, " + kSchema + ".log");
+                      ".outbox_hand, " + kSchema + ".log, " + kLogSchema + ".log");
   MustExec(admin, "CHECKPOINT");
   PQfinish(admin);
   return RunClients(clients, seconds, [&](int t, const std::atomic<bool>& stop) {
@@ -526,6 +531,17 @@ int main(int argc, char** argv) {
     cases.push_back(pg_case("+ one statement: enqueue_log()'s check, lock and INSERT, no PL/pgSQL", 1,
                             "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
                               PgRun(c, "log_statement", {a, kPayload, kHeaders}, 1);
+                            }));
+    // The built log schema's own enqueue(), from SQL and from C++.
+    cases.push_back(pg_case("+ `enqueue(...)` in SQL on a built log schema (`migrate --layout log`)", 1,
+                            "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
+                              PgRun(c, "enqueue_built_log", {a, kPayload, kHeaders}, 1);
+                            }));
+    EnqueueOptions lo;
+    lo.schema = kLogSchema;
+    cases.push_back(pg_case("+ C++ `Enqueue` on a built log schema", 1, "+ hand-rolled outbox INSERT",
+                            [lo](PGconn* c, const std::string& a) {
+                              if (!Enqueue(c, MakeEvent(a), lo).ok()) std::exit(1);
                             }));
   }
   if (!f.Str("before").empty() && !log_only) {

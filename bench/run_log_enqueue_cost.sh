@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 42: what the log prototype's enqueue adds to a business transaction,
-# beside today's enqueue() and the hand-rolled outbox INSERT
+# Issue 42: what the log prototype's enqueue, and the built log schema's
+# enqueue(), add to a business transaction, beside today's enqueue() and the
+# hand-rolled outbox INSERT
 # (build/release/bench/enqueue_cost --log 1: the same clients, rounds and
 # medians as run_enqueue_cost.sh, PostgreSQL only). Writes the
 # "log_enqueue_cost" section of docs/benchmarks.md. Uses $OUTBOX_PG_URL if
@@ -36,6 +37,11 @@ The log is bench/log_drain.cc's prototype table: each event one row, one index
 \`enqueue_refuse\`), the aggregate's advisory lock, the slot from the lock's hash (16 slots),
 a UUIDv7 event id, no dedup key (the design keeps dedup keys in a table of their own,
 written only for events that carry one).
+
+The last two cases are the built log layout: a schema made by \`outboxctl migrate --layout
+log\` (its partitioned \`log\` table, one index a partition, dedup keys in their own table),
+written by its own \`enqueue()\` — the same signature, checks, messages and lock as the
+row store's — from SQL, and from C++ \`Enqueue\` (which calls it).
 $out
 MD
 echo "$out"
