@@ -103,19 +103,22 @@ std::int64_t SchemaBytes(PGconn* c, const std::string& schema) {
                               "' AND c.relkind = 'r'").c_str());
 }
 
-// Hands over events until `stop` and then until `produced` were handed over
-// (or 20 s more); pushes each event's enqueue -> hand-over latency (ms).
+// Hands over events until `stop`, and then, once the producers are `done`
+// (their last enqueue counted in `produced`: one may still be committing when
+// `stop` is set), until `produced` were handed over (or 20 s after `stop`);
+// pushes each event's enqueue -> hand-over latency (ms).
 // `round` returns the payloads (enqueue times, µs) of what it handed over.
 // `tick`: a round that handed events over is followed by the next no sooner
 // than `tick` after it started (fewer, larger rounds: fewer position writes).
 void Drain(const std::function<std::vector<std::int64_t>()>& round, const std::atomic<bool>& stop,
-           const std::atomic<long>& produced, std::vector<double>* latencies, std::chrono::milliseconds tick) {
+           const std::atomic<bool>& done, const std::atomic<long>& produced, std::vector<double>* latencies,
+           std::chrono::milliseconds tick) {
   std::chrono::milliseconds idle{2};
   long handed = 0;
   Clock::time_point stopped_at{};
   for (;;) {
     if (stop && stopped_at == Clock::time_point{}) stopped_at = Clock::now();
-    if (stop && (handed >= produced || Clock::now() - stopped_at > std::chrono::seconds(20))) break;
+    if (stop && ((done && handed >= produced) || Clock::now() - stopped_at > std::chrono::seconds(20))) break;
     const auto started = Clock::now();
     const std::vector<std::int64_t> sent_at = round();
     const std::int64_t now = NowUs();
@@ -170,7 +173,7 @@ Outcome RunLoad(const std::string& url, const std::string& schema, const std::st
   }
   const std::int64_t writes_before = RowWrites(admin, schema);
   g_rounds = RoundTimes();
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, done{false};
   std::atomic<long> produced{0};
   std::vector<std::thread> producers;
   constexpr int kProducers = 4;
@@ -199,12 +202,13 @@ Outcome RunLoad(const std::string& url, const std::string& schema, const std::st
   std::vector<double> latencies;
   std::thread drainer([&] {
     PGconn* c = MustConnect(url);
-    Drain([&] { return round(c); }, stop, produced, &latencies, tick);
+    Drain([&] { return round(c); }, stop, done, produced, &latencies, tick);
     PQfinish(c);
   });
   std::this_thread::sleep_for(std::chrono::seconds(seconds));
   stop = true;
   for (auto& t : producers) t.join();
+  done = true;
   drainer.join();
   if (holder != nullptr) {
     MustExec(holder, "COMMIT");
