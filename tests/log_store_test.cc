@@ -994,5 +994,53 @@ TEST_F(LogStoreTest, AFirstPageReadWithItsKeysHandsOutTheEventsAfterOnePassedOve
             "SKIPPED,SENT,SENT");
 }
 
+// The log writes nothing per claim, so a skip cannot see whether a relay's page
+// holds an event: an event with no exception in a slot a live relay leases
+// counts as PROCESSING (as a claimed row does) and is not skipped. One held
+// behind a retry of its aggregate is handed out by no read, and one in a slot
+// nobody leases by no relay: those are skipped.
+TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
+  auto holder = Open();
+  auto other = Open();
+  ClaimOptions o = Opts(1);
+  o.lease = std::chrono::milliseconds(60'000);
+  const std::string a1 = Enqueue(conn_.get(), "a");
+  auto c = holder->Claim(o);
+  ASSERT_TRUE(c.ok() && c->events.size() == 1u);
+  ASSERT_EQ(c->events[0].event_id, a1);  // in flight
+  auto in_flight = other->Skip({a1, "test", "in flight", false});
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status().ToString();
+  EXPECT_EQ(in_flight->was, "PROCESSING");
+  EXPECT_EQ(in_flight->skipped, 0);
+  ASSERT_TRUE(holder->MarkSent(std::vector<Ticket>{c->events[0].ticket}).ok());
+  EXPECT_EQ(Exec(conn_.get(), "SELECT status FROM " + schema_ + ".outbox WHERE event_id = '" + a1 + "'"),
+            "SENT")
+      << "published and acked: the skip changed nothing";
+
+  // Read by no relay: b2 behind b1's retry.
+  const std::string b1 = Enqueue(conn_.get(), "b");
+  const std::string b2 = Enqueue(conn_.get(), "b");
+  auto r = holder->Claim(o);
+  ASSERT_TRUE(r.ok() && r->events.size() == 1u);
+  ASSERT_EQ(r->events[0].event_id, b1);
+  RescheduleItem retry{r->events[0].ticket, std::chrono::milliseconds(60'000), "later", true};
+  ASSERT_TRUE(holder->Reschedule(std::span(&retry, 1)).ok());
+  auto held = other->Skip({b2, "test", "held", false});
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(held->was, "PENDING");
+  EXPECT_EQ(held->skipped, 1);
+
+  // No live lease: the holder stopped and gave its slots back.
+  holder.reset();
+  const std::string d1 = Enqueue(conn_.get(), "d");
+  auto free = other->Skip({d1, "test", "no relay", false});
+  ASSERT_TRUE(free.ok()) << free.status().ToString();
+  EXPECT_EQ(free->was, "PENDING");
+  EXPECT_EQ(free->skipped, 1);
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
+                                  ".outbox"),
+            "SENT,PENDING,SKIPPED,SKIPPED");
+}
+
 }  // namespace
 }  // namespace outbox::testing

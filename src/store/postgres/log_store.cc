@@ -359,16 +359,21 @@ SELECT (SELECT count(*) FROM sel)::text, (SELECT count(*) FROM back)::text,
 
 // $1 event id, $2 by, $3 reason, $4 dry run: an exception (FAILED, or waiting:
 // RETRY or HELD) becomes SKIPPED; an event not read yet gets a SKIPPED copy,
-// which the read then passes over. Rows: was, skipped, released.
+// which the read then passes over. Rows: was, skipped, released. An event with
+// no exception in a slot a live relay leases may be in that relay's page (the
+// log writes nothing per claim): it is PROCESSING, as a claimed row is, and is
+// not skipped — unless an open exception of its aggregate (RETRY or HELD)
+// holds it, as then no read hands it out.
 constexpr const char* kSkip = R"SQL(
 WITH k AS (
   SELECT CASE WHEN $1 ~ '^\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?$'
               THEN $1::uuid END AS id),
 target AS (
-  SELECT l.pos, l.slot, l.txid, l.event_id FROM k JOIN {S}.log l
+  SELECT l.pos, l.slot, l.txid, l.event_id, l.aggregate_type, l.aggregate_id FROM k JOIN {S}.log l
     ON l.pos = {S}.pos_for(k.id) AND l.event_id = k.id
   UNION ALL  -- an exception kept after its partition was rotated away
-  SELECT x.pos, x.slot, NULL::xid8, x.event_id FROM k JOIN {S}.exceptions x
+  SELECT x.pos, x.slot, NULL::xid8, x.event_id, x.aggregate_type, x.aggregate_id
+  FROM k JOIN {S}.exceptions x
     ON x.pos = {S}.pos_for(k.id) AND x.event_id = k.id AND x.log_gone),
 state AS (
   SELECT t.pos, coalesce(CASE WHEN x.status IN ('RETRY', 'HELD') AND x.lease_until > now()
@@ -377,6 +382,14 @@ state AS (
                               ELSE x.status END,
                          CASE WHEN t.txid IS NULL OR {S}.passed(t.txid, t.pos, s.lo, s.hi, s.done_pos)
                               THEN 'SENT'
+                              WHEN EXISTS (SELECT 1 FROM {S}.slots o WHERE o.slot = t.slot
+                                             AND o.owner IS NOT NULL AND o.expires_at > now())
+                                   AND NOT EXISTS (
+                                     SELECT 1 FROM {S}.exceptions y
+                                     WHERE y.aggregate_type = t.aggregate_type
+                                       AND y.aggregate_id = t.aggregate_id AND y.pos < t.pos
+                                       AND y.status IN ('RETRY', 'HELD'))
+                              THEN 'PROCESSING'
                               ELSE 'PENDING' END) AS was,
          x.pos IS NOT NULL AS has_row
   FROM target t JOIN {S}.positions s ON s.slot = t.slot LEFT JOIN {S}.exceptions x ON x.pos = t.pos),
