@@ -3,6 +3,7 @@
 // the shared backoff of a broker outage. Runs under ASan and TSan.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <future>
@@ -321,9 +322,11 @@ TEST(RelayEngine, AfterWorkIsFoundOneWorkerTakesOverThePollingAtPollMin) {
 // the i-th queue made claims only rows whose seq modulo 4 is i.
 class ShareQueue final : public ClaimQueueWrapper {
  public:
-  ShareQueue(std::unique_ptr<ClaimQueue> base, FakeTable& t, int share)
-      : ClaimQueueWrapper(std::move(base)), t_(t), share_(share) {}
+  ShareQueue(std::unique_ptr<ClaimQueue> base, FakeTable& t, int share,
+             std::array<std::atomic<int>, 4>* claims_by_share = nullptr)
+      : ClaimQueueWrapper(std::move(base)), t_(t), share_(share), by_share_(claims_by_share) {}
   Result<ClaimResult> Claim(const ClaimOptions& o) override {
+    if (by_share_ != nullptr) ++(*by_share_)[static_cast<std::size_t>(share_)];
     bool mine = false;
     {
       std::lock_guard<std::mutex> l(t_.mu);
@@ -338,6 +341,7 @@ class ShareQueue final : public ClaimQueueWrapper {
  private:
   FakeTable& t_;
   const int share_;
+  std::array<std::atomic<int>, 4>* by_share_;
 };
 
 // When a worker's claims see only its share, nobody can poll for it: every idle
@@ -363,6 +367,55 @@ TEST(RelayEngine, WorkersWhoseClaimsSeeOnlyTheirShareEachPollForThemselves) {
   for (std::int64_t seq = 1; seq <= 4; ++seq) {
     EXPECT_LE(r.Deliver(seq), 250ms) << "row " << seq << " (share " << seq % 4 << ")";
   }
+}
+
+// A worker polling its own share backs off to poll_max while its share is
+// quiet; when another worker finds work, its next sleep is at most workers x
+// poll_min (Heat), as the relay's events spread over the shares. So while one
+// share has a steady stream, the other workers poll at that cap, not at
+// poll_max, and a row in their share after the stream is found within about it.
+TEST(RelayEngine, AWorkerPollingItsOwnShareIsHeatedByTheOthersFinds) {
+  IdleRelay r(10ms, 0ms, 400ms);
+  std::atomic<int> made{0};
+  std::array<std::atomic<int>, 4> by_share{};
+  r.e.wrap = [&](std::unique_ptr<ClaimQueue> q) -> std::unique_ptr<ClaimQueue> {
+    return std::make_unique<ShareQueue>(std::move(q), r.e.table, made++ % 4, &by_share);
+  };
+  r.relay = r.e.Make([&] {
+    RelayOptions o = Options();
+    o.clock = &r.clock;
+    o.poll_min = 10ms;
+    o.poll_hot = 0ms;
+    o.poll_max = 400ms;
+    return o;
+  }());
+  ASSERT_NO_FATAL_FAILURE(r.Start());
+  r.Pass(3000ms);  // every worker's interval at poll_max
+  auto others = [&] { return by_share[1].load() + by_share[2].load() + by_share[3].load(); };
+  const int quiet_before = others();
+  r.Pass(1200ms);
+  const int quiet = others() - quiet_before;  // about 3 a worker at 400 ms
+  // A stream in share 0: a row every 30 ms for 1.5 s (worker 0 finds each).
+  const int before = others();
+  std::int64_t seq = 0;
+  for (auto t = 0ms; t < 1500ms;) {
+    seq += 4;
+    const auto took = r.Deliver(seq);
+    ASSERT_LT(took, 5000ms) << "row " << seq << " never marked";
+    t += took;
+    if (took < 30ms) {
+      r.Pass(30ms - took);
+      t += 30ms - took;
+    }
+  }
+  const int streamed = others() - before;
+  EXPECT_LE(quiet, 15) << "quiet shares poll at poll_max (400 ms)";
+  // Heated: at most 40 ms a sleep, 31-34 claims a worker in 1.5 s here; at
+  // poll_max about 4 (12 for the three without Heat, checked). Bounds wide
+  // enough for a slow (sanitized) build.
+  EXPECT_GE(streamed, 3 * 10) << "the other workers kept polling at poll_max (" << quiet
+                              << " claims in 1.2 s quiet)";
+  EXPECT_LE(r.Deliver(seq + 1), 200ms) << "a row in share 1 right after the stream";
 }
 
 // For poll_hot after work was found, the poller stays at poll_min; then it
