@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <set>
 #include <span>
@@ -1040,6 +1042,32 @@ TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
   EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
                                   ".outbox"),
             "SENT,PENDING,SKIPPED,SKIPPED");
+}
+
+// A reader is named by the relay id, the pid, a sequence and a random nonce:
+// two relays given the same `relay.id` in containers where both are pid 1
+// must still be two readers (one name would make each take the other's slots
+// for its own). Two processes stand in for them here: their names differ in
+// the nonce, not only in the pid.
+TEST_F(LogStoreTest, ReadersOfTheSameRelayIdInTwoProcessesCarryDifferentNonces) {
+  for (int child = 0; child < 2; ++child) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // the child: its own store and connection, one claim, a clean stop
+      auto s = pg::OpenPostgresLogStore(Options());
+      ClaimOptions o = Opts();
+      o.owner = "twin";
+      const bool ok = s.ok() && (*s)->Claim(o).ok();
+      ::_exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(DISTINCT split_part(split_part(reader, '/', 2), '.', 3)) || '/' || "
+                              "count(*) FILTER (WHERE split_part(split_part(reader, '/', 2), '.', 3) ~ '^[0-9a-f]{8}$') "
+                              "FROM " + schema_ + ".readers WHERE reader LIKE 'twin/%'"),
+            "2/2");
 }
 
 }  // namespace

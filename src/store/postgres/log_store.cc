@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <set>
 #include <span>
 
@@ -519,10 +521,19 @@ std::string SmallintArray(const std::vector<int>& v) {
   return Int64ArrayLiteral(w);
 }
 
+// A store's reader name, unique across processes and hosts: the owner (the
+// relay id) first (operators group by it), then the pid, a per-process
+// sequence and a random nonce drawn for the store. Without the nonce two relays given the same
+// `relay.id` in containers, where both run as pid 1, were one reader: each
+// took the other's slots for its own, and both read them.
 std::string ReaderName(const std::string& owner) {
   static std::atomic<int> next{0};
+  std::random_device rd;  // per store, not per process: a forked child draws its own
+  const auto nonce = static_cast<std::uint32_t>(rd());
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", nonce);
   return (owner.empty() ? std::string("relay") : owner) + "/" +
-         std::to_string(::getpid()) + "." + std::to_string(next.fetch_add(1));
+         std::to_string(::getpid()) + "." + std::to_string(next.fetch_add(1)) + "." + hex;
 }
 
 // A slot this store leases: the lease's token, and its range in flight.
