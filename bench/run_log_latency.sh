@@ -45,8 +45,11 @@ one() {  # rate layout [relay]
 }
 for round in $(seq 1 "$ROUNDS"); do
   for rate in $RATES; do
+    # The base binary runs before this build's log in odd rounds and after it in even
+    # ones, so that neither always comes last.
+    if [ -n "$BASE" ] && [ $((round % 2)) -eq 1 ]; then one "$rate" log-base "$BASE"; fi
     for layout in rows log; do one "$rate" "$layout"; done
-    if [ -n "$BASE" ]; then one "$rate" log-base "$BASE"; fi
+    if [ -n "$BASE" ] && [ $((round % 2)) -eq 0 ]; then one "$rate" log-base "$BASE"; fi
   done
 done
 table="$(awk '
@@ -76,7 +79,7 @@ if [ -n "$BASE" ]; then
       for (i = 1; i <= n; i++) { r = order[i]; b = r " log-base"; c = r " log"
         printf "| %s | %.2f / %.2f | %s | %.2f %% | %.2f / %.2f | %s | %.2f %% | %.2f |\n", r,
           median(h50[b]), median(h99[b]), all99[b], median(w[b]),
-          median(h50[c]), median(h99[c]), all99[c], median(w[c]), median(h99[c]) / median(h99[b]) }
+          median(h50[c]), median(h99[c]), all99[c], median(w[c]), (median(h99[b]) > 0 ? median(h99[c]) / median(h99[b]) : 0) }
     }' "$RAW")"
   base_table="
 The log under $BASE_NAME's \`outbox-relay\` (\`--base-relay\`), in the same rounds, beside this build's:

@@ -8,8 +8,6 @@
 
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <set>
 #include <span>
@@ -998,9 +996,10 @@ TEST_F(LogStoreTest, AFirstPageReadWithItsKeysHandsOutTheEventsAfterOnePassedOve
 
 // The log writes nothing per claim, so a skip cannot see whether a relay's page
 // holds an event: an event with no exception in a slot a live relay leases
-// counts as PROCESSING (as a claimed row does) and is not skipped. One held
-// behind a retry of its aggregate is handed out by no read, and one in a slot
-// nobody leases by no relay: those are skipped.
+// counts as PROCESSING (as a claimed row does) and is not skipped — also one
+// behind a retry of its aggregate, which a relay with relay.ordered off hands
+// out. Once a read holds it (a HELD copy), and in a slot nobody leases, it is
+// skipped.
 TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
   auto holder = Open();
   auto other = Open();
@@ -1019,7 +1018,7 @@ TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
             "SENT")
       << "published and acked: the skip changed nothing";
 
-  // Read by no relay: b2 behind b1's retry.
+  // b2 behind b1's retry: PROCESSING until a read holds it.
   const std::string b1 = Enqueue(conn_.get(), "b");
   const std::string b2 = Enqueue(conn_.get(), "b");
   auto r = holder->Claim(o);
@@ -1027,6 +1026,12 @@ TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
   ASSERT_EQ(r->events[0].event_id, b1);
   RescheduleItem retry{r->events[0].ticket, std::chrono::milliseconds(60'000), "later", true};
   ASSERT_TRUE(holder->Reschedule(std::span(&retry, 1)).ok());
+  auto unread = other->Skip({b2, "test", "not read yet", false});
+  ASSERT_TRUE(unread.ok()) << unread.status().ToString();
+  EXPECT_EQ(unread->was, "PROCESSING");
+  EXPECT_EQ(unread->skipped, 0);
+  auto hold = holder->Claim(o);  // reads b2 and holds it: a HELD copy
+  ASSERT_TRUE(hold.ok() && hold->events.empty());
   auto held = other->Skip({b2, "test", "held", false});
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   EXPECT_EQ(held->was, "PENDING");
@@ -1044,29 +1049,21 @@ TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
             "SENT,PENDING,SKIPPED,SKIPPED");
 }
 
-// A reader is named by the relay id, the pid, a sequence and a random nonce:
-// two relays given the same `relay.id` in containers where both are pid 1
-// must still be two readers (one name would make each take the other's slots
-// for its own). Two processes stand in for them here: their names differ in
-// the nonce, not only in the pid.
-TEST_F(LogStoreTest, ReadersOfTheSameRelayIdInTwoProcessesCarryDifferentNonces) {
-  for (int child = 0; child < 2; ++child) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {  // the child: its own store and connection, one claim, a clean stop
-      auto s = pg::OpenPostgresLogStore(Options());
-      ClaimOptions o = Opts();
-      o.owner = "twin";
-      const bool ok = s.ok() && (*s)->Claim(o).ok();
-      ::_exit(ok ? 0 : 1);
-    }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
-  EXPECT_EQ(Exec(conn_.get(), "SELECT count(DISTINCT split_part(split_part(reader, '/', 2), '.', 3)) || '/' || "
-                              "count(*) FILTER (WHERE split_part(split_part(reader, '/', 2), '.', 3) ~ '^[0-9a-f]{8}$') "
-                              "FROM " + schema_ + ".readers WHERE reader LIKE 'twin/%'"),
+// A reader is named by the relay id, the pid, a sequence and a random nonce
+// drawn for each store: two relays given the same `relay.id` in containers
+// where both are pid 1 (and so the same sequence too) must still be two
+// readers — one name would make each take the other's slots for its own.
+TEST_F(LogStoreTest, ReadersOfTheSameRelayIdCarryDifferentNonces) {
+  auto a = Open();
+  auto b = Open();
+  ClaimOptions o = Opts();
+  o.owner = "twin";
+  ASSERT_TRUE(a->Claim(o).ok());
+  ASSERT_TRUE(b->Claim(o).ok());
+  const std::string nonce = "split_part(split_part(reader, '/', 2), '.', 3)";
+  EXPECT_EQ(Exec(conn_.get(), "SELECT count(DISTINCT " + nonce + ") || '/' || count(*) FILTER (WHERE " +
+                                  nonce + " ~ '^[0-9a-f]{8}$') FROM " + schema_ +
+                                  ".readers WHERE reader LIKE 'twin/%'"),
             "2/2");
 }
 

@@ -363,20 +363,24 @@ SELECT (SELECT count(*) FROM sel)::text, (SELECT count(*) FROM back)::text,
 // RETRY or HELD) becomes SKIPPED; an event not read yet gets a SKIPPED copy,
 // which the read then passes over. Rows: was, skipped, released. An event with
 // no exception in a slot a live relay leases may be in that relay's page (the
-// log writes nothing per claim): it is PROCESSING, as a claimed row is, and is
-// not skipped — unless an open exception of its aggregate (RETRY or HELD)
-// holds it, as then no read hands it out.
+// log writes nothing per claim; a relay with relay.ordered off hands out even
+// an event behind an open exception of its aggregate): it is PROCESSING, as a
+// claimed row is, and is not skipped. The slot's row is share-locked until the
+// skip commits, so no relay takes a free slot meanwhile (a lease's take skips
+// locked slots): the first read after it sees the SKIPPED copy.
 constexpr const char* kSkip = R"SQL(
 WITH k AS (
   SELECT CASE WHEN $1 ~ '^\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?$'
               THEN $1::uuid END AS id),
 target AS (
-  SELECT l.pos, l.slot, l.txid, l.event_id, l.aggregate_type, l.aggregate_id FROM k JOIN {S}.log l
+  SELECT l.pos, l.slot, l.txid, l.event_id FROM k JOIN {S}.log l
     ON l.pos = {S}.pos_for(k.id) AND l.event_id = k.id
   UNION ALL  -- an exception kept after its partition was rotated away
-  SELECT x.pos, x.slot, NULL::xid8, x.event_id, x.aggregate_type, x.aggregate_id
-  FROM k JOIN {S}.exceptions x
+  SELECT x.pos, x.slot, NULL::xid8, x.event_id FROM k JOIN {S}.exceptions x
     ON x.pos = {S}.pos_for(k.id) AND x.event_id = k.id AND x.log_gone),
+lease AS MATERIALIZED (
+  SELECT o.slot, o.owner IS NOT NULL AND o.expires_at > now() AS live FROM {S}.slots o
+  WHERE o.slot IN (SELECT slot FROM target) FOR SHARE),
 state AS (
   SELECT t.pos, coalesce(CASE WHEN x.status IN ('RETRY', 'HELD') AND x.lease_until > now()
                               THEN 'PROCESSING'
@@ -384,13 +388,7 @@ state AS (
                               ELSE x.status END,
                          CASE WHEN t.txid IS NULL OR {S}.passed(t.txid, t.pos, s.lo, s.hi, s.done_pos)
                               THEN 'SENT'
-                              WHEN EXISTS (SELECT 1 FROM {S}.slots o WHERE o.slot = t.slot
-                                             AND o.owner IS NOT NULL AND o.expires_at > now())
-                                   AND NOT EXISTS (
-                                     SELECT 1 FROM {S}.exceptions y
-                                     WHERE y.aggregate_type = t.aggregate_type
-                                       AND y.aggregate_id = t.aggregate_id AND y.pos < t.pos
-                                       AND y.status IN ('RETRY', 'HELD'))
+                              WHEN (SELECT live FROM lease WHERE lease.slot = t.slot)
                               THEN 'PROCESSING'
                               ELSE 'PENDING' END) AS was,
          x.pos IS NOT NULL AS has_row
@@ -528,8 +526,16 @@ std::string SmallintArray(const std::vector<int>& v) {
 // took the other's slots for its own, and both read them.
 std::string ReaderName(const std::string& owner) {
   static std::atomic<int> next{0};
-  std::random_device rd;  // per store, not per process: a forked child draws its own
-  const auto nonce = static_cast<std::uint32_t>(rd());
+  // Per store, not per process: a forked child draws its own.
+  std::uint32_t nonce = 0;
+  try {
+    std::random_device rd;
+    nonce = static_cast<std::uint32_t>(rd());
+  } catch (const std::exception&) {  // no entropy source: the clock and an address
+    const auto ticks = static_cast<std::uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    nonce = static_cast<std::uint32_t>(ticks ^ reinterpret_cast<std::uintptr_t>(&next));
+  }
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08x", nonce);
   return (owner.empty() ? std::string("relay") : owner) + "/" +
