@@ -1067,5 +1067,35 @@ TEST_F(LogStoreTest, ReadersOfTheSameRelayIdCarryDifferentNonces) {
             "2/2");
 }
 
+// The gauges count a retried event claimed again (its exception under a lease)
+// as processing, as the view shows it, not as pending; a page of the log's own
+// events stays pending (nothing is written per claim).
+TEST_F(LogStoreTest, StatsCountAnExceptionInFlightAsProcessing) {
+  Shape(/*slots=*/1);
+  Enqueue(conn_.get(), "a");
+  Enqueue(conn_.get(), "b");
+  auto s = Open();
+  auto page = s->Claim(Opts(1));
+  ASSERT_TRUE(page.ok() && page->events.size() == 1u);
+  RescheduleItem retry{page->events[0].ticket, std::chrono::milliseconds(0), "again", true};
+  ASSERT_TRUE(s->Reschedule(std::span(&retry, 1)).ok());
+  auto again = s->Claim(Opts(1));  // the retry, due at once, under a lease
+  ASSERT_TRUE(again.ok() && again->events.size() == 1u);
+  ASSERT_EQ(again->events[0].event_id, page->events[0].event_id);
+  auto other = Open();
+  auto st = other->Stats();
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->processing, 1);
+  EXPECT_EQ(st->pending, 1);  // b
+  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
+                                  ".outbox"),
+            "PROCESSING,PENDING");
+  ASSERT_TRUE(s->MarkSent(std::vector<Ticket>{again->events[0].ticket}).ok());
+  st = other->Stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->processing, 0);
+  EXPECT_EQ(st->pending, 1);
+}
+
 }  // namespace
 }  // namespace outbox::testing

@@ -314,9 +314,14 @@ unsent AS (
       AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)) l)
 )SQL";
 
+// The gauges' counts. Processing: the exceptions a relay has in flight (a retry
+// or a held event claimed again, under its lease), as the view shows them; an
+// event in a page of the log is pending (nothing is written per claim).
 const std::string kStats = std::string("WITH ") + kUnsent + R"SQL(,
-open AS (SELECT created_at FROM {S}.exceptions WHERE status IN ('RETRY', 'HELD'))
-SELECT ((SELECT count(*) FROM unsent) + (SELECT count(*) FROM open))::text, '0',
+open AS (SELECT created_at, coalesce(lease_until > now(), false) AS busy FROM {S}.exceptions
+         WHERE status IN ('RETRY', 'HELD'))
+SELECT ((SELECT count(*) FROM unsent) + (SELECT count(*) FROM open WHERE NOT busy))::text,
+  (SELECT count(*) FROM open WHERE busy)::text,
   (SELECT count(*) FROM {S}.exceptions WHERE status = 'FAILED')::text,
   (SELECT count(*) FROM {S}.exceptions WHERE status = 'SKIPPED')::text,
   coalesce(greatest(0, extract(epoch FROM now() - least((SELECT min(created_at) FROM unsent),
@@ -521,9 +526,9 @@ std::string SmallintArray(const std::vector<int>& v) {
 
 // A store's reader name, unique across processes and hosts: the owner (the
 // relay id) first (operators group by it), then the pid, a per-process
-// sequence and a random nonce drawn for the store. Without the nonce two relays given the same
-// `relay.id` in containers, where both run as pid 1, were one reader: each
-// took the other's slots for its own, and both read them.
+// sequence and a random nonce drawn for the store. Without the nonce two
+// relays given the same `relay.id` in containers, where both run as pid 1,
+// were one reader: each took the other's slots for its own, and both read them.
 std::string ReaderName(const std::string& owner) {
   static std::atomic<int> next{0};
   // Per store, not per process: a forked child draws its own.
