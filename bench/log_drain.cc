@@ -38,9 +38,15 @@
 //                    table with only a primary key, published, no bookkeeping
 //   bare DELETE      DELETE ... RETURNING of the outbox's rows (the ceiling
 //                    of the earlier issues), no broker
+// --store 1: the built log store instead of the prototype's variants.
+// --store 2: the read in pos order (DrainLogByPos: a page one statement from
+//   an index on (pos, slot)), alone, with the broker and with 4 workers,
+//   beside the built store, the floor and the bare DELETE.
+// --only N: just the N-th method of the mode (from 0), to profile it alone.
 //
 //   log_drain --db URL --mock BIN [--rows 100000] [--batch 500] [--runs 3]
 //             [--slots 16] [--aggregates 1000] [--payload 200] [--per-tx 10]
+//             [--store 0|1|2] [--only N]
 #include <algorithm>
 #include <atomic>
 #include <future>
@@ -107,7 +113,8 @@ void MakeLog(PGconn* c, int rows, int slots, int aggregates, int payload, int pe
                   "created_at timestamptz NOT NULL DEFAULT now())");
   MustExec(c, "CREATE INDEX log_read ON " + s + ".log (slot, txid, pos)");
   MustExec(c, "CREATE TABLE " + s + ".slot (slot int PRIMARY KEY, token bigint NOT NULL, lo pg_snapshot NOT NULL, "
-                  "hi pg_snapshot, done_pos bigint NOT NULL DEFAULT 0) WITH (fillfactor = 20)");
+                  "hi pg_snapshot, done_pos bigint NOT NULL DEFAULT 0, lo_pos bigint NOT NULL DEFAULT 0, hi_lo_pos bigint, "
+                  "hi_pos bigint) WITH (fillfactor = 20)");
   MustExec(c, "INSERT INTO " + s + ".slot (slot, token, lo) SELECT g, 1, '1:1:' FROM generate_series(0, " +
                   std::to_string(slots - 1) + ") g");
   // `per_tx` events a transaction, as producers write them (each its own xid).
@@ -333,17 +340,113 @@ double DrainLogCursor(const std::string& url, int batch, long rows, const Publis
   return static_cast<double>(sent) / secs;
 }
 
+// The read proposed after step 4 (docs/benchmarks.md, "The outbox as a log: a
+// read in pos order"): a range is read in pos order straight from an index on
+// (pos, slot), a page one statement, so a page reads what it returns instead
+// of its range's keys and then a probe per key. What makes the pos bound
+// safe: each range's snapshot is taken between two reads of the pos sequence,
+// lo_pos (before) and hi_pos (after); an event of a transaction that began
+// after lo has pos > lo_pos (the build assigns the xid before drawing pos), and
+// an event visible in hi has pos <= hi_pos. The events of the transactions lo
+// saw running that drew pos before lo (pos <= lo_pos) are looked up by txid
+// (here the (slot, txid, pos) index; in the build a BRIN on txid). Rows of
+// slots another worker owns are read and dropped by the scan.
+double DrainLogByPos(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
+                     Share share = {}) {
+  PGconn* c = MustConnect(url);
+  std::atomic<long> mine{0};
+  std::atomic<long>* sent_all = share.sent_all != nullptr ? share.sent_all : &mine;
+  const std::string s = kLog;
+  const std::string owned = "s.token = 1 AND s.slot % " + std::to_string(share.workers) + " = " +
+                            std::to_string(share.worker);
+  // The owned slots' ranges as arrays indexed by slot + 1 (NULL: not owned),
+  // read once a statement (InitPlans: the index's bounds, and the scan stays
+  // in pos order; a join would lose the order and sort the whole range).
+  const std::string r =
+      "WITH r AS MATERIALIZED (SELECT array_agg(CASE WHEN " + owned + " THEN s.lo END ORDER BY s.slot) AS los, "
+      "array_agg(CASE WHEN " + owned + " THEN s.hi END ORDER BY s.slot) AS his, "
+      "array_agg(CASE WHEN " + owned + " THEN greatest(s.lo_pos, s.done_pos) END ORDER BY s.slot) AS froms, "
+      "min(greatest(s.lo_pos, s.done_pos)) FILTER (WHERE " + owned + ") AS low, "
+      "max(s.hi_pos) FILTER (WHERE " + owned + ") AS high FROM " + s + ".slot s) ";
+  // Each branch ordered and limited on its own, so the scan of the first stops
+  // at a page.
+  const std::string limit = " ORDER BY l.pos LIMIT " + std::to_string(batch);
+  const std::string page_sql =
+      r + "(SELECT " + std::string(kCols) + ", l.slot, l.pos FROM " + s + ".log l "
+      "WHERE l.pos > (SELECT low FROM r) AND l.pos <= (SELECT high FROM r) "
+      "AND l.pos > (SELECT froms FROM r)[l.slot + 1] "
+      "AND pg_visible_in_snapshot(l.txid, (SELECT his FROM r)[l.slot + 1]) "
+      "AND NOT pg_visible_in_snapshot(l.txid, (SELECT los FROM r)[l.slot + 1])" +
+      limit + ") UNION ALL (" +
+      "SELECT " + std::string(kCols) + ", l.slot, l.pos FROM " + s + ".slot s CROSS JOIN LATERAL ("
+      "SELECT * FROM " + s + ".log l WHERE l.slot = s.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo))) "
+      "AND l.pos <= s.lo_pos AND l.pos > s.done_pos AND pg_visible_in_snapshot(l.txid, s.hi)) l "
+      "WHERE " + owned + limit + ") ORDER BY 8 LIMIT " + std::to_string(batch);
+  const std::string advance_pos = "UPDATE " + s + ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
+                                  "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1";
+  const std::string pos_now = "SELECT last_value FROM " + s + ".pos_seq";
+  const std::string next_range = "UPDATE " + s + ".slot s SET lo = coalesce(hi, lo), lo_pos = coalesce(hi_lo_pos, lo_pos), "
+                                 "hi = pg_current_snapshot(), hi_lo_pos = $1::bigint, hi_pos = (" + pos_now +
+                                 "), done_pos = 0 WHERE " + owned;
+  auto new_range = [&] {
+    auto before = MustQuery(c, pos_now, {});
+    auto u = MustQuery(c, next_range, {before->str(0, 0)});
+    return std::atol(PQcmdTuples(u->r));
+  };
+  MustExec(c, "SET enable_bitmapscan = off");  // the build sets it on its read function
+  auto t0 = std::chrono::steady_clock::now();
+  new_range();
+  long sent = 0;
+  for (;;) {
+    auto page = MustQuery(c, page_sql, {});
+    const int n = page->n();
+    if (n == 0) {
+      if (sent_all->load() >= rows) break;
+      stats->position_writes += new_range();  // the range is done
+      continue;
+    }
+    std::vector<ClaimedEvent> events;
+    events.reserve(static_cast<std::size_t>(n));
+    std::map<std::string, std::string> last;  // slot -> last pos of the page
+    for (int i = 0; i < n; ++i) {
+      events.push_back(FromRow(*page, i, 0));
+      last[page->str(i, 6)] = page->str(i, 7);
+    }
+    if (publish) publish(events);
+    std::vector<std::string> sl, ps;
+    for (const auto& [slot, pos] : last) sl.push_back(slot), ps.push_back(pos);
+    auto u = MustQuery(c, advance_pos, {PgArray(sl), PgArray(ps)});
+    stats->position_writes += std::atol(PQcmdTuples(u->r));
+    ++stats->pages;
+    sent += n;
+    sent_all->fetch_add(n);
+  }
+  const double secs = SecondsSince(t0);
+  PQfinish(c);
+  stats->events += sent;
+  if (share.sent_all == nullptr && sent != rows) {
+    std::fprintf(stderr, "log drain (pos order): %ld of %ld events\n", sent, rows);
+    std::exit(1);
+  }
+  return static_cast<double>(sent) / secs;
+}
+
 // The log drained by `workers` sessions at once, each with its own slots and
 // the one shared producer, as the relay's workers run. Events/s of the whole.
 double DrainLogWorkers(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
-                       int workers) {
+                       int workers, bool by_pos = false) {
   std::atomic<long> sent_all{0};
   std::vector<LogStats> each(static_cast<std::size_t>(workers));
   std::vector<std::thread> threads;
   auto t0 = std::chrono::steady_clock::now();
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
-      DrainLog(url, batch, rows, publish, &each[static_cast<std::size_t>(w)], false, {w, workers, &sent_all});
+      auto& mine = each[static_cast<std::size_t>(w)];
+      if (by_pos) {
+        DrainLogByPos(url, batch, rows, publish, &mine, {w, workers, &sent_all});
+      } else {
+        DrainLog(url, batch, rows, publish, &mine, false, {w, workers, &sent_all});
+      }
     });
   }
   for (auto& t : threads) t.join();
@@ -469,7 +572,7 @@ double DrainLogStore(PGconn* admin, const std::string& url, int batch, long rows
 int main(int argc, char** argv) {
   Flags f(argc, argv,
           {{"db", DefaultDb()}, {"mock", ""}, {"rows", "100000"}, {"batch", "500"}, {"runs", "3"},
-           {"slots", "16"}, {"aggregates", "1000"}, {"payload", "200"}, {"per-tx", "10"}, {"store", "0"}});
+           {"slots", "16"}, {"aggregates", "1000"}, {"payload", "200"}, {"per-tx", "10"}, {"store", "0"}, {"only", "-1"}});
   const std::string url = f.Str("db");
   if (url.empty() || f.Str("mock").empty()) {
     std::fprintf(stderr, "log_drain: --db URL (or OUTBOX_PG_URL) and --mock BIN required\n");
@@ -553,15 +656,66 @@ int main(int argc, char** argv) {
          [&] { fill_today(); return DrainCeiling(admin, kToday, batch, rows); }, {}},
     };
   }
+  // --store 2: the read in pos order proposed after step 4, beside the built
+  // store, the floor and the bare DELETE (the index it reads is added after the
+  // fill, untimed, so the other methods' plans are not changed).
+  LogStats pos_bare, pos_broker, pos_four;
+  if (f.Int("store") == 2) {
+    auto fill_store = [&] { FillLog(admin, url, kStore, rows, aggregates, payload, f.Int("per-tx")); };
+    auto fill_pos = [&] {
+      fill_log();
+      MustExec(admin, "CREATE INDEX log_pos_slot ON " + kLog + ".log (pos, slot)");
+      MustExec(admin, "VACUUM ANALYZE " + kLog + ".log");
+    };
+    methods = {
+        {"log store+broker: the built store's Claim + Publish (mock Kafka) + MarkSent",
+         [&] { fill_store(); return DrainLogStore(admin, url, batch, rows, publish, &store_broker); }, {}},
+        {"pos order: a page read from the (pos, slot) index + position update, no broker",
+         [&] { fill_pos(); return DrainLogByPos(url, batch, rows, nullptr, &pos_bare); }, {}},
+        {"pos order+broker: the same + Publish (mock Kafka)",
+         [&] { fill_pos(); return DrainLogByPos(url, batch, rows, publish, &pos_broker); }, {}},
+        {"pos order+broker, 4 workers: four sessions, each its quarter of the slots, one producer",
+         [&] { fill_pos(); return DrainLogWorkers(url, batch, rows, publish, &pos_four, 4, true); }, {}},
+        {"pipeline floor: keyset read of a primary-key-only copy + Publish, no bookkeeping",
+         [&] { fill_log(); return DrainFloor(url, batch, rows, publish); }, {}},
+        {"bare DELETE ... RETURNING of the outbox's rows, no broker",
+         [&] { fill_today(); return DrainCeiling(admin, kToday, batch, rows); }, {}},
+    };
+  }
   for (int run = 0; run < runs; ++run) {
     // Alternate the order so no method always runs first (or last).
     std::vector<Method*> order;
-    for (auto& m : methods) order.push_back(&m);
+    for (auto& m : methods) {
+      // --only N: just the N-th method (from 0), to profile it alone.
+      if (f.Int("only") < 0 || &m - methods.data() == f.Int("only")) order.push_back(&m);
+    }
     if (run % 2 == 1) std::reverse(order.begin(), order.end());
     for (Method* m : order) {
       m->rates.push_back(m->run());
       std::fprintf(stderr, "run %d: %s %.0f\n", run + 1, m->name.c_str(), m->rates.back());
     }
+  }
+  if (f.Int("only") >= 0) return 0;  // one method: no table to print
+  if (f.Int("store") == 2) {
+    const double built = Median(methods[0].rates), floor = Median(methods[4].rates),
+                 bare_delete = Median(methods[5].rates);
+    std::printf("| method (one session unless named) | median events/s | runs | / built store | / floor | "
+                "/ bare DELETE |\n|---|---|---|---|---|---|\n");
+    for (const auto& m : methods) {
+      std::printf("| %s | %.0f | %s | %.2f | %.2f | %.2f |\n", m.name.c_str(), Median(m.rates),
+                  JoinRates(m.rates, " ").c_str(), Median(m.rates) / built, Median(m.rates) / floor,
+                  Median(m.rates) / bare_delete);
+    }
+    std::printf("\nPosition writes (slot rows updated) per event, pos order: %.4f without the broker, %.4f "
+                "with it, %.4f with 4 workers.\n",
+                static_cast<double>(pos_bare.position_writes) / static_cast<double>(pos_bare.events),
+                static_cast<double>(pos_broker.position_writes) / static_cast<double>(pos_broker.events),
+                static_cast<double>(pos_four.position_writes) / static_cast<double>(pos_four.events));
+    MustExec(admin, "DROP SCHEMA IF EXISTS " + kStore + " CASCADE");
+    MustExec(admin, "DROP SCHEMA IF EXISTS " + kLog + " CASCADE");
+    MustExec(admin, "DROP SCHEMA " + kToday + " CASCADE");
+    PQfinish(admin);
+    return 0;
   }
   const double claim_mark = Median(methods[0].rates),
                floor = Median(methods[f.Int("store") == 1 ? 4 : 9].rates);
