@@ -39,6 +39,10 @@ using namespace outbox::bench;
 
 const std::string kSchema = "bench_cost";  // PostgreSQL schema and MariaDB database
 const std::string kLogSchema = "bench_cost_log";  // a built log-layout schema (--log 1)
+// The same, with the indexes the read in pos order would need (docs/design.md,
+// "Next: the read in pos order"): a btree on (pos, slot) in place of
+// (slot, txid, pos), and a BRIN on txid beside the one on pos.
+const std::string kLogPosSchema = "bench_cost_logpos";
 const std::string kPayload(200, 'p');
 const std::string kBusinessRow(200, 'b');
 const std::string kHeaders = R"({"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})";
@@ -160,6 +164,10 @@ void PgSetUp(const std::string& url, const std::string& before_file) {
                       "event_id := v_id; enqueued := true; RETURN NEXT; END $fn$");
   // The built log layout (`outboxctl migrate --layout log`): its own enqueue().
   FillLog(admin, url, kLogSchema, 0, 1, 1, 1);
+  FillLog(admin, url, kLogPosSchema, 0, 1, 1, 1);
+  MustExec(admin, "DROP INDEX " + kLogPosSchema + ".log_read");
+  MustExec(admin, "CREATE INDEX log_pos_slot ON " + kLogPosSchema + ".log (pos, slot)");
+  MustExec(admin, "CREATE INDEX log_txid_brin ON " + kLogPosSchema + ".log USING brin (txid)");
   PQfinish(admin);
 }
 
@@ -198,6 +206,8 @@ PGconn* PgClient(const std::string& url, bool durable, const std::string& sessio
             "SELECT * FROM " + kSchema + ".enqueue_log('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   PgPrepare(c, "enqueue_built_log",
             "SELECT * FROM " + kLogSchema + ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+  PgPrepare(c, "enqueue_pos_log",
+            "SELECT * FROM " + kLogPosSchema + ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   // The same work as one statement, no PL/pgSQL: the quick check (enqueue_ok,
   // a SQL function the planner inlines; enqueue_refuse raises on a refusal),
   // the aggregate's lock, then the INSERT (its pos taken after the lock).
@@ -238,7 +248,7 @@ double PgRate(const std::string& url, bool durable, int clients, int seconds, in
               const std::string& session, const PgBody& body) {
   PGconn* admin = MustConnect(url);
   MustExec(admin, "TRUNCATE " + kSchema + ".business, " + kSchema + ".outbox, " + kSchema +
-                      ".outbox_hand, " + kSchema + ".log, " + kLogSchema + ".log");
+                      ".outbox_hand, " + kSchema + ".log, " + kLogSchema + ".log, " + kLogPosSchema + ".log");
   MustExec(admin, "CHECKPOINT");
   PQfinish(admin);
   return RunClients(clients, seconds, [&](int t, const std::atomic<bool>& stop) {
@@ -536,6 +546,10 @@ int main(int argc, char** argv) {
     cases.push_back(pg_case("+ `enqueue(...)` in SQL on a built log schema (`migrate --layout log`)", 1,
                             "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
                               PgRun(c, "enqueue_built_log", {a, kPayload, kHeaders}, 1);
+                            }));
+    cases.push_back(pg_case("+ `enqueue(...)` in SQL on a built log schema with the pos-order read's indexes", 1,
+                            "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
+                              PgRun(c, "enqueue_pos_log", {a, kPayload, kHeaders}, 1);
                             }));
     EnqueueOptions lo;
     lo.schema = kLogSchema;
