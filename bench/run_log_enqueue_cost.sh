@@ -41,10 +41,9 @@ written only for events that carry one).
 The last three cases are the built log layout: a schema made by \`outboxctl migrate --layout
 log\` (its partitioned \`log\` table, one index a partition, dedup keys in their own table),
 written by its own \`enqueue()\` — the same signature, checks, messages and lock as the
-row store's — from SQL; the same with the indexes the read in pos order would need (the
-btree \`(pos, slot)\` in place of \`(slot, txid, pos)\`, a BRIN on \`txid\` added: docs/design.md,
-"Next: the read in pos order"; its \`enqueue()\` unchanged); and from C++ \`Enqueue\` (which
-calls it).
+row store's — from SQL; the same with the index the read in pos order would need (the
+btree \`(pos, slot)\` in place of \`(slot, txid, pos)\`: docs/design.md, "Next: the read in
+pos order"; its \`enqueue()\` unchanged); and from C++ \`Enqueue\` (which calls it).
 $out
 MD
 echo "$out"
