@@ -50,7 +50,9 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <span>
 #include <thread>
 
@@ -114,7 +116,7 @@ void MakeLog(PGconn* c, int rows, int slots, int aggregates, int payload, int pe
   MustExec(c, "CREATE INDEX log_read ON " + s + ".log (slot, txid, pos)");
   MustExec(c, "CREATE TABLE " + s + ".slot (slot int PRIMARY KEY, token bigint NOT NULL, lo pg_snapshot NOT NULL, "
                   "hi pg_snapshot, done_pos bigint NOT NULL DEFAULT 0, lo_pos bigint NOT NULL DEFAULT 0, hi_lo_pos bigint, "
-                  "hi_pos bigint) WITH (fillfactor = 20)");
+                  "hi_pos bigint, lo_bounds jsonb NOT NULL DEFAULT '{}', hi_bounds jsonb) WITH (fillfactor = 20)");
   MustExec(c, "INSERT INTO " + s + ".slot (slot, token, lo) SELECT g, 1, '1:1:' FROM generate_series(0, " +
                   std::to_string(slots - 1) + ") g");
   // `per_tx` events a transaction, as producers write them (each its own xid).
@@ -157,6 +159,7 @@ struct LogStats {
   long events = 0;
   long position_writes = 0;  // slot rows updated
   long pages = 0;
+  long stragglers = 0;  // pos order: events read by the stragglers' branch
 };
 
 // Drains the prototype's log from one session: every slot owned (token 1).
@@ -168,6 +171,11 @@ struct Share {
   int worker = 0;
   int workers = 1;
   std::atomic<long>* sent_all = nullptr;
+  // Set: the drain ends when sent_all reaches it (producers still writing
+  // until then: --live), instead of at `rows`.
+  const std::atomic<long>* target = nullptr;
+  bool stragglers = true;  // pos order: false drops the stragglers' branch (--live's control)
+  bool running = true;     // pos order: false leaves pg_locks out of the bounds (--live's second control)
 };
 
 double DrainLog(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
@@ -340,17 +348,20 @@ double DrainLogCursor(const std::string& url, int batch, long rows, const Publis
   return static_cast<double>(sent) / secs;
 }
 
-// The read proposed after step 4 (docs/benchmarks.md, "The outbox as a log: a
-// read in pos order"): a range is read in pos order straight from an index on
-// (pos, slot), a page one statement, so a page reads what it returns instead
-// of its range's keys and then a probe per key. What makes the pos bound
-// safe: each range's snapshot is taken between two reads of the pos sequence,
-// lo_pos (before) and hi_pos (after); an event of a transaction that began
-// after lo has pos > lo_pos (the build assigns the xid before drawing pos), and
-// an event visible in hi has pos <= hi_pos. The events of the transactions lo
-// saw running that drew pos before lo (pos <= lo_pos) are looked up by txid
-// (here the (slot, txid, pos) index; in the build a BRIN on txid). Rows of
-// slots another worker owns are read and dropped by the scan.
+// The read proposed after step 4 (docs/design.md, "Next: the read in pos
+// order"): a range is read in pos order straight from an index on (pos, slot),
+// a page one statement, so a page reads what it returns instead of its
+// range's keys and then a probe per key. What makes the pos bound safe: each
+// range's snapshot is taken between two reads of the pos sequence, lo_pos
+// (before) and hi_pos (after); an event of a transaction whose xid came after
+// lo has pos > lo_pos (its producer assigns the xid before drawing pos), and
+// an event visible in hi has pos <= hi_pos. The stragglers — transactions
+// running when lo was taken, ended by hi, whose events drew pos before lo —
+// are read from the same index over (bound, lo_pos], each with the bound the
+// slot keeps for it (lo_bounds: every transaction that may have been running
+// at lo, from lo's xip and from pg_locks, with the lo_pos of the range before
+// the first that saw it). Rows of slots another worker owns are read and
+// dropped by the scan.
 double DrainLogByPos(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
                      Share share = {}) {
   PGconn* c = MustConnect(url);
@@ -369,29 +380,55 @@ double DrainLogByPos(const std::string& url, int batch, long rows, const Publish
       "min(greatest(s.lo_pos, s.done_pos)) FILTER (WHERE " + owned + ") AS low, "
       "max(s.hi_pos) FILTER (WHERE " + owned + ") AS high FROM " + s + ".slot s) ";
   // Each branch ordered and limited on its own, so the scan of the first stops
-  // at a page.
+  // at a page. The last column tells the branch.
   const std::string limit = " ORDER BY l.pos LIMIT " + std::to_string(batch);
-  const std::string page_sql =
-      r + "(SELECT " + std::string(kCols) + ", l.slot, l.pos FROM " + s + ".log l "
+  std::string page_sql =
+      r + "(SELECT " + std::string(kCols) + ", l.slot, l.pos, 'p' FROM " + s + ".log l "
       "WHERE l.pos > (SELECT low FROM r) AND l.pos <= (SELECT high FROM r) "
       "AND l.pos > (SELECT froms FROM r)[l.slot + 1] "
       "AND pg_visible_in_snapshot(l.txid, (SELECT his FROM r)[l.slot + 1]) "
-      "AND NOT pg_visible_in_snapshot(l.txid, (SELECT los FROM r)[l.slot + 1])" +
-      limit + ") UNION ALL (" +
-      "SELECT " + std::string(kCols) + ", l.slot, l.pos FROM " + s + ".slot s CROSS JOIN LATERAL ("
-      "SELECT * FROM " + s + ".log l WHERE l.slot = s.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo))) "
-      "AND l.pos <= s.lo_pos AND l.pos > s.done_pos AND pg_visible_in_snapshot(l.txid, s.hi)) l "
-      "WHERE " + owned + limit + ") ORDER BY 8 LIMIT " + std::to_string(batch);
+      "AND NOT pg_visible_in_snapshot(l.txid, (SELECT los FROM r)[l.slot + 1])" + limit + ")";
+  if (share.stragglers) {
+    page_sql += " UNION ALL (SELECT " + std::string(kCols) + ", l.slot, l.pos, 's' FROM " + s + ".slot s "
+                "CROSS JOIN LATERAL (SELECT b.key::xid8 AS txid, b.value::bigint AS bound "
+                "FROM jsonb_each_text(s.lo_bounds) b WHERE pg_visible_in_snapshot(b.key::xid8, s.hi)) x "
+                "CROSS JOIN LATERAL (SELECT * FROM " + s + ".log l WHERE l.pos > greatest(x.bound, s.done_pos) "
+                "AND l.pos <= s.lo_pos AND l.txid = x.txid AND l.slot = s.slot) l WHERE " + owned + limit + ")" +
+                " ORDER BY 8 LIMIT " + std::to_string(batch);
+  }
   const std::string advance_pos = "UPDATE " + s + ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
                                   "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1";
   const std::string pos_now = "SELECT last_value FROM " + s + ".pos_seq";
-  const std::string next_range = "UPDATE " + s + ".slot s SET lo = coalesce(hi, lo), lo_pos = coalesce(hi_lo_pos, lo_pos), "
-                                 "hi = pg_current_snapshot(), hi_lo_pos = $1::bigint, hi_pos = (" + pos_now +
-                                 "), done_pos = 0 WHERE " + owned;
+  // The transactions running now, as xid8 (pg_locks: every xid, a prepared
+  // transaction's too, not only those under a snapshot's xmax; the epoch is
+  // the current one's, which is wrong only across an epoch's wrap).
+  const std::string running =
+      "SELECT coalesce(array_agg(((pg_snapshot_xmax(pg_current_snapshot())::text::bigint >> 32) << 32 | "
+      "transactionid::text::bigint)::text), '{}') FROM pg_locks WHERE locktype = 'transactionid' "
+      "AND mode = 'ExclusiveLock' AND granted";
+  // lo := hi (with its lo_pos and bounds); hi := this statement's snapshot,
+  // hi_lo_pos := $1 (the sequence read before it), hi_pos := the sequence read
+  // after it. hi's bounds cover every transaction that may be running at hi
+  // and have drawn pos before $1: its xip, and $2 (read after $1, before the
+  // snapshot) from hi's xmax up — a snapshot's xmax is one past the latest
+  // completed xid, so a transaction running with a higher xid is in neither
+  // part of the snapshot. One that lo's bounds have keeps its bound; any other
+  // got its xid after lo's $2 was read, so its pos is above lo's lo_pos.
+  const std::string next_range =
+      "UPDATE " + s + ".slot s SET lo = coalesce(hi, lo), lo_pos = coalesce(hi_lo_pos, lo_pos), "
+      "lo_bounds = coalesce(hi_bounds, lo_bounds), hi = pg_current_snapshot(), hi_lo_pos = $1::bigint, "
+      "hi_pos = (" + pos_now + "), hi_bounds = (SELECT coalesce(jsonb_object_agg(e.x::text, "
+      "coalesce((coalesce(s.hi_bounds, s.lo_bounds) ->> e.x::text)::bigint, coalesce(s.hi_lo_pos, s.lo_pos))), '{}') "
+      "FROM (SELECT pg_snapshot_xip(pg_current_snapshot()) UNION SELECT r FROM unnest($2::xid8[]) r "
+      "WHERE r >= pg_snapshot_xmax(pg_current_snapshot())) e(x)), done_pos = 0 WHERE " + owned;
   auto new_range = [&] {
     auto before = MustQuery(c, pos_now, {});
-    auto u = MustQuery(c, next_range, {before->str(0, 0)});
+    auto live = MustQuery(c, running, {});
+    auto u = MustQuery(c, next_range, {before->str(0, 0), share.running ? live->str(0, 0) : "{}"});
     return std::atol(PQcmdTuples(u->r));
+  };
+  auto done = [&] {
+    return sent_all->load() >= (share.target != nullptr ? share.target->load() : rows);
   };
   MustExec(c, "SET enable_bitmapscan = off");  // the build sets it on its read function
   auto t0 = std::chrono::steady_clock::now();
@@ -401,7 +438,7 @@ double DrainLogByPos(const std::string& url, int batch, long rows, const Publish
     auto page = MustQuery(c, page_sql, {});
     const int n = page->n();
     if (n == 0) {
-      if (sent_all->load() >= rows) break;
+      if (done()) break;
       stats->position_writes += new_range();  // the range is done
       continue;
     }
@@ -411,6 +448,7 @@ double DrainLogByPos(const std::string& url, int batch, long rows, const Publish
     for (int i = 0; i < n; ++i) {
       events.push_back(FromRow(*page, i, 0));
       last[page->str(i, 6)] = page->str(i, 7);
+      if (page->str(i, 8) == "s") ++stats->stragglers;
     }
     if (publish) publish(events);
     std::vector<std::string> sl, ps;
@@ -567,15 +605,128 @@ double DrainLogStore(PGconn* admin, const std::string& url, int batch, long rows
   return rate;
 }
 
+// --live SECONDS: the read in pos order's safety under concurrent producers.
+// Producers write for SECONDS while one session drains in pos order: two write
+// transactions of 1-10 events over 200 aggregates, one holds a transaction open
+// for about 0.75 s around five single events (so ranges begin and end while it
+// runs). Each producer assigns its xid first and takes its aggregates' locks
+// (in order) before its INSERT, as enqueue() does. Then checks that every
+// committed event was handed out once, and each aggregate's in pos order (its
+// commit order). The controls must lose events: --stragglers 0 drops the
+// stragglers' branch; --running 0 takes the bounds from the snapshots' xip
+// alone (a transaction running with an xid at or above a snapshot's xmax is
+// in neither part of it).
+int RunLive(PGconn* admin, const std::string& url, int seconds, int batch, int slots, bool stragglers,
+            bool running) {
+  MakeLog(admin, 0, slots, 200, 0, 1);
+  MustExec(admin, "DROP INDEX " + kLog + ".log_read");  // the stragglers are read through (pos, slot) too
+  MustExec(admin, "CREATE INDEX log_pos_slot ON " + kLog + ".log (pos, slot)");
+  std::atomic<bool> stop{false};
+  std::atomic<long> transactions{0};
+  auto producer = [&](int id, bool long_tx) {
+    PGconn* p = MustConnect(url);
+    unsigned seed = static_cast<unsigned>(id) * 2654435761U + 1;
+    auto next = [&seed](unsigned n) { seed = seed * 1103515245U + 12345U; return (seed >> 16) % n; };
+    // The locks in one global order (no deadlock), then the events.
+    const std::string lock = "SELECT pg_advisory_xact_lock(hashtext('agg-' || a)) FROM "
+                             "(SELECT DISTINCT a FROM unnest($1::int[]) a ORDER BY a) s";
+    const std::string insert =
+        "INSERT INTO " + kLog + ".log (slot, event_id, aggregate_type, aggregate_id, event_type, payload, headers) "
+        "SELECT (hashtext('bench/agg-' || e.a) & 2147483647) % " + std::to_string(slots) + ", gen_random_uuid(), "
+        "'bench', 'agg-' || e.a, 'BenchEvent', convert_to('x', 'UTF8'), '{}' "
+        "FROM unnest($1::int[]) WITH ORDINALITY e(a, i) ORDER BY e.i";
+    while (!stop.load()) {
+      MustExec(p, "BEGIN");
+      MustExec(p, "SELECT pg_current_xact_id()");  // the xid before any pos
+      // A long transaction writes one aggregate five times (one lock, taken
+      // first); a short one 1-10 events of any.
+      std::vector<std::string> aggs;
+      const int events = long_tx ? 1 : 1 + static_cast<int>(next(10));
+      for (int i = 0; i < events; ++i) aggs.push_back(std::to_string(next(200)));
+      MustQuery(p, lock, {PgArray(aggs)});
+      for (int k = 0; k < (long_tx ? 5 : 1); ++k) {
+        MustQuery(p, insert, {PgArray(aggs)});
+        if (long_tx) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      }
+      MustExec(p, "COMMIT");
+      transactions.fetch_add(1);
+      if (!long_tx) std::this_thread::sleep_for(std::chrono::microseconds(next(2000)));
+    }
+    PQfinish(p);
+  };
+  std::mutex mu;
+  std::vector<std::string> handed;  // event ids in hand-over order
+  const Publisher record = [&](std::span<const ClaimedEvent> events) {
+    std::lock_guard<std::mutex> g(mu);
+    for (const auto& e : events) handed.push_back(e.event_id);
+  };
+  std::atomic<long> sent{0}, target{std::numeric_limits<long>::max()};
+  LogStats stats;
+  Share share;
+  share.sent_all = &sent;
+  share.target = &target;
+  share.stragglers = stragglers;
+  share.running = running;
+  std::thread drainer([&] { DrainLogByPos(url, batch, 0, record, &stats, share); });
+  std::vector<std::thread> producers;
+  producers.emplace_back(producer, 1, false);
+  producers.emplace_back(producer, 2, false);
+  producers.emplace_back(producer, 3, true);
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  stop.store(true);
+  for (auto& t : producers) t.join();
+  const long total = std::atol(Scalar(admin, "SELECT count(*) FROM " + kLog + ".log").c_str());
+  // The drain ends at the log's count, or after 5 s without progress (a lost
+  // event would keep it waiting: the check below names what is missing).
+  target.store(total);
+  for (long before = -1, still = 0; sent.load() < total && still < 5; ++still) {
+    if (sent.load() != before) before = sent.load(), still = 0;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  target.store(std::min(total, sent.load()));
+  drainer.join();
+  // Each committed event once, and each aggregate's in pos order.
+  auto rows = MustQuery(admin, "SELECT event_id::text, aggregate_id, pos FROM " + kLog + ".log", {});
+  std::map<std::string, std::pair<std::string, long>> by_id;
+  for (int i = 0; i < rows->n(); ++i) by_id[rows->str(i, 0)] = {rows->str(i, 1), std::atol(rows->at(i, 2))};
+  std::map<std::string, int> seen;
+  std::map<std::string, long> last_pos;
+  long duplicates = 0, unknown = 0, out_of_order = 0;
+  for (const auto& id : handed) {
+    if (++seen[id] > 1) ++duplicates;
+    auto it = by_id.find(id);
+    if (it == by_id.end()) {
+      ++unknown;
+      continue;
+    }
+    long& last = last_pos[it->second.first];
+    if (it->second.second < last) ++out_of_order;
+    last = std::max(last, it->second.second);
+  }
+  long missing = 0;
+  for (const auto& [id, v] : by_id) missing += seen.count(id) == 0 ? 1 : 0;
+  std::printf("live (stragglers' branch %s, running xids from pg_locks %s): %ld events in %ld transactions over %d s; handed out %zu "
+              "(%ld by the stragglers' branch) in %ld pages; missing %ld, duplicates %ld, unknown %ld, "
+              "out of aggregate order %ld\n",
+              stragglers ? "on" : "off (control)", running ? "on" : "off (control)", total, transactions.load(), seconds, handed.size(),
+              stats.stragglers, stats.pages, missing, duplicates, unknown, out_of_order);
+  MustExec(admin, "DROP SCHEMA " + kLog + " CASCADE");
+  const bool clean = missing == 0 && duplicates == 0 && unknown == 0 && out_of_order == 0;
+  // The read: everything once, in order. A control: it must lose events.
+  if (stragglers && running) return clean ? 0 : 1;
+  return missing > 0 && duplicates == 0 && unknown == 0 && out_of_order == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f(argc, argv,
           {{"db", DefaultDb()}, {"mock", ""}, {"rows", "100000"}, {"batch", "500"}, {"runs", "3"},
-           {"slots", "16"}, {"aggregates", "1000"}, {"payload", "200"}, {"per-tx", "10"}, {"store", "0"}, {"only", "-1"}});
+           {"slots", "16"}, {"aggregates", "1000"}, {"payload", "200"}, {"per-tx", "10"}, {"store", "0"}, {"only", "-1"},
+           {"live", "0"}, {"stragglers", "1"}, {"running", "1"}});
   const std::string url = f.Str("db");
-  if (url.empty() || f.Str("mock").empty()) {
-    std::fprintf(stderr, "log_drain: --db URL (or OUTBOX_PG_URL) and --mock BIN required\n");
+  if (url.empty() || (f.Str("mock").empty() && f.Int("live") == 0)) {
+    std::fprintf(stderr, "log_drain: --db URL (or OUTBOX_PG_URL) and --mock BIN required (--live needs no mock)\n");
     return 2;
   }
   const int rows = f.Int("rows"), batch = f.Int("batch"), runs = f.Int("runs");
@@ -587,6 +738,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   PGconn* admin = MustConnect(url);
+  if (f.Int("live") > 0) {
+    return RunLive(admin, url, f.Int("live"), batch, f.Int("slots"), f.Int("stragglers") != 0,
+                   f.Int("running") != 0);
+  }
   MigrateFresh(admin, url, kToday);
   MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "log_drain_mock");
   KafkaTransportOptions ko;
