@@ -58,6 +58,6 @@ aggregates' locks before its INSERT; one session drains in pos order meanwhile; 
 committed event is checked to have been handed out once, and each aggregate's in pos
 order). The two controls must lose events: without the stragglers' branch, and with the
 stragglers' bounds taken from the snapshots' running lists alone.
-\$live
+$live
 MD
 echo "$table"
