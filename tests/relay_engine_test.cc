@@ -8,6 +8,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -217,8 +218,17 @@ TEST(RelayEngine, ClaimsFailingForAWhileDeliverEveryRowOnceAfterwards) {
 // (each step after a real millisecond, so that waiting workers see it; the
 // bounds below leave room for a worker that sees it a step late).
 struct IdleRelay {
+  // `wrap`, if set: wraps each thread's queue, given the fake table (set
+  // before the relay is made: Create asks a queue whether its claims see
+  // every row).
+  using Wrap = std::function<std::unique_ptr<ClaimQueue>(std::unique_ptr<ClaimQueue>, FakeTable&)>;
   IdleRelay(std::chrono::milliseconds poll_min, std::chrono::milliseconds poll_hot,
-            std::chrono::milliseconds poll_max) {
+            std::chrono::milliseconds poll_max, Wrap wrap = nullptr) {
+    if (wrap) {
+      e.wrap = [this, wrap = std::move(wrap)](std::unique_ptr<ClaimQueue> q) {
+        return wrap(std::move(q), e.table);
+      };
+    }
     e.transport.clock = &clock;  // a publish's delay passes in the relay's time
     RelayOptions o = Options();
     o.clock = &clock;
@@ -337,6 +347,14 @@ class ShareQueue final : public ClaimQueueWrapper {
     return ClaimResult{};
   }
   bool ClaimsSeeEveryRow() const override { return false; }
+  // IdleRelay's wrap: the relay's queues get shares 0, 1, 2, 3, 0, ... in the
+  // order they are made; `claims_by_share`, if set, counts each share's claims.
+  static IdleRelay::Wrap Wraps(std::array<std::atomic<int>, 4>* claims_by_share = nullptr) {
+    auto made = std::make_shared<std::atomic<int>>(0);
+    return [made, claims_by_share](std::unique_ptr<ClaimQueue> q, FakeTable& t) -> std::unique_ptr<ClaimQueue> {
+      return std::make_unique<ShareQueue>(std::move(q), t, (*made)++ % 4, claims_by_share);
+    };
+  }
 
  private:
   FakeTable& t_;
@@ -349,19 +367,7 @@ class ShareQueue final : public ClaimQueueWrapper {
 // at a waiting worker's safety net (a second). One shared poller finds at most
 // its own share's rows in time.
 TEST(RelayEngine, WorkersWhoseClaimsSeeOnlyTheirShareEachPollForThemselves) {
-  IdleRelay r(10ms, 0ms, 200ms);
-  std::atomic<int> made{0};
-  r.e.wrap = [&](std::unique_ptr<ClaimQueue> q) -> std::unique_ptr<ClaimQueue> {
-    return std::make_unique<ShareQueue>(std::move(q), r.e.table, made++ % 4);
-  };
-  r.relay = r.e.Make([&] {
-    RelayOptions o = Options();
-    o.clock = &r.clock;
-    o.poll_min = 10ms;
-    o.poll_hot = 0ms;
-    o.poll_max = 200ms;
-    return o;
-  }());
+  IdleRelay r(10ms, 0ms, 200ms, ShareQueue::Wraps());
   ASSERT_NO_FATAL_FAILURE(r.Start());
   r.Pass(1200ms);  // every worker's interval at poll_max
   for (std::int64_t seq = 1; seq <= 4; ++seq) {
@@ -375,20 +381,8 @@ TEST(RelayEngine, WorkersWhoseClaimsSeeOnlyTheirShareEachPollForThemselves) {
 // share has a steady stream, the other workers poll at that cap, not at
 // poll_max, and a row in their share after the stream is found within about it.
 TEST(RelayEngine, AWorkerPollingItsOwnShareIsHeatedByTheOthersFinds) {
-  IdleRelay r(10ms, 0ms, 400ms);
-  std::atomic<int> made{0};
   std::array<std::atomic<int>, 4> by_share{};
-  r.e.wrap = [&](std::unique_ptr<ClaimQueue> q) -> std::unique_ptr<ClaimQueue> {
-    return std::make_unique<ShareQueue>(std::move(q), r.e.table, made++ % 4, &by_share);
-  };
-  r.relay = r.e.Make([&] {
-    RelayOptions o = Options();
-    o.clock = &r.clock;
-    o.poll_min = 10ms;
-    o.poll_hot = 0ms;
-    o.poll_max = 400ms;
-    return o;
-  }());
+  IdleRelay r(10ms, 0ms, 400ms, ShareQueue::Wraps(&by_share));
   ASSERT_NO_FATAL_FAILURE(r.Start());
   r.Pass(3000ms);  // every worker's interval at poll_max
   auto others = [&] { return by_share[1].load() + by_share[2].load() + by_share[3].load(); };
@@ -465,10 +459,9 @@ class ChainQueue final : public ClaimQueueWrapper {
 TEST(RelayEngine, AWorkerThatRunsOutOfWorkPollsNextAtPollMin) {
   std::atomic<int> chain{0};
   std::atomic<std::int64_t> next_seq{1000};
-  IdleRelay r(5ms, 20ms, 400ms);
-  r.e.wrap = [&](std::unique_ptr<ClaimQueue> q) -> std::unique_ptr<ClaimQueue> {
-    return std::make_unique<ChainQueue>(std::move(q), r.e.table, chain, next_seq);
-  };
+  IdleRelay r(5ms, 20ms, 400ms, [&](std::unique_ptr<ClaimQueue> q, FakeTable& t) -> std::unique_ptr<ClaimQueue> {
+    return std::make_unique<ChainQueue>(std::move(q), t, chain, next_seq);
+  });
   r.e.transport.delay = 10ms;  // each batch is in flight for 10 ms of the relay's time
   ASSERT_NO_FATAL_FAILURE(r.Start());
   chain = 40;  // row 1, then 40 more, one at each mark: 400 ms of work
