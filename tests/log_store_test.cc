@@ -112,6 +112,24 @@ class LogStoreTest : public ::testing::Test {
     ASSERT_TRUE(s.MarkFailed(std::span(&fail, 1)).ok());
   }
 
+  // Claims the one event due with `o` and hands it back as a retry due after
+  // `delay` (its attempt counted); `id` gets its id.
+  void RetryTheNext(Store& s, std::chrono::milliseconds delay, std::string* id,
+                    const ClaimOptions& o = Opts(1)) {
+    auto c = s.Claim(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->events.size(), 1u);
+    *id = c->events[0].event_id;
+    RescheduleItem back{c->events[0].ticket, delay, "again", true};
+    ASSERT_TRUE(s.Reschedule(std::span(&back, 1)).ok());
+  }
+
+  // Every event's status as the view shows it, in seq order, comma-separated.
+  std::string Statuses() {
+    return Exec(conn_.get(),
+                "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ + ".outbox");
+  }
+
   static ClaimOptions Opts(int batch = 500) {
     ClaimOptions o;
     o.batch_size = batch;
@@ -576,9 +594,7 @@ TEST_F(LogStoreTest, ASettlementWhoseStatementFailedIsAppliedByItsRetry) {
     EXPECT_EQ(again->applied, 1u) << "the retry was refused";
     EXPECT_TRUE(again->refused.empty());
   }
-  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
-                                  ".outbox"),
-            "SENT,SENT");
+  EXPECT_EQ(Statuses(), "SENT,SENT");
   EXPECT_EQ(Exec(conn_.get(), "SELECT event_id FROM " + schema_ +
                                   ".outbox WHERE aggregate_id = 'a'"),
             id);
@@ -989,9 +1005,7 @@ TEST_F(LogStoreTest, AFirstPageReadWithItsKeysHandsOutTheEventsAfterOnePassedOve
   EXPECT_EQ(c->events[0].event_id, second);
   ASSERT_TRUE(s->MarkSent(std::vector<Ticket>{c->events[0].ticket}).ok());
   EXPECT_EQ(Drain(*s, o), std::vector<std::string>{third});  // by key, from the keys read
-  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
-                                  ".outbox"),
-            "SKIPPED,SENT,SENT");
+  EXPECT_EQ(Statuses(), "SKIPPED,SENT,SENT");
 }
 
 // The log writes nothing per claim, so a skip cannot see whether a relay's page
@@ -1021,11 +1035,9 @@ TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
   // b2 behind b1's retry: PROCESSING until a read holds it.
   const std::string b1 = Enqueue(conn_.get(), "b");
   const std::string b2 = Enqueue(conn_.get(), "b");
-  auto r = holder->Claim(o);
-  ASSERT_TRUE(r.ok() && r->events.size() == 1u);
-  ASSERT_EQ(r->events[0].event_id, b1);
-  RescheduleItem retry{r->events[0].ticket, std::chrono::milliseconds(60'000), "later", true};
-  ASSERT_TRUE(holder->Reschedule(std::span(&retry, 1)).ok());
+  std::string retried;
+  ASSERT_NO_FATAL_FAILURE(RetryTheNext(*holder, std::chrono::milliseconds(60'000), &retried, o));
+  ASSERT_EQ(retried, b1);
   auto unread = other->Skip({b2, "test", "not read yet", false});
   ASSERT_TRUE(unread.ok()) << unread.status().ToString();
   EXPECT_EQ(unread->was, "PROCESSING");
@@ -1044,9 +1056,7 @@ TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
   ASSERT_TRUE(free.ok()) << free.status().ToString();
   EXPECT_EQ(free->was, "PENDING");
   EXPECT_EQ(free->skipped, 1);
-  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
-                                  ".outbox"),
-            "SENT,PENDING,SKIPPED,SKIPPED");
+  EXPECT_EQ(Statuses(), "SENT,PENDING,SKIPPED,SKIPPED");
 }
 
 // A reader is named by the relay id, the pid, a sequence and a random nonce
@@ -1075,21 +1085,17 @@ TEST_F(LogStoreTest, StatsCountAnExceptionInFlightAsProcessing) {
   Enqueue(conn_.get(), "a");
   Enqueue(conn_.get(), "b");
   auto s = Open();
-  auto page = s->Claim(Opts(1));
-  ASSERT_TRUE(page.ok() && page->events.size() == 1u);
-  RescheduleItem retry{page->events[0].ticket, std::chrono::milliseconds(0), "again", true};
-  ASSERT_TRUE(s->Reschedule(std::span(&retry, 1)).ok());
+  std::string retried;
+  ASSERT_NO_FATAL_FAILURE(RetryTheNext(*s, std::chrono::milliseconds(0), &retried));
   auto again = s->Claim(Opts(1));  // the retry, due at once, under a lease
   ASSERT_TRUE(again.ok() && again->events.size() == 1u);
-  ASSERT_EQ(again->events[0].event_id, page->events[0].event_id);
+  ASSERT_EQ(again->events[0].event_id, retried);
   auto other = Open();
   auto st = other->Stats();
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->processing, 1);
   EXPECT_EQ(st->pending, 1);  // b
-  EXPECT_EQ(Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ +
-                                  ".outbox"),
-            "PROCESSING,PENDING");
+  EXPECT_EQ(Statuses(), "PROCESSING,PENDING");
   ASSERT_TRUE(s->MarkSent(std::vector<Ticket>{again->events[0].ticket}).ok());
   st = other->Stats();
   ASSERT_TRUE(st.ok());
