@@ -851,8 +851,9 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
                                     consumed, static_cast<std::ptrdiff_t>(keys_.size())));
   }
   // Whether a page end may leave its positions unwritten (options_.log_position_every):
-  // only one whose events were all sent, within the interval, under a fresh lease.
-  bool MayDefer(const log::Page& page) const;
+  // only one whose events were all sent (no `exceptions`: page.Exceptions()), within the
+  // interval, under a fresh lease.
+  bool MayDefer(const log::Page& page, const std::vector<log::Entry>& exceptions) const;
   // Writes the positions of the slots whose page ends were deferred (unwritten_);
   // a slot refused by its fence is no longer held.
   Status WriteDeferred();
@@ -1236,19 +1237,20 @@ Result<std::set<int>> LogStore::EndPage() {
   std::set<int> moved;
   const int consumed = page_keys_;
   page_keys_ = 0;
+  const std::vector<log::Entry> exceptions = page.Exceptions();
   if (page.WritesNothing()) {  // the broker was out: the same events are read again,
                                // later
     keys_.clear();
     paused_until_ =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(page.MinDelayMs());
     for (const log::SlotCut& c : page.cuts()) moved.insert(c.slot);
-    for (const log::Entry& e : page.Exceptions()) moved.insert(e.slot);
+    for (const log::Entry& e : exceptions) moved.insert(e.slot);
     return moved;
   }
   nlohmann::json cuts = nlohmann::json::array(), copies = nlohmann::json::array();
   for (const log::SlotCut& c : page.cuts())
     cuts.push_back({{"slot", c.slot}, {"token", c.token}, {"reset", c.reset}});
-  for (const log::Entry& e : page.Exceptions()) {
+  for (const log::Entry& e : exceptions) {
     const char* status = e.outcome == log::Outcome::kHeld     ? "HELD"
                          : e.outcome == log::Outcome::kFailed ? "FAILED"
                                                               : "RETRY";
@@ -1268,7 +1270,7 @@ Result<std::set<int>> LogStore::EndPage() {
     return moved;
   }
   const auto now = std::chrono::steady_clock::now();
-  if (MayDefer(page)) {  // held slots under a fresh lease: the fence would pass them
+  if (MayDefer(page, exceptions)) {  // held slots under a fresh lease: the fence would pass them
     for (const log::SlotCut& c : page.cuts()) {
       Advance(&held_.at(c.slot), c);
       unwritten_.insert(c.slot);
@@ -1299,7 +1301,7 @@ Result<std::set<int>> LogStore::EndPage() {
   written_at_ = now;
   // After the statement: a retry is due no sooner than the database's now() + delay.
   const auto noted_at = std::chrono::steady_clock::now();
-  for (const log::Entry& e : page.Exceptions()) NoteException(e.outcome, e.delay_ms, noted_at);
+  for (const log::Entry& e : exceptions) NoteException(e.outcome, e.delay_ms, noted_at);
   ForgetDeferred(page_slots, written);
   for (int slot : page_slots) {
     if (written.count(slot)) moved.insert(slot);
@@ -1338,12 +1340,12 @@ nlohmann::json LogStore::ProgressAfter(const log::Page& page) const {
   return progress;
 }
 
-bool LogStore::MayDefer(const log::Page& page) const {
+bool LogStore::MayDefer(const log::Page& page, const std::vector<log::Entry>& exceptions) const {
   const auto every = options_.log_position_every;
   const auto now = std::chrono::steady_clock::now();
   if (every.count() <= 0 || now - written_at_ >= every) return false;
   // A retry, failure or hold is copied into the exceptions at once, with the positions.
-  if (!page.Exceptions().empty()) return false;
+  if (!exceptions.empty()) return false;
   // Only early in the lease (renewed at renewed_at_): a page end within it is
   // not fenced out, and the next one, unless its round outlasts half the
   // lease (a publish that slow, an outage), writes before the lease can lapse.
