@@ -407,17 +407,17 @@ TEST_P(PostgresConvertRefusalTest, AConversionKilledAfterItMovedTheRowsLeavesThe
   Subprocess ctl({OUTBOX_OUTBOXCTL_BIN, "--db", url_, "--schema", old_, "migrate", "--layout", "log"},
                  {}, RelayLog(old_ + "-ctl"));
   // Waiting on the sequence: the rows are in the log, uncommitted.
-  const std::string waiting = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+  const std::string waiting = "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
                               "WHERE a.application_name = 'outboxctl' AND NOT l.granted "
                               "AND l.relation = '" + seq + "'::regclass";
-  ASSERT_TRUE(WaitFor([&] { return Exec(admin_.get(), waiting) == "1"; }, Scaled(30s)))
+  std::string backend;  // its session's pid
+  ASSERT_TRUE(WaitFor([&] { return !(backend = Exec(admin_.get(), waiting)).empty(); }, Scaled(30s)))
       << ctl.Log();
   ctl.Signal(SIGKILL);
   ASSERT_TRUE(ctl.Wait(Scaled(10s)).has_value());
   Exec(blocker.get(), "ROLLBACK");
   ASSERT_TRUE(WaitFor([&] {
-    return Exec(admin_.get(), "SELECT count(*) FROM pg_stat_activity "
-                              "WHERE application_name = 'outboxctl'") == "0";
+    return Exec(admin_.get(), "SELECT count(*) FROM pg_stat_activity WHERE pid = " + backend) == "0";
   }, Scaled(30s))) << "the killed conversion's session never ended";
 
   EXPECT_EQ(Exec(admin_.get(), "SELECT to_regclass('" + old_ + ".schema_migrations') IS NOT NULL AND "
