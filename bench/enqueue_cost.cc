@@ -206,7 +206,8 @@ PGconn* PgClient(const std::string& url, bool durable, const std::string& sessio
   PgPrepare(c, "enqueue_built_log",
             "SELECT * FROM " + kLogSchema + ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   PgPrepare(c, "enqueue_pos_log",
-            "SELECT * FROM " + kLogPosSchema + ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+            "SELECT * FROM " + kLogPosSchema +
+                ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   // The same work as one statement, no PL/pgSQL: the quick check (enqueue_ok,
   // a SQL function the planner inlines; enqueue_refuse raises on a refusal),
   // the aggregate's lock, then the INSERT (its pos taken after the lock).
@@ -246,8 +247,9 @@ double RunClients(int clients, int seconds,
 double PgRate(const std::string& url, bool durable, int clients, int seconds, int aggregates,
               const std::string& session, const PgBody& body) {
   PGconn* admin = MustConnect(url);
-  MustExec(admin, "TRUNCATE " + kSchema + ".business, " + kSchema + ".outbox, " + kSchema +
-                      ".outbox_hand, " + kSchema + ".log, " + kLogSchema + ".log, " + kLogPosSchema + ".log");
+  MustExec(admin, "TRUNCATE " + kSchema + ".business, " + kSchema + ".outbox, " +
+                      kSchema + ".outbox_hand, " + kSchema + ".log, " + kLogSchema +
+                      ".log, " + kLogPosSchema + ".log");
   MustExec(admin, "CHECKPOINT");
   PQfinish(admin);
   return RunClients(clients, seconds, [&](int t, const std::atomic<bool>& stop) {
@@ -546,10 +548,11 @@ int main(int argc, char** argv) {
                             "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
                               PgRun(c, "enqueue_built_log", {a, kPayload, kHeaders}, 1);
                             }));
-    cases.push_back(pg_case("+ `enqueue(...)` in SQL on a built log schema with the pos-order read's index", 1,
-                            "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
-                              PgRun(c, "enqueue_pos_log", {a, kPayload, kHeaders}, 1);
-                            }));
+    cases.push_back(pg_case(
+        "+ `enqueue(...)` in SQL on a built log schema with the pos-order read's index",
+        1, "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
+          PgRun(c, "enqueue_pos_log", {a, kPayload, kHeaders}, 1);
+        }));
     EnqueueOptions lo;
     lo.schema = kLogSchema;
     cases.push_back(pg_case("+ C++ `Enqueue` on a built log schema", 1, "+ hand-rolled outbox INSERT",

@@ -43,12 +43,15 @@
 //   an index on (pos, slot)), alone, with the broker and with 4 workers,
 //   beside the built store, the floor and the bare DELETE.
 // --only N: just the N-th method of the mode (from 0), to profile it alone.
+// --live SECONDS: the read in pos order under concurrent producers (RunLive).
 //
 //   log_drain --db URL --mock BIN [--rows 100000] [--batch 500] [--runs 3]
 //             [--slots 16] [--aggregates 1000] [--payload 200] [--per-tx 10]
 //             [--store 0|1|2] [--only N]
+//   log_drain --db URL --live SECONDS [--seed N] [--stragglers 0] [--bounds-from-locks 0]
 #include <algorithm>
 #include <atomic>
+#include <ctime>
 #include <future>
 #include <limits>
 #include <map>
@@ -114,9 +117,14 @@ void MakeLog(PGconn* c, int rows, int slots, int aggregates, int payload, int pe
                   "event_type text NOT NULL, payload bytea NOT NULL, headers jsonb NOT NULL, "
                   "created_at timestamptz NOT NULL DEFAULT now())");
   MustExec(c, "CREATE INDEX log_read ON " + s + ".log (slot, txid, pos)");
-  MustExec(c, "CREATE TABLE " + s + ".slot (slot int PRIMARY KEY, token bigint NOT NULL, lo pg_snapshot NOT NULL, "
-                  "hi pg_snapshot, done_pos bigint NOT NULL DEFAULT 0, lo_pos bigint NOT NULL DEFAULT 0, hi_lo_pos bigint, "
-                  "hi_pos bigint, lo_bounds jsonb NOT NULL DEFAULT '{}', hi_bounds jsonb) WITH (fillfactor = 20)");
+  MustExec(
+      c,
+      "CREATE TABLE " + s +
+          ".slot (slot int PRIMARY KEY, token bigint NOT NULL, lo pg_snapshot NOT NULL, "
+          "hi pg_snapshot, done_pos bigint NOT NULL DEFAULT 0, lo_pos bigint NOT NULL "
+          "DEFAULT 0, hi_lo_pos bigint, "
+          "hi_pos bigint, lo_bounds jsonb NOT NULL DEFAULT '{}', hi_bounds jsonb) WITH "
+          "(fillfactor = 20)");
   MustExec(c, "INSERT INTO " + s + ".slot (slot, token, lo) SELECT g, 1, '1:1:' FROM generate_series(0, " +
                   std::to_string(slots - 1) + ") g");
   // `per_tx` events a transaction, as producers write them (each its own xid).
@@ -162,6 +170,34 @@ struct LogStats {
   long stragglers = 0;  // pos order: events read by the stragglers' branch
 };
 
+// Publishes a page's first `n` events (kCols, then slot and pos), then moves
+// each slot's done_pos to its last pos in the page, fenced by the token (the
+// prototype's owner holds token 1). Counts the page and its writes in `stats`.
+void PublishAndAdvance(PGconn* c, const Rows& page, int n, const Publisher& publish,
+                       LogStats* stats) {
+  std::vector<ClaimedEvent> events;
+  events.reserve(static_cast<std::size_t>(n));
+  std::map<std::string, std::string> last;  // slot -> last pos of the page
+  for (int i = 0; i < n; ++i) {
+    events.push_back(FromRow(page, i, 0));
+    last[page.str(i, 6)] = page.str(i, 7);
+  }
+  if (publish) publish(events);
+  std::vector<std::string> slots, positions;
+  for (const auto& [slot, pos] : last) {
+    slots.push_back(slot);
+    positions.push_back(pos);
+  }
+  auto u =
+      MustQuery(c,
+                "UPDATE " + kLog +
+                    ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
+                    "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1",
+                {PgArray(slots), PgArray(positions)});
+  stats->position_writes += std::atol(PQcmdTuples(u->r));
+  ++stats->pages;
+}
+
 // Drains the prototype's log from one session: every slot owned (token 1).
 // Returns events/s; `publish` null: no broker.
 // `share`: this session's part when several workers drain at once, as the
@@ -174,8 +210,14 @@ struct Share {
   // Set: the drain ends when sent_all reaches it (producers still writing
   // until then: --live), instead of at `rows`.
   const std::atomic<long>* target = nullptr;
-  bool stragglers = true;  // pos order: false drops the stragglers' branch (--live's control)
-  bool running = true;     // pos order: false leaves pg_locks out of the bounds (--live's second control)
+  bool stragglers =
+      true;  // pos order: false drops the stragglers' branch (--live's control)
+  // pos order: false takes the stragglers' bounds from the snapshots' xip alone,
+  // not from pg_locks too (--live's second control).
+  bool bounds_from_locks = true;
+  // Set: the drain stops at once (--live's watchdog, for a drain that never
+  // finds an empty page).
+  const std::atomic<bool>* abort = nullptr;
 };
 
 double DrainLog(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
@@ -201,13 +243,13 @@ double DrainLog(const std::string& url, int batch, long rows, const Publisher& p
   // One index probe per key, whatever the table's statistics say (the LIMIT
   // keeps the planner from turning the lookups into a hash join over a scan of
   // the whole log, which it chose at 20,000 rows).
-  const std::string by_keys = "SELECT " + std::string(kCols) + ", l.slot, l.pos FROM unnest($1::int[], $2::xid8[], "
-                              "$3::bigint[]) k(slot, txid, pos) CROSS JOIN LATERAL (SELECT * FROM " + s +
-                              ".log l WHERE l.slot = k.slot AND l.txid = k.txid AND l.pos = k.pos LIMIT 1) l "
-                              "ORDER BY l.pos";
-  // Fenced by the token: a relay that lost the slot moves nothing.
-  const std::string advance_pos = "UPDATE " + s + ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
-                                  "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1";
+  const std::string by_keys =
+      "SELECT " + std::string(kCols) +
+      ", l.slot, l.pos FROM unnest($1::int[], $2::xid8[], "
+      "$3::bigint[]) k(slot, txid, pos) CROSS JOIN LATERAL (SELECT * FROM " +
+      s +
+      ".log l WHERE l.slot = k.slot AND l.txid = k.txid AND l.pos = k.pos LIMIT 1) l "
+      "ORDER BY l.pos";
   const std::string next_range = "UPDATE " + s + ".slot s SET lo = coalesce(hi, lo), hi = pg_current_snapshot(), "
                                  "done_pos = 0 WHERE " + owned;
   auto t0 = std::chrono::steady_clock::now();
@@ -256,19 +298,7 @@ double DrainLog(const std::string& url, int batch, long rows, const Publisher& p
       stats->position_writes += MustExec(c, next_range);  // the range is done
       continue;
     }
-    std::vector<ClaimedEvent> events;
-    events.reserve(static_cast<std::size_t>(n));
-    std::map<std::string, std::string> last;  // slot -> last pos of the page
-    for (int i = 0; i < n; ++i) {
-      events.push_back(FromRow(*page, i, 0));
-      last[page->str(i, 6)] = page->str(i, 7);
-    }
-    if (publish) publish(events);
-    std::vector<std::string> sl, ps;
-    for (const auto& [slot, pos] : last) sl.push_back(slot), ps.push_back(pos);
-    auto u = MustQuery(c, advance_pos, {PgArray(sl), PgArray(ps)});
-    stats->position_writes += std::atol(PQcmdTuples(u->r));
-    ++stats->pages;
+    PublishAndAdvance(c, *page, n, publish, stats);
     sent += n;
     sent_all->fetch_add(n);
   }
@@ -301,8 +331,6 @@ double DrainLogCursor(const std::string& url, int batch, long rows, const Publis
                               ", l.slot, l.pos FROM " + s + ".slot s JOIN " + s + ".log l ON " + in_range +
                               " WHERE s.token = 1 ORDER BY l.pos";
   const std::string fetch = "FETCH " + std::to_string(batch) + " FROM range_cursor";
-  const std::string advance_pos = "UPDATE " + s + ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
-                                  "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1";
   const std::string next_range = "UPDATE " + s + ".slot SET lo = coalesce(hi, lo), hi = pg_current_snapshot(), "
                                  "done_pos = 0 WHERE token = 1";
   auto t0 = std::chrono::steady_clock::now();
@@ -318,19 +346,7 @@ double DrainLogCursor(const std::string& url, int batch, long rows, const Publis
       const int n = page->n();
       if (n == 0) break;
       next = std::async(std::launch::async, [&] { return MustQuery(reader, fetch, {}); });
-      std::vector<ClaimedEvent> events;
-      events.reserve(static_cast<std::size_t>(n));
-      std::map<std::string, std::string> last;
-      for (int i = 0; i < n; ++i) {
-        events.push_back(FromRow(*page, i, 0));
-        last[page->str(i, 6)] = page->str(i, 7);
-      }
-      if (publish) publish(events);
-      std::vector<std::string> sl, ps;
-      for (const auto& [slot, pos] : last) sl.push_back(slot), ps.push_back(pos);
-      auto u = MustQuery(c, advance_pos, {PgArray(sl), PgArray(ps)});
-      stats->position_writes += std::atol(PQcmdTuples(u->r));
-      ++stats->pages;
+      PublishAndAdvance(c, *page, n, publish, stats);
       in_range_sent += n;
     }
     MustExec(reader, "COMMIT");
@@ -362,50 +378,70 @@ double DrainLogCursor(const std::string& url, int batch, long rows, const Publis
 // at lo, from lo's xip and from pg_locks, with the lo_pos of the range before
 // the first that saw it). Rows of slots another worker owns are read and
 // dropped by the scan.
-double DrainLogByPos(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
-                     Share share = {}) {
+double DrainLogByPos(const std::string& url, int batch, long rows,
+                     const Publisher& publish, LogStats* stats, Share share = {}) {
   PGconn* c = MustConnect(url);
   std::atomic<long> mine{0};
   std::atomic<long>* sent_all = share.sent_all != nullptr ? share.sent_all : &mine;
   const std::string s = kLog;
-  const std::string owned = "s.token = 1 AND s.slot % " + std::to_string(share.workers) + " = " +
-                            std::to_string(share.worker);
+  const std::string owned = "s.token = 1 AND s.slot % " + std::to_string(share.workers) +
+                            " = " + std::to_string(share.worker);
   // The owned slots' ranges as arrays indexed by slot + 1 (NULL: not owned),
   // read once a statement (InitPlans: the index's bounds, and the scan stays
   // in pos order; a join would lose the order and sort the whole range).
   const std::string r =
-      "WITH r AS MATERIALIZED (SELECT array_agg(CASE WHEN " + owned + " THEN s.lo END ORDER BY s.slot) AS los, "
-      "array_agg(CASE WHEN " + owned + " THEN s.hi END ORDER BY s.slot) AS his, "
-      "array_agg(CASE WHEN " + owned + " THEN greatest(s.lo_pos, s.done_pos) END ORDER BY s.slot) AS froms, "
-      "min(greatest(s.lo_pos, s.done_pos)) FILTER (WHERE " + owned + ") AS low, "
-      "max(s.hi_pos) FILTER (WHERE " + owned + ") AS high FROM " + s + ".slot s) ";
+      "WITH r AS MATERIALIZED (SELECT array_agg(CASE WHEN " + owned +
+      " THEN s.lo END ORDER BY s.slot) AS los, "
+      "array_agg(CASE WHEN " +
+      owned +
+      " THEN s.hi END ORDER BY s.slot) AS his, "
+      "array_agg(CASE WHEN " +
+      owned +
+      " THEN greatest(s.lo_pos, s.done_pos) END ORDER BY s.slot) AS froms, "
+      "min(greatest(s.lo_pos, s.done_pos)) FILTER (WHERE " +
+      owned +
+      ") AS low, "
+      "max(s.hi_pos) FILTER (WHERE " +
+      owned + ") AS high FROM " + s + ".slot s) ";
   // Each branch ordered and limited on its own, so the scan of the first stops
   // at a page. The last column tells the branch.
   const std::string limit = " ORDER BY l.pos LIMIT " + std::to_string(batch);
   std::string page_sql =
-      r + "(SELECT " + std::string(kCols) + ", l.slot, l.pos, 'p' FROM " + s + ".log l "
+      r + "(SELECT " + std::string(kCols) + ", l.slot, l.pos, 'p' AS branch FROM " + s +
+      ".log l "
       "WHERE l.pos > (SELECT low FROM r) AND l.pos <= (SELECT high FROM r) "
       "AND l.pos > (SELECT froms FROM r)[l.slot + 1] "
       "AND pg_visible_in_snapshot(l.txid, (SELECT his FROM r)[l.slot + 1]) "
-      "AND NOT pg_visible_in_snapshot(l.txid, (SELECT los FROM r)[l.slot + 1])" + limit + ")";
+      "AND NOT pg_visible_in_snapshot(l.txid, (SELECT los FROM r)[l.slot + 1])" +
+      limit + ")";
   if (share.stragglers) {
-    page_sql += " UNION ALL (SELECT " + std::string(kCols) + ", l.slot, l.pos, 's' FROM " + s + ".slot s "
-                "CROSS JOIN LATERAL (SELECT b.key::xid8 AS txid, b.value::bigint AS bound "
-                "FROM jsonb_each_text(s.lo_bounds) b WHERE pg_visible_in_snapshot(b.key::xid8, s.hi)) x "
-                "CROSS JOIN LATERAL (SELECT * FROM " + s + ".log l WHERE l.pos > greatest(x.bound, s.done_pos) "
-                "AND l.pos <= s.lo_pos AND l.txid = x.txid AND l.slot = s.slot) l WHERE " + owned + limit + ")" +
-                " ORDER BY 8 LIMIT " + std::to_string(batch);
+    page_sql +=
+        " UNION ALL (SELECT " + std::string(kCols) + ", l.slot, l.pos, 's' FROM " + s +
+        ".slot s "
+        "CROSS JOIN LATERAL (SELECT b.key::xid8 AS txid, b.value::bigint AS bound "
+        "FROM jsonb_each_text(s.lo_bounds) b WHERE pg_visible_in_snapshot(b.key::xid8, "
+        "s.hi)) x "
+        "CROSS JOIN LATERAL (SELECT * FROM " +
+        s +
+        ".log l WHERE l.pos > greatest(x.bound, s.done_pos) "
+        "AND l.pos <= s.lo_pos AND l.txid = x.txid AND l.slot = s.slot) l WHERE " +
+        owned + limit + ")" + " ORDER BY pos LIMIT " + std::to_string(batch);
   }
-  const std::string advance_pos = "UPDATE " + s + ".slot s SET done_pos = v.pos FROM unnest($1::int[], "
-                                  "$2::bigint[]) v(slot, pos) WHERE s.slot = v.slot AND s.token = 1";
-  const std::string pos_now = "SELECT last_value FROM " + s + ".pos_seq";
+  // The last pos drawn (0 before the first: a new sequence's last_value is its
+  // start, not yet handed out).
+  const std::string pos_now =
+      "SELECT coalesce(pg_sequence_last_value('" + s + ".pos_seq'), 0)";
   // The transactions running now, as xid8 (pg_locks: every xid, a prepared
-  // transaction's too, not only those under a snapshot's xmax; the epoch is
-  // the current one's, which is wrong only across an epoch's wrap).
+  // transaction's too, not only those under a snapshot's xmax). pg_locks has
+  // 32-bit xids: each is widened to the xid8 nearest the snapshot's xmax (a
+  // running xid is within 2^31 of it), right across an epoch's wrap.
   const std::string running =
-      "SELECT coalesce(array_agg(((pg_snapshot_xmax(pg_current_snapshot())::text::bigint >> 32) << 32 | "
-      "transactionid::text::bigint)::text), '{}') FROM pg_locks WHERE locktype = 'transactionid' "
-      "AND mode = 'ExclusiveLock' AND granted";
+      "SELECT coalesce(array_agg((m.x + ((l.transactionid::text::bigint - (m.x & "
+      "4294967295) "
+      "+ 6442450944) % 4294967296 - 2147483648))::text), '{}') "
+      "FROM pg_locks l, (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS "
+      "x) m "
+      "WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted";
   // lo := hi (with its lo_pos and bounds); hi := this statement's snapshot,
   // hi_lo_pos := $1 (the sequence read before it), hi_pos := the sequence read
   // after it. hi's bounds cover every transaction that may be running at hi
@@ -415,16 +451,25 @@ double DrainLogByPos(const std::string& url, int batch, long rows, const Publish
   // part of the snapshot. One that lo's bounds have keeps its bound; any other
   // got its xid after lo's $2 was read, so its pos is above lo's lo_pos.
   const std::string next_range =
-      "UPDATE " + s + ".slot s SET lo = coalesce(hi, lo), lo_pos = coalesce(hi_lo_pos, lo_pos), "
-      "lo_bounds = coalesce(hi_bounds, lo_bounds), hi = pg_current_snapshot(), hi_lo_pos = $1::bigint, "
-      "hi_pos = (" + pos_now + "), hi_bounds = (SELECT coalesce(jsonb_object_agg(e.x::text, "
-      "coalesce((coalesce(s.hi_bounds, s.lo_bounds) ->> e.x::text)::bigint, coalesce(s.hi_lo_pos, s.lo_pos))), '{}') "
-      "FROM (SELECT pg_snapshot_xip(pg_current_snapshot()) UNION SELECT r FROM unnest($2::xid8[]) r "
-      "WHERE r >= pg_snapshot_xmax(pg_current_snapshot())) e(x)), done_pos = 0 WHERE " + owned;
+      "UPDATE " + s +
+      ".slot s SET lo = coalesce(hi, lo), lo_pos = coalesce(hi_lo_pos, lo_pos), "
+      "lo_bounds = coalesce(hi_bounds, lo_bounds), hi = pg_current_snapshot(), hi_lo_pos "
+      "= $1::bigint, "
+      "hi_pos = (" +
+      pos_now +
+      "), hi_bounds = (SELECT coalesce(jsonb_object_agg(e.x::text, "
+      "coalesce((coalesce(s.hi_bounds, s.lo_bounds) ->> e.x::text)::bigint, "
+      "coalesce(s.hi_lo_pos, s.lo_pos))), '{}') "
+      "FROM (SELECT pg_snapshot_xip(pg_current_snapshot()) UNION SELECT r FROM "
+      "unnest($2::xid8[]) r "
+      "WHERE r >= pg_snapshot_xmax(pg_current_snapshot())) e(x)), done_pos = 0 WHERE " +
+      owned;
   auto new_range = [&] {
     auto before = MustQuery(c, pos_now, {});
     auto live = MustQuery(c, running, {});
-    auto u = MustQuery(c, next_range, {before->str(0, 0), share.running ? live->str(0, 0) : "{}"});
+    auto u =
+        MustQuery(c, next_range,
+                  {before->str(0, 0), share.bounds_from_locks ? live->str(0, 0) : "{}"});
     return std::atol(PQcmdTuples(u->r));
   };
   auto done = [&] {
@@ -435,6 +480,7 @@ double DrainLogByPos(const std::string& url, int batch, long rows, const Publish
   new_range();
   long sent = 0;
   for (;;) {
+    if (share.abort != nullptr && share.abort->load()) break;
     auto page = MustQuery(c, page_sql, {});
     const int n = page->n();
     if (n == 0) {
@@ -442,20 +488,8 @@ double DrainLogByPos(const std::string& url, int batch, long rows, const Publish
       stats->position_writes += new_range();  // the range is done
       continue;
     }
-    std::vector<ClaimedEvent> events;
-    events.reserve(static_cast<std::size_t>(n));
-    std::map<std::string, std::string> last;  // slot -> last pos of the page
-    for (int i = 0; i < n; ++i) {
-      events.push_back(FromRow(*page, i, 0));
-      last[page->str(i, 6)] = page->str(i, 7);
-      if (page->str(i, 8) == "s") ++stats->stragglers;
-    }
-    if (publish) publish(events);
-    std::vector<std::string> sl, ps;
-    for (const auto& [slot, pos] : last) sl.push_back(slot), ps.push_back(pos);
-    auto u = MustQuery(c, advance_pos, {PgArray(sl), PgArray(ps)});
-    stats->position_writes += std::atol(PQcmdTuples(u->r));
-    ++stats->pages;
+    for (int i = 0; i < n; ++i) stats->stragglers += page->str(i, 8) == "s" ? 1 : 0;
+    PublishAndAdvance(c, *page, n, publish, stats);
     sent += n;
     sent_all->fetch_add(n);
   }
@@ -471,8 +505,9 @@ double DrainLogByPos(const std::string& url, int batch, long rows, const Publish
 
 // The log drained by `workers` sessions at once, each with its own slots and
 // the one shared producer, as the relay's workers run. Events/s of the whole.
-double DrainLogWorkers(const std::string& url, int batch, long rows, const Publisher& publish, LogStats* stats,
-                       int workers, bool by_pos = false) {
+double DrainLogWorkers(const std::string& url, int batch, long rows,
+                       const Publisher& publish, LogStats* stats, int workers,
+                       bool by_pos = false) {
   std::atomic<long> sent_all{0};
   std::vector<LogStats> each(static_cast<std::size_t>(workers));
   std::vector<std::thread> threads;
@@ -612,29 +647,47 @@ double DrainLogStore(PGconn* admin, const std::string& url, int batch, long rows
 // runs). Each producer assigns its xid first and takes its aggregates' locks
 // (in order) before its INSERT, as enqueue() does. Then checks that every
 // committed event was handed out once, and each aggregate's in pos order (its
-// commit order). The controls must lose events: --stragglers 0 drops the
-// stragglers' branch; --running 0 takes the bounds from the snapshots' xip
-// alone (a transaction running with an xid at or above a snapshot's xmax is
-// in neither part of it).
-int RunLive(PGconn* admin, const std::string& url, int seconds, int batch, int slots, bool stragglers,
-            bool running) {
-  MakeLog(admin, 0, slots, 200, 0, 1);
-  MustExec(admin, "DROP INDEX " + kLog + ".log_read");  // the stragglers are read through (pos, slot) too
+// commit order), and that some were stragglers (else the run proved nothing).
+// The controls must lose events: --stragglers 0 drops the stragglers' branch;
+// --bounds-from-locks 0 takes the bounds from the snapshots' xip alone (a
+// transaction running with an xid at or above a snapshot's xmax is in neither
+// part of it). The producers' choices come from --seed (0: from the clock).
+struct LiveOptions {
+  int seconds = 15;
+  int batch = 500;
+  int slots = 16;
+  unsigned seed = 0;
+  bool stragglers = true;
+  bool bounds_from_locks = true;
+};
+
+int RunLive(PGconn* admin, const std::string& url, const LiveOptions& o) {
+  MakeLog(admin, 0, o.slots, 200, 0, 1);
+  // The stragglers are read through (pos, slot) too: no txid index.
+  MustExec(admin, "DROP INDEX " + kLog + ".log_read");
   MustExec(admin, "CREATE INDEX log_pos_slot ON " + kLog + ".log (pos, slot)");
   std::atomic<bool> stop{false};
   std::atomic<long> transactions{0};
   auto producer = [&](int id, bool long_tx) {
     PGconn* p = MustConnect(url);
-    unsigned seed = static_cast<unsigned>(id) * 2654435761U + 1;
-    auto next = [&seed](unsigned n) { seed = seed * 1103515245U + 12345U; return (seed >> 16) % n; };
+    unsigned seed = (o.seed + static_cast<unsigned>(id)) * 2654435761U + 1;
+    auto next = [&seed](unsigned n) {
+      seed = seed * 1103515245U + 12345U;
+      return (seed >> 16) % n;
+    };
     // The locks in one global order (no deadlock), then the events.
-    const std::string lock = "SELECT pg_advisory_xact_lock(hashtext('agg-' || a)) FROM "
-                             "(SELECT DISTINCT a FROM unnest($1::int[]) a ORDER BY a) s";
+    const std::string lock =
+        "SELECT pg_advisory_xact_lock(hashtext('agg-' || a)) FROM "
+        "(SELECT DISTINCT a FROM unnest($1::int[]) a ORDER BY a) s";
     const std::string insert =
-        "INSERT INTO " + kLog + ".log (slot, event_id, aggregate_type, aggregate_id, event_type, payload, headers) "
-        "SELECT (hashtext('bench/agg-' || e.a) & 2147483647) % " + std::to_string(slots) + ", gen_random_uuid(), "
-        "'bench', 'agg-' || e.a, 'BenchEvent', convert_to('x', 'UTF8'), '{}' "
-        "FROM unnest($1::int[]) WITH ORDINALITY e(a, i) ORDER BY e.i";
+        "INSERT INTO " + kLog +
+        ".log (slot, event_id, aggregate_type, aggregate_id, "
+        "event_type, payload, headers) SELECT (hashtext('bench/agg-' || e.a) & "
+        "2147483647) % " +
+        std::to_string(o.slots) +
+        ", gen_random_uuid(), 'bench', 'agg-' || e.a, 'BenchEvent', "
+        "convert_to('x', 'UTF8'), '{}' FROM unnest($1::int[]) WITH ORDINALITY e(a, i) "
+        "ORDER BY e.i";
     while (!stop.load()) {
       MustExec(p, "BEGIN");
       MustExec(p, "SELECT pg_current_xact_id()");  // the xid before any pos
@@ -661,34 +714,45 @@ int RunLive(PGconn* admin, const std::string& url, int seconds, int batch, int s
     for (const auto& e : events) handed.push_back(e.event_id);
   };
   std::atomic<long> sent{0}, target{std::numeric_limits<long>::max()};
+  std::atomic<bool> abort{false};
   LogStats stats;
   Share share;
   share.sent_all = &sent;
   share.target = &target;
-  share.stragglers = stragglers;
-  share.running = running;
-  std::thread drainer([&] { DrainLogByPos(url, batch, 0, record, &stats, share); });
+  share.abort = &abort;
+  share.stragglers = o.stragglers;
+  share.bounds_from_locks = o.bounds_from_locks;
+  std::thread drainer([&] { DrainLogByPos(url, o.batch, 0, record, &stats, share); });
   std::vector<std::thread> producers;
   producers.emplace_back(producer, 1, false);
   producers.emplace_back(producer, 2, false);
   producers.emplace_back(producer, 3, true);
-  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  std::this_thread::sleep_for(std::chrono::seconds(o.seconds));
   stop.store(true);
   for (auto& t : producers) t.join();
-  const long total = std::atol(Scalar(admin, "SELECT count(*) FROM " + kLog + ".log").c_str());
+  const long total =
+      std::atol(Scalar(admin, "SELECT count(*) FROM " + kLog + ".log").c_str());
   // The drain ends at the log's count, or after 5 s without progress (a lost
-  // event would keep it waiting: the check below names what is missing).
+  // event would keep it waiting: the check below names what is missing), or
+  // at 60 s whatever it does (a drain that never finds an empty page).
   target.store(total);
-  for (long before = -1, still = 0; sent.load() < total && still < 5; ++still) {
-    if (sent.load() != before) before = sent.load(), still = 0;
+  long before = -1;
+  for (int still = 0, waited = 0; sent.load() < total && still < 5 && waited < 60;
+       ++waited) {
+    const long now = sent.load();
+    still = now == before ? still + 1 : 0;
+    before = now;
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  target.store(std::min(total, sent.load()));
+  abort.store(true);
   drainer.join();
   // Each committed event once, and each aggregate's in pos order.
-  auto rows = MustQuery(admin, "SELECT event_id::text, aggregate_id, pos FROM " + kLog + ".log", {});
+  auto rows = MustQuery(
+      admin, "SELECT event_id::text, aggregate_id, pos FROM " + kLog + ".log", {});
   std::map<std::string, std::pair<std::string, long>> by_id;
-  for (int i = 0; i < rows->n(); ++i) by_id[rows->str(i, 0)] = {rows->str(i, 1), std::atol(rows->at(i, 2))};
+  for (int i = 0; i < rows->n(); ++i) {
+    by_id[rows->str(i, 0)] = {rows->str(i, 1), std::atol(rows->at(i, 2))};
+  }
   std::map<std::string, int> seen;
   std::map<std::string, long> last_pos;
   long duplicates = 0, unknown = 0, out_of_order = 0;
@@ -705,28 +769,48 @@ int RunLive(PGconn* admin, const std::string& url, int seconds, int batch, int s
   }
   long missing = 0;
   for (const auto& [id, v] : by_id) missing += seen.count(id) == 0 ? 1 : 0;
-  std::printf("live (stragglers' branch %s, running xids from pg_locks %s): %ld events in %ld transactions over %d s; handed out %zu "
-              "(%ld by the stragglers' branch) in %ld pages; missing %ld, duplicates %ld, unknown %ld, "
-              "out of aggregate order %ld\n",
-              stragglers ? "on" : "off (control)", running ? "on" : "off (control)", total, transactions.load(), seconds, handed.size(),
-              stats.stragglers, stats.pages, missing, duplicates, unknown, out_of_order);
+  std::printf(
+      "live (seed %u; stragglers' branch %s, bounds from pg_locks %s): %ld events in %ld "
+      "transactions over %d s; handed out %zu (%ld by the stragglers' branch) in %ld "
+      "pages; missing %ld, duplicates %ld, unknown %ld, out of aggregate order %ld\n",
+      o.seed, o.stragglers ? "on" : "off (control)",
+      o.bounds_from_locks ? "on" : "off (control)", total, transactions.load(), o.seconds,
+      handed.size(), stats.stragglers, stats.pages, missing, duplicates, unknown,
+      out_of_order);
   MustExec(admin, "DROP SCHEMA " + kLog + " CASCADE");
-  const bool clean = missing == 0 && duplicates == 0 && unknown == 0 && out_of_order == 0;
-  // The read: everything once, in order. A control: it must lose events.
-  if (stragglers && running) return clean ? 0 : 1;
-  return missing > 0 && duplicates == 0 && unknown == 0 && out_of_order == 0 ? 0 : 1;
+  const bool ordered = duplicates == 0 && unknown == 0 && out_of_order == 0;
+  // The read: everything once, in order, stragglers among them. A control: it
+  // must lose events (and nothing else).
+  if (o.stragglers && o.bounds_from_locks) {
+    return ordered && missing == 0 && total > 0 && stats.stragglers > 0 ? 0 : 1;
+  }
+  return ordered && missing > 0 ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f(argc, argv,
-          {{"db", DefaultDb()}, {"mock", ""}, {"rows", "100000"}, {"batch", "500"}, {"runs", "3"},
-           {"slots", "16"}, {"aggregates", "1000"}, {"payload", "200"}, {"per-tx", "10"}, {"store", "0"}, {"only", "-1"},
-           {"live", "0"}, {"stragglers", "1"}, {"running", "1"}});
+          {{"db", DefaultDb()},
+           {"mock", ""},
+           {"rows", "100000"},
+           {"batch", "500"},
+           {"runs", "3"},
+           {"slots", "16"},
+           {"aggregates", "1000"},
+           {"payload", "200"},
+           {"per-tx", "10"},
+           {"store", "0"},
+           {"only", "-1"},
+           {"live", "0"},
+           {"stragglers", "1"},
+           {"bounds-from-locks", "1"},
+           {"seed", "0"}});
   const std::string url = f.Str("db");
   if (url.empty() || (f.Str("mock").empty() && f.Int("live") == 0)) {
-    std::fprintf(stderr, "log_drain: --db URL (or OUTBOX_PG_URL) and --mock BIN required (--live needs no mock)\n");
+    std::fprintf(stderr,
+                 "log_drain: --db URL (or OUTBOX_PG_URL) and --mock BIN required (--live "
+                 "needs no mock)\n");
     return 2;
   }
   const int rows = f.Int("rows"), batch = f.Int("batch"), runs = f.Int("runs");
@@ -739,8 +823,15 @@ int main(int argc, char** argv) {
   }
   PGconn* admin = MustConnect(url);
   if (f.Int("live") > 0) {
-    return RunLive(admin, url, f.Int("live"), batch, f.Int("slots"), f.Int("stragglers") != 0,
-                   f.Int("running") != 0);
+    LiveOptions o;
+    o.seconds = f.Int("live");
+    o.batch = batch;
+    o.slots = f.Int("slots");
+    o.seed = f.Int("seed") != 0 ? static_cast<unsigned>(f.Int("seed"))
+                                : static_cast<unsigned>(std::time(nullptr));
+    o.stragglers = f.Int("stragglers") != 0;
+    o.bounds_from_locks = f.Int("bounds-from-locks") != 0;
+    return RunLive(admin, url, o);
   }
   MigrateFresh(admin, url, kToday);
   MockBroker mock = StartMockBroker(f.Str("mock"), 3, "outbox.event.bench:32", "log_drain_mock");
@@ -816,7 +907,9 @@ int main(int argc, char** argv) {
   // fill, untimed, so the other methods' plans are not changed).
   LogStats pos_bare, pos_broker, pos_four;
   if (f.Int("store") == 2) {
-    auto fill_store = [&] { FillLog(admin, url, kStore, rows, aggregates, payload, f.Int("per-tx")); };
+    auto fill_store = [&] {
+      FillLog(admin, url, kStore, rows, aggregates, payload, f.Int("per-tx"));
+    };
     auto fill_pos = [&] {
       fill_log();
       MustExec(admin, "CREATE INDEX log_pos_slot ON " + kLog + ".log (pos, slot)");
@@ -824,24 +917,49 @@ int main(int argc, char** argv) {
     };
     methods = {
         {"log store+broker: the built store's Claim + Publish (mock Kafka) + MarkSent",
-         [&] { fill_store(); return DrainLogStore(admin, url, batch, rows, publish, &store_broker); }, {}},
+         [&] {
+           fill_store();
+           return DrainLogStore(admin, url, batch, rows, publish, &store_broker);
+         },
+         {}},
         {"pos order: a page read from the (pos, slot) index + position update, no broker",
-         [&] { fill_pos(); return DrainLogByPos(url, batch, rows, nullptr, &pos_bare); }, {}},
+         [&] {
+           fill_pos();
+           return DrainLogByPos(url, batch, rows, nullptr, &pos_bare);
+         },
+         {}},
         {"pos order+broker: the same + Publish (mock Kafka)",
-         [&] { fill_pos(); return DrainLogByPos(url, batch, rows, publish, &pos_broker); }, {}},
-        {"pos order+broker, 4 workers: four sessions, each its quarter of the slots, one producer",
-         [&] { fill_pos(); return DrainLogWorkers(url, batch, rows, publish, &pos_four, 4, true); }, {}},
-        {"pipeline floor: keyset read of a primary-key-only copy + Publish, no bookkeeping",
-         [&] { fill_log(); return DrainFloor(url, batch, rows, publish); }, {}},
+         [&] {
+           fill_pos();
+           return DrainLogByPos(url, batch, rows, publish, &pos_broker);
+         },
+         {}},
+        {"pos order+broker, 4 workers: four sessions, each its quarter of the slots, one "
+         "producer",
+         [&] {
+           fill_pos();
+           return DrainLogWorkers(url, batch, rows, publish, &pos_four, 4, true);
+         },
+         {}},
+        {"pipeline floor: keyset read of a primary-key-only copy + Publish, no "
+         "bookkeeping",
+         [&] {
+           fill_log();
+           return DrainFloor(url, batch, rows, publish);
+         },
+         {}},
         {"bare DELETE ... RETURNING of the outbox's rows, no broker",
-         [&] { fill_today(); return DrainCeiling(admin, kToday, batch, rows); }, {}},
+         [&] {
+           fill_today();
+           return DrainCeiling(admin, kToday, batch, rows);
+         },
+         {}},
     };
   }
   for (int run = 0; run < runs; ++run) {
     // Alternate the order so no method always runs first (or last).
     std::vector<Method*> order;
     for (auto& m : methods) {
-      // --only N: just the N-th method (from 0), to profile it alone.
       if (f.Int("only") < 0 || &m - methods.data() == f.Int("only")) order.push_back(&m);
     }
     if (run % 2 == 1) std::reverse(order.begin(), order.end());
@@ -854,18 +972,26 @@ int main(int argc, char** argv) {
   if (f.Int("store") == 2) {
     const double built = Median(methods[0].rates), floor = Median(methods[4].rates),
                  bare_delete = Median(methods[5].rates);
-    std::printf("| method (one session unless named) | median events/s | runs | / built store | / floor | "
-                "/ bare DELETE |\n|---|---|---|---|---|---|\n");
+    std::printf(
+        "| method (one session unless named) | median events/s | runs | / built store | "
+        "/ floor | "
+        "/ bare DELETE |\n|---|---|---|---|---|---|\n");
     for (const auto& m : methods) {
-      std::printf("| %s | %.0f | %s | %.2f | %.2f | %.2f |\n", m.name.c_str(), Median(m.rates),
-                  JoinRates(m.rates, " ").c_str(), Median(m.rates) / built, Median(m.rates) / floor,
+      std::printf("| %s | %.0f | %s | %.2f | %.2f | %.2f |\n", m.name.c_str(),
+                  Median(m.rates), JoinRates(m.rates, " ").c_str(),
+                  Median(m.rates) / built, Median(m.rates) / floor,
                   Median(m.rates) / bare_delete);
     }
-    std::printf("\nPosition writes (slot rows updated) per event, pos order: %.4f without the broker, %.4f "
-                "with it, %.4f with 4 workers.\n",
-                static_cast<double>(pos_bare.position_writes) / static_cast<double>(pos_bare.events),
-                static_cast<double>(pos_broker.position_writes) / static_cast<double>(pos_broker.events),
-                static_cast<double>(pos_four.position_writes) / static_cast<double>(pos_four.events));
+    std::printf(
+        "\nPosition writes (slot rows updated) per event, pos order: %.4f without the "
+        "broker, %.4f "
+        "with it, %.4f with 4 workers.\n",
+        static_cast<double>(pos_bare.position_writes) /
+            static_cast<double>(pos_bare.events),
+        static_cast<double>(pos_broker.position_writes) /
+            static_cast<double>(pos_broker.events),
+        static_cast<double>(pos_four.position_writes) /
+            static_cast<double>(pos_four.events));
     MustExec(admin, "DROP SCHEMA IF EXISTS " + kStore + " CASCADE");
     MustExec(admin, "DROP SCHEMA IF EXISTS " + kLog + " CASCADE");
     MustExec(admin, "DROP SCHEMA " + kToday + " CASCADE");

@@ -26,9 +26,9 @@ table="$("$B/bench/log_drain" --store 2 --mock "$B/tools/mock_kafka/outbox-mock-
 # The read's safety under concurrent producers (log_drain --live): everything
 # once and in order, and each control losing events (each exits 0 only then).
 live=""
-for flags in "" "--stragglers 0" "--running 0"; do
+for flags in "" " --stragglers 0" " --bounds-from-locks 0"; do
   # shellcheck disable=SC2086  # the flags are words
-  live+="- \`log_drain --live 15 $flags\`: $("$B/bench/log_drain" --live 15 $flags)"$'\n'
+  live+="- \`log_drain --live 15$flags\`: $("$B/bench/log_drain" --live 15 $flags)"$'\n'
 done
 
 update_section log_pos_read <<MD
@@ -48,16 +48,21 @@ the built store: the prototype's log with an index on \`(pos, slot)\` added afte
 each slot's range is \`lo\`, \`hi\` and two reads of the pos sequence, \`lo_pos\` (taken
 before \`lo\`) and \`hi_pos\` (after \`hi\`); a page is one statement, the owned slots'
 events with \`lo_pos\` < pos ≤ \`hi_pos\`, visible in \`hi\` and not in \`lo\`, in pos order
-straight from the index, plus the events of the transactions \`lo\` saw running that drew
-their pos before it (by txid); one position write per slot per page, as the built store.
+straight from the index, plus the stragglers: the events of the transactions running when
+\`lo\` was taken (from its running list and from \`pg_locks\`, read between the sequence and
+the snapshot) that drew their pos before it, each read over its own pos span through the
+same index; one position write per slot per page, as the built store.
 
 Its safety under concurrent producers (\`log_drain --live 15\`: two producers writing
 transactions of 1–10 events over 200 aggregates while a third holds a transaction open for
 0.75 s around five events, every producer assigning its xid first and taking its
 aggregates' locks before its INSERT; one session drains in pos order meanwhile; then every
 committed event is checked to have been handed out once, and each aggregate's in pos
-order). The two controls must lose events: without the stragglers' branch, and with the
-stragglers' bounds taken from the snapshots' running lists alone.
+order, and that some were stragglers). The producers' choices are seeded (the seed is
+printed; a run of the same seed and length writes about the same events: the long
+transaction's lock sets the pace). The two controls must lose events: without the
+stragglers' branch, and with the stragglers' bounds taken from the snapshots' running
+lists alone.
 $live
 MD
 echo "$table"

@@ -126,8 +126,8 @@ class LogStoreTest : public ::testing::Test {
 
   // Every event's status as the view shows it, in seq order, comma-separated.
   std::string Statuses() {
-    return Exec(conn_.get(),
-                "SELECT string_agg(status, ',' ORDER BY seq) FROM " + schema_ + ".outbox");
+    return Exec(conn_.get(), "SELECT string_agg(status, ',' ORDER BY seq) FROM " +
+                                 schema_ + ".outbox");
   }
 
   static ClaimOptions Opts(int batch = 500) {
@@ -1036,7 +1036,8 @@ TEST_F(LogStoreTest, ASkipOfAnEventARelayMayBePublishingIsRefusedAsProcessing) {
   const std::string b1 = Enqueue(conn_.get(), "b");
   const std::string b2 = Enqueue(conn_.get(), "b");
   std::string retried;
-  ASSERT_NO_FATAL_FAILURE(RetryTheNext(*holder, std::chrono::milliseconds(60'000), &retried, o));
+  ASSERT_NO_FATAL_FAILURE(
+      RetryTheNext(*holder, std::chrono::milliseconds(60'000), &retried, o));
   ASSERT_EQ(retried, b1);
   auto unread = other->Skip({b2, "test", "not read yet", false});
   ASSERT_TRUE(unread.ok()) << unread.status().ToString();

@@ -387,12 +387,15 @@ TEST_P(PostgresConvertRefusalTest, ARelayLeftRunningSaysRestartAndRestartedReads
 // the lock is let go: the server runs what it had been sent, finds no client
 // to commit, and rolls everything back. The schema is the row store it was,
 // every row in its state; the next run converts it whole.
-TEST_P(PostgresConvertRefusalTest, AConversionKilledAfterItMovedTheRowsLeavesTheRowStoreAsItWas) {
+TEST_P(PostgresConvertRefusalTest,
+       AConversionKilledAfterItMovedTheRowsLeavesTheRowStoreAsItWas) {
   Migrate(old_, 0);
   const std::vector<Row> rows = RowsFor(true);
   Fill(rows);
-  const std::string state = "SELECT string_agg(event_id || ':' || status || ':' || attempts, ',' "
-                            "ORDER BY seq) FROM " + old_ + ".outbox";
+  const std::string state =
+      "SELECT string_agg(event_id || ':' || status || ':' || attempts, ',' "
+      "ORDER BY seq) FROM " +
+      old_ + ".outbox";
   const std::string before = Exec(admin_.get(), state);
   const std::string ids =
       "SELECT string_agg(event_id::text, ',' ORDER BY seq) FROM " + old_ + ".outbox";
@@ -402,27 +405,40 @@ TEST_P(PostgresConvertRefusalTest, AConversionKilledAfterItMovedTheRowsLeavesThe
   ASSERT_FALSE(seq.empty());
   PgConn blocker = Connect(url_);
   Exec(blocker.get(), "BEGIN");
-  Exec(blocker.get(), "ALTER SEQUENCE " + seq + " INCREMENT BY 1");  // no change; its lock stays
+  Exec(blocker.get(),
+       "ALTER SEQUENCE " + seq + " INCREMENT BY 1");  // no change; its lock stays
 
-  Subprocess ctl({OUTBOX_OUTBOXCTL_BIN, "--db", url_, "--schema", old_, "migrate", "--layout", "log"},
+  Subprocess ctl({OUTBOX_OUTBOXCTL_BIN, "--db", url_, "--schema", old_, "migrate",
+                  "--layout", "log"},
                  {}, RelayLog(old_ + "-ctl"));
   // Waiting on the sequence: the rows are in the log, uncommitted.
-  const std::string waiting = "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-                              "WHERE a.application_name = 'outboxctl' AND NOT l.granted "
-                              "AND l.relation = '" + seq + "'::regclass";
+  const std::string waiting =
+      "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+      "WHERE a.application_name = 'outboxctl' AND NOT l.granted "
+      "AND l.relation = '" +
+      seq + "'::regclass";
   std::string backend;  // its session's pid
-  ASSERT_TRUE(WaitFor([&] { return !(backend = Exec(admin_.get(), waiting)).empty(); }, Scaled(30s)))
+  ASSERT_TRUE(WaitFor([&] { return !(backend = Exec(admin_.get(), waiting)).empty(); },
+                      Scaled(30s)))
       << ctl.Log();
   ctl.Signal(SIGKILL);
   ASSERT_TRUE(ctl.Wait(Scaled(10s)).has_value());
   Exec(blocker.get(), "ROLLBACK");
-  ASSERT_TRUE(WaitFor([&] {
-    return Exec(admin_.get(), "SELECT count(*) FROM pg_stat_activity WHERE pid = " + backend) == "0";
-  }, Scaled(30s))) << "the killed conversion's session never ended";
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Exec(admin_.get(), "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                                      backend) == "0";
+      },
+      Scaled(30s)))
+      << "the killed conversion's session never ended";
 
-  EXPECT_EQ(Exec(admin_.get(), "SELECT to_regclass('" + old_ + ".schema_migrations') IS NOT NULL AND "
-                               "to_regclass('" + old_ + ".log_migrations') IS NULL AND "
-                               "to_regclass('" + old_ + ".outbox_converting') IS NULL"),
+  EXPECT_EQ(Exec(admin_.get(), "SELECT to_regclass('" + old_ +
+                                   ".schema_migrations') IS NOT NULL AND "
+                                   "to_regclass('" +
+                                   old_ +
+                                   ".log_migrations') IS NULL AND "
+                                   "to_regclass('" +
+                                   old_ + ".outbox_converting') IS NULL"),
             "t")
       << "the row store, as it was";
   EXPECT_EQ(Exec(admin_.get(), state), before) << "every row in its state";
@@ -431,8 +447,10 @@ TEST_P(PostgresConvertRefusalTest, AConversionKilledAfterItMovedTheRowsLeavesThe
 
   const CommandRun converted = Ctl("migrate --layout log");
   ASSERT_EQ(converted.code, 0) << converted.out;
-  EXPECT_NE(converted.out.find("converted from rows to the log"), std::string::npos) << converted.out;
-  EXPECT_EQ(Exec(admin_.get(), ids), ids_before) << "the log's view lists every event, in order";
+  EXPECT_NE(converted.out.find("converted from rows to the log"), std::string::npos)
+      << converted.out;
+  EXPECT_EQ(Exec(admin_.get(), ids), ids_before)
+      << "the log's view lists every event, in order";
 }
 
 INSTANTIATE_TEST_SUITE_P(Head, PostgresConvertRefusalTest, ::testing::Values(PostgresHead()));

@@ -219,9 +219,10 @@ TEST(RelayEngine, ClaimsFailingForAWhileDeliverEveryRowOnceAfterwards) {
 // bounds below leave room for a worker that sees it a step late).
 struct IdleRelay {
   // `wrap`, if set: wraps each thread's queue, given the fake table (set
-  // before the relay is made: Create asks a queue whether its claims see
-  // every row).
-  using Wrap = std::function<std::unique_ptr<ClaimQueue>(std::unique_ptr<ClaimQueue>, FakeTable&)>;
+  // before the relay runs: each worker asks its own queue whether its claims
+  // see every row).
+  using Wrap =
+      std::function<std::unique_ptr<ClaimQueue>(std::unique_ptr<ClaimQueue>, FakeTable&)>;
   IdleRelay(std::chrono::milliseconds poll_min, std::chrono::milliseconds poll_hot,
             std::chrono::milliseconds poll_max, Wrap wrap = nullptr) {
     if (wrap) {
@@ -237,6 +238,8 @@ struct IdleRelay {
     o.poll_max = poll_max;
     relay = e.Make(o);
   }
+  IdleRelay(const IdleRelay&) = delete;  // e.wrap holds `this`
+  IdleRelay& operator=(const IdleRelay&) = delete;
   ~IdleRelay() {
     if (runner.joinable()) {
       (*relay)->RequestStop();
@@ -349,10 +352,13 @@ class ShareQueue final : public ClaimQueueWrapper {
   bool ClaimsSeeEveryRow() const override { return false; }
   // IdleRelay's wrap: the relay's queues get shares 0, 1, 2, 3, 0, ... in the
   // order they are made; `claims_by_share`, if set, counts each share's claims.
-  static IdleRelay::Wrap Wraps(std::array<std::atomic<int>, 4>* claims_by_share = nullptr) {
+  static IdleRelay::Wrap Wraps(
+      std::array<std::atomic<int>, 4>* claims_by_share = nullptr) {
     auto made = std::make_shared<std::atomic<int>>(0);
-    return [made, claims_by_share](std::unique_ptr<ClaimQueue> q, FakeTable& t) -> std::unique_ptr<ClaimQueue> {
-      return std::make_unique<ShareQueue>(std::move(q), t, (*made)++ % 4, claims_by_share);
+    return [made, claims_by_share](std::unique_ptr<ClaimQueue> q,
+                                   FakeTable& t) -> std::unique_ptr<ClaimQueue> {
+      return std::make_unique<ShareQueue>(std::move(q), t, (*made)++ % 4,
+                                          claims_by_share);
     };
   }
 
@@ -459,9 +465,11 @@ class ChainQueue final : public ClaimQueueWrapper {
 TEST(RelayEngine, AWorkerThatRunsOutOfWorkPollsNextAtPollMin) {
   std::atomic<int> chain{0};
   std::atomic<std::int64_t> next_seq{1000};
-  IdleRelay r(5ms, 20ms, 400ms, [&](std::unique_ptr<ClaimQueue> q, FakeTable& t) -> std::unique_ptr<ClaimQueue> {
-    return std::make_unique<ChainQueue>(std::move(q), t, chain, next_seq);
-  });
+  IdleRelay r(
+      5ms, 20ms, 400ms,
+      [&](std::unique_ptr<ClaimQueue> q, FakeTable& t) -> std::unique_ptr<ClaimQueue> {
+        return std::make_unique<ChainQueue>(std::move(q), t, chain, next_seq);
+      });
   r.e.transport.delay = 10ms;  // each batch is in flight for 10 ms of the relay's time
   ASSERT_NO_FATAL_FAILURE(r.Start());
   chain = 40;  // row 1, then 40 more, one at each mark: 400 ms of work

@@ -853,7 +853,7 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   // Whether a page end may leave its positions unwritten (options_.log_position_every):
   // only one whose events were all sent (no `exceptions`: page.Exceptions()), within the
   // interval, under a fresh lease.
-  bool MayDefer(const log::Page& page, const std::vector<log::Entry>& exceptions) const;
+  bool MayDefer(const log::Page& page, std::span<const log::Entry> exceptions) const;
   // Writes the positions of the slots whose page ends were deferred (unwritten_);
   // a slot refused by its fence is no longer held.
   Status WriteDeferred();
@@ -1270,7 +1270,8 @@ Result<std::set<int>> LogStore::EndPage() {
     return moved;
   }
   const auto now = std::chrono::steady_clock::now();
-  if (MayDefer(page, exceptions)) {  // held slots under a fresh lease: the fence would pass them
+  // Held slots under a fresh lease: the fence would pass them.
+  if (MayDefer(page, exceptions)) {
     for (const log::SlotCut& c : page.cuts()) {
       Advance(&held_.at(c.slot), c);
       unwritten_.insert(c.slot);
@@ -1340,7 +1341,8 @@ nlohmann::json LogStore::ProgressAfter(const log::Page& page) const {
   return progress;
 }
 
-bool LogStore::MayDefer(const log::Page& page, const std::vector<log::Entry>& exceptions) const {
+bool LogStore::MayDefer(const log::Page& page,
+                        std::span<const log::Entry> exceptions) const {
   const auto every = options_.log_position_every;
   const auto now = std::chrono::steady_clock::now();
   if (every.count() <= 0 || now - written_at_ >= every) return false;
