@@ -66,3 +66,27 @@ update_section() {
   fi
   mv "$tmp" "$DOC"
 }
+
+# log_drain_run STORE [--rows 100000] [--runs 3] [--batch 500]: what the scripts
+# of bench/log_drain.cc's modes share — their flags, the release build, a
+# testenv, the machine line (before running: the commit that was built), then
+# `log_drain --store STORE`. Sets ROWS, RUNS, BATCH, B, machine and table.
+log_drain_run() {
+  local store="$1"
+  shift
+  ROWS=100000 RUNS=3 BATCH=500
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --rows) ROWS="$2"; shift 2 ;;
+      --runs) RUNS="$2"; shift 2 ;;
+      --batch) BATCH="$2"; shift 2 ;;
+      *) echo "unknown flag $1" >&2; exit 2 ;;
+    esac
+  done
+  bench_build log_drain outbox-mock-kafka
+  bench_env
+  B="$ROOT/build/release"
+  machine="$(machine_line)"
+  table="$("$B/bench/log_drain" --store "$store" --mock "$B/tools/mock_kafka/outbox-mock-kafka" \
+    --rows "$ROWS" --runs "$RUNS" --batch "$BATCH")"
+}

@@ -7,21 +7,7 @@
 #   bench/run_log_pos_read.sh [--rows 100000] [--runs 3] [--batch 500]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-ROWS=100000 RUNS=3 BATCH=500
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rows) ROWS="$2"; shift 2 ;;
-    --runs) RUNS="$2"; shift 2 ;;
-    --batch) BATCH="$2"; shift 2 ;;
-    *) echo "unknown flag $1" >&2; exit 2 ;;
-  esac
-done
-bench_build log_drain outbox-mock-kafka
-bench_env
-B="$ROOT/build/release"
-machine="$(machine_line)"  # before running: the commit that was built
-table="$("$B/bench/log_drain" --store 2 --mock "$B/tools/mock_kafka/outbox-mock-kafka" --rows "$ROWS" \
-  --runs "$RUNS" --batch "$BATCH")"
+log_drain_run 2 "$@"
 
 # The read's safety under concurrent producers (log_drain --live): everything
 # once and in order, and each control losing events (each exits 0 only then).
