@@ -87,6 +87,25 @@ std::int64_t Page::MinDelayMs() const {
   return m == std::numeric_limits<std::int64_t>::max() ? 0 : m;
 }
 
+std::map<std::string, std::int64_t> RunningAt(const RangeEnd& lo,
+                                              const std::vector<std::string>& xids) {
+  std::map<std::string, std::int64_t> out;
+  for (const std::string& x : xids) {
+    auto it = lo.running.find(x);
+    out[x] = it != lo.running.end() ? it->second : lo.pos_before;
+  }
+  return out;
+}
+
+std::vector<Straggler> Stragglers(const RangeEnd& lo, std::int64_t done_pos) {
+  std::vector<Straggler> out;
+  for (const auto& [txid, bound] : lo.running) {
+    const std::int64_t from = std::max(bound, done_pos);
+    if (from < lo.pos_before) out.push_back({txid, from, lo.pos_before});
+  }
+  return out;
+}
+
 void ExceptionLook::RetryAt(TimePoint t) {
   retries_.insert(t);
   if (retries_.size() > kMaxRetries) retries_.erase(std::prev(retries_.end()));

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,7 +44,7 @@ enum class Outcome { kOpen, kSent, kRetry, kFailed, kHeld };
 struct Entry {
   std::int64_t pos = 0;
   int slot = 0;
-  std::string txid;        // the log row's key is (slot, txid, pos)
+  std::string txid;        // the log row's transaction
   bool exception = false;  // handed out from the exceptions table, not the log
   int attempts = 1;  // handed out this many times (a log event: its slot's restarts + 1)
   Outcome outcome = Outcome::kOpen;
@@ -52,12 +53,45 @@ struct Entry {
   std::string error;           // kRetry, kFailed
 };
 
-// Where a slot's page ends: its range's upper snapshot (text), and either the
+// One end of a slot's range (docs/design.md, "The read in pos order"): a
+// snapshot (text), and what bounds a read of the log by pos at it — the pos
+// sequence's last value read before the snapshot (`pos_before`: the lo_pos of
+// the range it begins), the value read after it (`pos_after`: no event visible
+// in it has a higher pos; none: no such bound, a range an earlier build opened),
+// and the transactions that may be running at it with events drawn before
+// pos_before (`running`: xid → the pos after which its events lie).
+struct RangeEnd {
+  std::string snapshot;
+  std::int64_t pos_before = 0;
+  std::optional<std::int64_t> pos_after;
+  std::map<std::string, std::int64_t> running;
+};
+
+// The `running` of a new upper end whose transactions that may be running are
+// `xids`, for a range beginning at `lo`: each keeps lo's bound for it, or else
+// lo's pos_before (it got its id after lo's, so drew every pos after it).
+std::map<std::string, std::int64_t> RunningAt(const RangeEnd& lo,
+                                              const std::vector<std::string>& xids);
+
+// A straggler's span to read: the events of `txid` with pos in (from, to].
+struct Straggler {
+  std::string txid;
+  std::int64_t from = 0;
+  std::int64_t to = 0;
+};
+
+// The stragglers of a range beginning at `lo` whose pos done so far is
+// `done_pos`: lo's running transactions whose span (bound, lo's pos_before],
+// after done_pos, is not empty (which of them ended visible in hi, the read
+// decides).
+std::vector<Straggler> Stragglers(const RangeEnd& lo, std::int64_t done_pos);
+
+// Where a slot's page ends: its range's upper end, and either the
 // last pos done within the range or, when the range is done, lo = hi.
 struct SlotCut {
   int slot = 0;
   std::int64_t token = 0;
-  std::string hi;
+  RangeEnd hi;
   std::int64_t done_pos = 0;
   bool range_done = false;
   bool reset =

@@ -53,7 +53,8 @@ added AS (
 fenced AS (
   UPDATE {S}.slots s SET owner = NULL, token = nextval('{S}.lease_token_seq'),
     expires_at = CASE WHEN s.slot < $1::int THEN now() ELSE 'infinity' END,
-    lo = p.lo, hi = p.hi, done_pos = p.done_pos
+    lo = p.lo, hi = p.hi, done_pos = p.done_pos, lo_pos = p.lo_pos, lo_bounds = p.lo_bounds,
+    hi_lo_pos = p.hi_lo_pos, hi_pos = p.hi_pos, hi_bounds = p.hi_bounds
   FROM {S}.positions p WHERE p.slot = s.slot
   RETURNING 1),
 moved AS (

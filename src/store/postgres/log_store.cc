@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -38,7 +37,8 @@ namespace {
 // restart (its own holder too, taking it back after its lease ran out: as a
 // row store's claim counts an attempt, the store cannot tell a holder that
 // died from one that stalled). Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
-// restarts, lo) taken; ('s', share).
+// restarts, lo, lo_pos, lo_bounds, hi_lo_pos, hi_pos, hi_bounds) taken;
+// ('s', share).
 constexpr const char* kLease = R"SQL(
 WITH me AS (
   INSERT INTO {S}.readers AS r (reader, expires_at)
@@ -66,7 +66,8 @@ free AS (
 taken AS (
   UPDATE {S}.slots s SET owner = $1, token = nextval('{S}.lease_token_seq'),
     expires_at = now() + $2::bigint * interval '1 millisecond',
-    lo = p.lo, hi = p.hi, done_pos = p.done_pos,
+    lo = p.lo, hi = p.hi, done_pos = p.done_pos, lo_pos = p.lo_pos, lo_bounds = p.lo_bounds,
+    hi_lo_pos = p.hi_lo_pos, hi_pos = p.hi_pos, hi_bounds = p.hi_bounds,
     restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND (
       EXISTS (SELECT 1 FROM {S}.log l
               WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(p.lo)
@@ -76,17 +77,21 @@ taken AS (
                    AND NOT {S}.passed(l.txid, l.pos, p.lo, p.hi, p.done_pos))) THEN 1 ELSE 0 END
   FROM free JOIN {S}.positions p ON p.slot = free.slot
   WHERE s.slot = free.slot
-  RETURNING s.slot, s.token, s.hi::text AS hi, s.done_pos, s.restarts, s.lo::text AS lo)
-SELECT 'r', slot::text, token::text, NULL, '0', '0', NULL FROM renewed
-UNION ALL SELECT 't', slot::text, token::text, hi, done_pos::text, restarts::text, lo FROM taken
-UNION ALL SELECT 's', n::text, '0', NULL, '0', '0', NULL FROM share
+  RETURNING s.slot, s.token, s.hi::text AS hi, s.done_pos, s.restarts, s.lo::text AS lo,
+    s.lo_pos, s.lo_bounds, s.hi_lo_pos, s.hi_pos, s.hi_bounds)
+SELECT 'r', slot::text, token::text, NULL, '0', '0', NULL, NULL, NULL, NULL, NULL, NULL
+FROM renewed
+UNION ALL SELECT 't', slot::text, token::text, hi, done_pos::text, restarts::text, lo,
+  lo_pos::text, lo_bounds::text, hi_lo_pos::text, hi_pos::text, hi_bounds::text FROM taken
+UNION ALL SELECT 's', n::text, '0', NULL, '0', '0', NULL, NULL, NULL, NULL, NULL, NULL FROM share
 )SQL";
 
 // $1 slots, $2 tokens: gives the slots back (a clean stop: no restart
 // counted), their positions folded from the reader's progress into their rows.
 constexpr const char* kRelease = R"SQL(
 UPDATE {S}.slots s SET owner = NULL, expires_at = now(), lo = p.lo, hi = p.hi,
-  done_pos = p.done_pos
+  done_pos = p.done_pos, lo_pos = p.lo_pos, lo_bounds = p.lo_bounds, hi_lo_pos = p.hi_lo_pos,
+  hi_pos = p.hi_pos, hi_bounds = p.hi_bounds
 FROM unnest($1::smallint[], $2::bigint[]) m(slot, token)
 JOIN {S}.positions p ON p.slot = m.slot AND p.token = m.token
 WHERE s.slot = m.slot AND s.token = m.token
@@ -161,42 +166,24 @@ SELECT )SQL") + EventColumns("upd") +
 FROM upd ORDER BY upd.pos
 )SQL";
 
-// $1 slots, $2 tokens, $3 los, $4 his (NULL: a new range), $5 done_pos, $6 limit:
-// the keys of each slot's range, in pos order, with each range's hi (the log
-// set's read_keys(); a range bigger than a page is read once, its pages then
-// fetched by key: bench/log_drain.cc measured re-reading the range for each
-// page). The positions are the store's own (log set version 6): the reader's
-// row is not read. $7 page, $8 failed holds, $9 ordered: the events of the
-// first $7 keys are read in the same statement (read_page(), in the same
-// snapshot, so each one is there): a claim whose range fits a page is one
-// round trip. A row per key, in pos order: the page's columns (NULL for a key
-// past the page, or one passed over: it has an exception), then the key
-// (slot, txid, pos, hi).
-constexpr const char* kRangeAndPage = R"SQL(
-WITH k AS MATERIALIZED (
-  SELECT r.slot, r.txid, r.pos, r.hi, r.i
-  FROM {S}.read_keys($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
-                     $6::integer) WITH ORDINALITY r(slot, txid, pos, hi, i)),
-p AS MATERIALIZED (
-  SELECT * FROM {S}.read_page(
-    ARRAY(SELECT k.slot::smallint FROM k WHERE k.i <= $7::integer ORDER BY k.i),
-    ARRAY(SELECT k.txid FROM k WHERE k.i <= $7::integer ORDER BY k.i),
-    ARRAY(SELECT k.pos::bigint FROM k WHERE k.i <= $7::integer ORDER BY k.i),
-    $8::boolean, $9::boolean))
-SELECT p.*, k.slot, k.txid, k.pos, k.hi FROM k LEFT JOIN p ON p.key_index::bigint = k.i
-ORDER BY k.i
+// A new upper end for the ranges a claim opens (the log set's open_range(),
+// version 7): the snapshot, the pos sequence read before and after it, and the
+// transactions that may be running at it (comma-separated).
+constexpr const char* kOpenRange = R"SQL(
+SELECT hi, pos_before::text, pos_after::text, array_to_string(running, ',')
+FROM {S}.open_range()
 )SQL";
 
-// $1 slots, $2 txids, $3 pos (keys, in page order), $4 failed holds, $5
-// ordered: the events of a page (the log set's read_page(): its columns are
-// the event columns, then txid, the key's index from 1, and whether it is held).
-// A range's later pages, from the keys read with its first.
-constexpr const char* kPageByKeys = R"SQL(
-SELECT * FROM {S}.read_page($1::smallint[], $2::text[], $3::bigint[], $4::boolean, $5::boolean)
+// $1 slots, $2 tokens, $3 los, $4 his, $5 the pos after which each range is read,
+// $6 hi_pos (NULL: none), $7-$10 the stragglers (slot, txid, from, to), $11
+// limit, $12 failed holds, $13 ordered: a page of the held slots' ranges, in pos
+// order (the log set's read_range(), version 7: one index range scan on (pos,
+// slot)). Rows: the event columns, then txid and whether it is held.
+constexpr const char* kReadRange = R"SQL(
+SELECT * FROM {S}.read_range($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
+                             $6::bigint[], $7::smallint[], $8::text[], $9::bigint[],
+                             $10::bigint[], $11::integer, $12::boolean, $13::boolean)
 )SQL";
-
-// The columns of kPageByKeys's rows (kRangeAndPage's first ones).
-constexpr int kPageColumns = 14;
 
 // $1 cuts, $2 reader, $3 progress: a page's end, the positions (the common
 // part of the two statements below). When a slot of the page's cuts still has
@@ -550,11 +537,11 @@ std::string ReaderName(const std::string& owner) {
 // A slot this store leases: the lease's token, and its range in flight.
 struct HeldSlot {
   std::int64_t token = 0;
-  // The snapshot whose events are done (the range's lower end), as the store
-  // last wrote it or read it when it took the slot.
-  std::string lo;
-  // The range's upper snapshot, once a page of it was done.
-  std::optional<std::string> hi;
+  // The range's lower end, whose events are done, as the store last wrote it
+  // or read it when it took the slot.
+  log::RangeEnd lo;
+  // The range's upper end, once a page of it was done.
+  std::optional<log::RangeEnd> hi;
   std::int64_t done_pos = 0;
   int restarts = 0;
 };
@@ -566,19 +553,77 @@ std::set<int> SlotColumn(const PGresult* r) {
   return slots;
 }
 
-// `h`'s position as a page end writes it into the reader's progress.
+// `h`'s position as a page end writes it into the reader's progress (the view
+// `positions` reads it back: the keys are the log set's, version 7).
 nlohmann::json PositionJson(const HeldSlot& h) {
-  return {{"token", h.token},
-          {"lo", h.lo},
-          {"hi", h.hi ? nlohmann::json(*h.hi) : nlohmann::json()},
-          {"done", h.done_pos}};
+  nlohmann::json j = {{"token", h.token},
+                      {"lo", h.lo.snapshot},
+                      {"done", h.done_pos},
+                      {"lo_pos", h.lo.pos_before},
+                      {"lo_bounds", h.lo.running},
+                      {"hi", nullptr},
+                      {"hi_lo_pos", nullptr},
+                      {"hi_pos", nullptr},
+                      {"hi_bounds", nullptr}};
+  if (h.hi) {
+    j["hi"] = h.hi->snapshot;
+    j["hi_lo_pos"] = h.hi->pos_before;
+    if (h.hi->pos_after) j["hi_pos"] = *h.hi->pos_after;
+    j["hi_bounds"] = h.hi->running;
+  }
+  return j;
 }
 
 // `h`'s position once the cut `c` is done: a finished range's hi becomes lo.
 void Advance(HeldSlot* h, const log::SlotCut& c) {
   if (c.range_done) h->lo = c.hi;
-  h->hi = c.range_done ? std::nullopt : std::optional<std::string>(c.hi);
+  h->hi = c.range_done ? std::nullopt : std::optional<log::RangeEnd>(c.hi);
   h->done_pos = c.range_done ? 0 : c.done_pos;
+}
+
+// A range end's transactions and bounds from the JSON text of a slot's
+// lo_bounds or hi_bounds ({"xid": bound}); anything else is an error (a bound
+// read as none would lose a straggler's events).
+Result<std::map<std::string, std::int64_t>> BoundsFromJson(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object())
+    return Status::Internal("lease slots: a slot's bounds are not a JSON object: " + text);
+  std::map<std::string, std::int64_t> out;
+  for (const auto& [xid, bound] : j.items()) {
+    if (!bound.is_number_integer())
+      return Status::Internal("lease slots: a slot's bound is not a number: " + text);
+    out[xid] = bound.get<std::int64_t>();
+  }
+  return out;
+}
+
+// A slot taken over, from a row of kLease ('t'): its position as the
+// `positions` view folded it. A range an earlier build opened has no hi_lo_pos:
+// its upper end then keeps lo's pos_before and bounds (those of an earlier
+// snapshot: the read covers more, never less) and has no pos_after.
+Result<HeldSlot> TakenSlot(const PGresult* r, int i) {
+  HeldSlot h;
+  h.token = GetInt64(r, i, 2);
+  h.done_pos = GetInt64(r, i, 4);
+  h.restarts = static_cast<int>(GetInt64(r, i, 5));
+  h.lo.snapshot = GetText(r, i, 6);
+  h.lo.pos_before = GetInt64(r, i, 7);
+  auto lo_bounds = BoundsFromJson(GetText(r, i, 8));
+  if (!lo_bounds.ok()) return lo_bounds.status();
+  h.lo.running = std::move(lo_bounds).value();
+  if (auto hi = GetOptionalText(r, i, 3)) {
+    log::RangeEnd end{*hi, h.lo.pos_before, std::nullopt, h.lo.running};
+    if (!PQgetisnull(r, i, 9)) {
+      end.pos_before = GetInt64(r, i, 9);
+      auto hi_bounds = BoundsFromJson(
+          PQgetisnull(r, i, 11) ? std::string("{}") : GetText(r, i, 11));
+      if (!hi_bounds.ok()) return hi_bounds.status();
+      end.running = std::move(hi_bounds).value();
+    }
+    if (!PQgetisnull(r, i, 10)) end.pos_after = GetInt64(r, i, 10);
+    h.hi = std::move(end);
+  }
+  return h;
 }
 
 class LogStore final : public Store {
@@ -630,11 +675,9 @@ class LogStore final : public Store {
     const auto now = std::chrono::steady_clock::now();
     if (!page_.Empty() && now - page_at_ < o.lease) return ClaimResult{};
     if (!page_.Empty()) {
-      keys_.clear();  // abandoned: read again from the database's position
-      look_.AtOnce();  // and its exceptions, their leases ended with it
+      look_.AtOnce();  // abandoned: its exceptions' leases ended with it
     }
     page_ = log::Page();
-    page_keys_ = 0;
     page_at_ = now;
     if (reader_.empty()) reader_ = ReaderName(o.owner);
     lease_ = o.lease;
@@ -654,8 +697,6 @@ class LogStore final : public Store {
     if (st.ok() && out.events.empty() && out.expired_to_failed.empty()) st = WriteDeferred();
     if (!st.ok()) {  // nothing of a claim that failed half-way stays in flight
       page_ = log::Page();
-      page_keys_ = 0;
-      keys_.clear();
       return st;
     }
     std::sort(out.events.begin(), out.events.end(),
@@ -838,18 +879,18 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   Status ReadLog(const ClaimOptions& o, int room, ClaimResult* out);
   Status ReadSlots(const ClaimOptions& o, const std::vector<int>& slots, int limit,
                    bool split, ClaimResult* out);
-  // Reads the keys of `slots`' ranges into keys_; the result holds the events
-  // of the first `page` keys too (kRangeAndPage).
-  Result<ResultPtr> LoadKeys(const ClaimOptions& o, const std::vector<int>& slots, int page);
+  // A new upper end for the ranges a claim opens (kOpenRange); its `running`
+  // lists the transactions, their bounds left to RunningAt.
+  Result<log::RangeEnd> OpenRange();
+  // A page of `slots`' ranges, at most `limit` rows (kReadRange); `his` gets
+  // each slot's upper end (a range not open yet is opened).
+  Result<ResultPtr> ReadRanges(const ClaimOptions& o, const std::vector<int>& slots,
+                               int limit, std::map<int, log::RangeEnd>* his);
+  // Hands out the first `*used` rows of `r`, fewer when batch_bytes stops it
+  // (`*used` then says how many); `slots` gets the slots of the rows covered.
   Status TakePage(const PGresult* r, std::int64_t batch_bytes, int* used,
-                  ClaimResult* out);
+                  std::set<int>* slots, ClaimResult* out);
   Result<std::set<int>> EndPage();
-  // The first `consumed` keys of a big range are done (their page ended).
-  void ConsumeKeys(int consumed) {
-    keys_.erase(keys_.begin(),
-                keys_.begin() + std::min<std::ptrdiff_t>(
-                                    consumed, static_cast<std::ptrdiff_t>(keys_.size())));
-  }
   // Whether a page end may leave its positions unwritten (options_.log_position_every):
   // only one whose events were all sent (no `exceptions`: page.Exceptions()), within the
   // interval, under a fresh lease.
@@ -894,20 +935,6 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   std::chrono::milliseconds lease_{0};  // the last claim's
   log::Page page_;
   log::ExceptionLook look_;  // when a claim looks for due exceptions
-  int page_keys_ =
-      0;  // keys the page in flight covers (consumed when its end is written)
-  // A big range's keys, read once, in pos order (for `key_slots_`, each with
-  // its range's hi); the pages are fetched by key.
-  struct Key {
-    int slot;
-    std::string txid;
-    std::int64_t pos;
-  };
-  std::deque<Key> keys_;
-  bool keys_capped_ =
-      false;  // the read stopped at its cap: the ranges go on after the keys
-  std::vector<int> key_slots_;
-  std::map<int, std::string> key_hi_;
   // How often a store holding slots looks for free ones and for other readers.
   static constexpr std::chrono::milliseconds kLookEvery{1000};
   std::chrono::steady_clock::time_point renewed_at_{};
@@ -947,16 +974,10 @@ Status LogStore::Lease(const ClaimOptions& o) {
     } else if (kind == "r") {
       if (auto it = held_.find(slot); it != held_.end()) kept[slot] = it->second;
     } else {
-      keys_.clear();  // a slot taken (again): its position is the database's, not the
-                      // cache's
       look_.AtOnce();  // its former holder may have left exceptions
-      HeldSlot h;
-      h.token = GetInt64(r, i, 2);
-      h.hi = GetOptionalText(r, i, 3);
-      h.done_pos = GetInt64(r, i, 4);
-      h.restarts = static_cast<int>(GetInt64(r, i, 5));
-      h.lo = GetText(r, i, 6);
-      kept[slot] = std::move(h);
+      auto h = TakenSlot(r, i);
+      if (!h.ok()) return h.status();
+      kept[slot] = std::move(h).value();
     }
   }
   if (renew) renewed_at_ = now;
@@ -1070,126 +1091,132 @@ Status LogStore::ReadLog(const ClaimOptions& o, int room, ClaimResult* out) {
   return ReadSlots(o, slots, room, /*split=*/false, out);
 }
 
-Result<ResultPtr> LogStore::LoadKeys(const ClaimOptions& o, const std::vector<int>& slots,
-                                     int page) {
-  keys_.clear();
-  key_hi_.clear();
-  key_slots_ = slots;
-  std::vector<std::int64_t> tokens, dones;
-  std::vector<std::optional<std::string>> his;
-  std::vector<std::string> los;
-  for (int slot : slots) {
-    const HeldSlot& h = held_[slot];
-    tokens.push_back(h.token);
-    los.push_back(h.lo);
-    his.push_back(h.hi);
-    dones.push_back(h.done_pos);
-  }
-  // Enough keys for many pages, never a whole backlog in memory.
-  const int cap = std::max(o.batch_size * 32, 10'000);
-  auto res = session_->Exec(
-      "read log keys and page", S(kRangeAndPage),
-      {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens)),
-       Param::Text(TextArrayLiteral(std::span<const std::string>(los))),
-       Param::Text(TextArrayLiteral(std::span<const std::optional<std::string>>(his))),
-       Param::Text(Int64ArrayLiteral(dones)), Param::Text(Text(cap)), Param::Text(Text(page)),
-       Param::Text(o.failed_holds_aggregate ? "true" : "false"),
-       Param::Text(o.ordered ? "true" : "false")},
-      {}, /*result_format=*/1);
+Result<log::RangeEnd> LogStore::OpenRange() {
+  auto res = session_->Exec("open range", S(kOpenRange));
   if (!res.ok()) return res.status();
   const PGresult* r = res->get();
-  const int n = PQntuples(r);
-  for (int i = 0; i < n; ++i) {
-    const int slot = static_cast<int>(GetInt64(r, i, kPageColumns));
-    keys_.push_back({slot, GetText(r, i, kPageColumns + 1), GetInt64(r, i, kPageColumns + 2)});
-    key_hi_[slot] = GetText(r, i, kPageColumns + 3);
+  log::RangeEnd end;
+  end.snapshot = GetText(r, 0, 0);
+  end.pos_before = GetInt64(r, 0, 1);
+  end.pos_after = GetInt64(r, 0, 2);
+  const std::string running = GetText(r, 0, 3);
+  for (std::size_t at = 0; at < running.size();) {
+    const std::size_t comma = std::min(running.find(',', at), running.size());
+    end.running[running.substr(at, comma - at)] = 0;  // bounds: per slot (RunningAt)
+    at = comma + 1;
   }
-  keys_capped_ = n == cap;
-  return res;
+  return end;
+}
+
+Result<ResultPtr> LogStore::ReadRanges(const ClaimOptions& o, const std::vector<int>& slots,
+                                       int limit, std::map<int, log::RangeEnd>* his) {
+  std::optional<log::RangeEnd> fresh;  // one new upper end for every range opened now
+  for (int slot : slots) {
+    const HeldSlot& h = held_.at(slot);
+    if (h.hi) {
+      (*his)[slot] = *h.hi;
+      continue;
+    }
+    if (!fresh) {
+      auto end = OpenRange();
+      if (!end.ok()) return end.status();
+      fresh = std::move(end).value();
+    }
+    std::vector<std::string> xids;
+    for (const auto& [xid, unused] : fresh->running) xids.push_back(xid);
+    log::RangeEnd hi = *fresh;
+    hi.running = log::RunningAt(h.lo, xids);
+    (*his)[slot] = std::move(hi);
+  }
+  std::vector<std::int64_t> tokens, froms, x_slots, x_froms, x_tos;
+  std::vector<std::string> los, hi_snapshots, x_txids;
+  std::vector<std::optional<std::string>> hi_pos;
+  for (int slot : slots) {
+    const HeldSlot& h = held_.at(slot);
+    const log::RangeEnd& hi = his->at(slot);
+    const std::int64_t done = h.hi ? h.done_pos : 0;
+    tokens.push_back(h.token);
+    los.push_back(h.lo.snapshot);
+    hi_snapshots.push_back(hi.snapshot);
+    froms.push_back(std::max(h.lo.pos_before, done));
+    hi_pos.push_back(hi.pos_after ? std::optional<std::string>(Text(*hi.pos_after))
+                                  : std::nullopt);
+    for (const log::Straggler& x : log::Stragglers(h.lo, done)) {
+      x_slots.push_back(slot);
+      x_txids.push_back(x.txid);
+      x_froms.push_back(x.from);
+      x_tos.push_back(x.to);
+    }
+  }
+  return session_->Exec(
+      "read log page", S(kReadRange),
+      {Param::Text(SmallintArray(slots)), Param::Text(Int64ArrayLiteral(tokens)),
+       Param::Text(TextArrayLiteral(std::span<const std::string>(los))),
+       Param::Text(TextArrayLiteral(std::span<const std::string>(hi_snapshots))),
+       Param::Text(Int64ArrayLiteral(froms)),
+       Param::Text(TextArrayLiteral(std::span<const std::optional<std::string>>(hi_pos))),
+       Param::Text(Int64ArrayLiteral(x_slots)),
+       Param::Text(TextArrayLiteral(std::span<const std::string>(x_txids))),
+       Param::Text(Int64ArrayLiteral(x_froms)), Param::Text(Int64ArrayLiteral(x_tos)),
+       Param::Text(Text(limit)), Param::Text(o.failed_holds_aggregate ? "true" : "false"),
+       Param::Text(o.ordered ? "true" : "false")},
+      {}, /*result_format=*/1);
 }
 
 Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
                            int limit, bool split, ClaimResult* out) {
-  // A range read afresh comes with its first page (a slot in a crash loop
-  // decides its page from the keys: none is read with them).
-  ResultPtr first;
-  if (keys_.empty() || key_slots_ != slots) {
-    auto res = LoadKeys(o, slots, split ? 0 : limit);
-    if (!res.ok()) return res.status();
-    if (!split) first = std::move(res).value();
-  }
+  // One row past the page tells whether the ranges go on after it.
+  std::map<int, log::RangeEnd> his;
+  auto res = ReadRanges(o, slots, limit + 1, &his);
+  if (!res.ok()) return res.status();
+  const PGresult* r = res->get();
+  const int rows = PQntuples(r);
   const int slot0 = slots.front();
-  const int avail = static_cast<int>(keys_.size());
-  // The crash loop's check: the event its last holder died with stood alone.
+  // The crash loop's check: the event its last holder died with stood alone
+  // (`limit` is the page its last holder died in).
   if (split && log::KillerStandsAlone(held_[slot0].restarts, o.max_attempts,
-                                      std::min(avail, limit))) {
-    const Key& k = keys_.front();
+                                      std::min(rows, limit))) {
     log::Entry e;
-    e.pos = k.pos;
+    e.pos = GetInt64(r, 0, 0);
     e.slot = slot0;
-    e.txid = k.txid;
+    e.txid = GetText(r, 0, 11);
     e.attempts = held_[slot0].restarts;
     page_.Add(e);
     page_.Settle(e.pos, log::Outcome::kFailed, true, 0,
                  "the relay stopped with this event in flight " +
                      std::to_string(held_[slot0].restarts) +
                      " times (max_attempts); it was published alone last time");
-    page_.Cut({slot0, held_[slot0].token, key_hi_[slot0], e.pos,
-               avail == 1 && !keys_capped_, true});
-    page_keys_ = 1;
+    page_.Cut({slot0, held_[slot0].token, his.at(slot0), e.pos, rows == 1, true});
     auto moved = EndPage();
     if (!moved.ok()) return moved.status();
     if (moved->count(slot0)) out->expired_to_failed.push_back(e.pos);
     return Status::Ok();
   }
   if (split) limit = log::PageLimit(held_[slot0].restarts, o.max_attempts, o.batch_size);
-  const int take = std::min(limit, avail);
-  int used = take;  // keys the page covers (the bytes bound may stop it early)
-  if (first) {
-    OUTBOX_RETURN_IF_ERROR(TakePage(first.get(), o.batch_bytes, &used, out));
-  } else if (take > 0) {
-    std::vector<std::int64_t> ks, kp;
-    std::vector<std::string> kt;
-    for (int i = 0; i < take; ++i) {
-      ks.push_back(keys_[static_cast<std::size_t>(i)].slot);
-      kt.push_back(keys_[static_cast<std::size_t>(i)].txid);
-      kp.push_back(keys_[static_cast<std::size_t>(i)].pos);
-    }
-    auto res =
-        session_->Exec("read log page", S(kPageByKeys),
-                       {Param::Text(Int64ArrayLiteral(ks)),
-                        Param::Text(TextArrayLiteral(std::span<const std::string>(kt))),
-                        Param::Text(Int64ArrayLiteral(kp)),
-                        Param::Text(o.failed_holds_aggregate ? "true" : "false"),
-                        Param::Text(o.ordered ? "true" : "false")},
-                       {}, /*result_format=*/1);
-    if (!res.ok()) return res.status();
-    OUTBOX_RETURN_IF_ERROR(TakePage(res->get(), o.batch_bytes, &used, out));
-  }
-  // Each slot's position after the page: its last key covered, its range done
-  // when no key of it is left (and the keys were not cut off by the cap); a
-  // slot with nothing left of a range already begun closes it.
-  std::map<int, std::int64_t> last;
-  std::set<int> left;
-  for (int i = 0; i < avail; ++i) {
-    const Key& k = keys_[static_cast<std::size_t>(i)];
-    if (i < used) {
-      last[k.slot] = k.pos;
-    } else {
-      left.insert(k.slot);
-    }
-  }
+  int used = std::min(limit, rows);  // rows the page covers (the bytes bound may stop it early)
+  std::set<int> with_rows;
+  OUTBOX_RETURN_IF_ERROR(TakePage(r, o.batch_bytes, &used, &with_rows, out));
+  // Every range is read up to the page's last pos: each slot's position moves
+  // there, its range done when no row is left after the page. One already
+  // begun with nothing left is closed. One opened now with nothing in it moves
+  // this store's lo without a write (an idle claim writes nothing): the next
+  // read of the slot starts from its pos_before, not from a lo_pos that may be
+  // far behind (every page scans from the lowest of its slots'); the database
+  // keeps the earlier lo, from which a taker reads the same nothing.
+  const bool done = used == rows;
+  const std::int64_t last = used > 0 ? GetInt64(r, used - 1, 0) : 0;
   for (int slot : slots) {
-    const HeldSlot& h = held_[slot];
-    const bool done = !keys_capped_ && !left.count(slot);
+    HeldSlot& h = held_[slot];
     const bool reset = !split || done;
-    if (last.count(slot)) {
-      page_.Cut({slot, h.token, key_hi_[slot], last[slot], done, reset});
-    } else if (done && h.hi) {
-      page_.Cut({slot, h.token, *h.hi, 0, true, true});
+    if (!done) {
+      page_.Cut({slot, h.token, his.at(slot), std::max(last, h.hi ? h.done_pos : 0), false,
+                 reset});
+    } else if (with_rows.count(slot) || h.hi) {
+      page_.Cut({slot, h.token, his.at(slot), last, true, reset});
+    } else {
+      h.lo = his.at(slot);
     }
   }
-  page_keys_ = used;
   if (page_.Complete()) {  // nothing handed out (all held or skipped, or an empty range
                            // closed)
     auto moved = EndPage();
@@ -1199,15 +1226,12 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
 }
 
 Status LogStore::TakePage(const PGresult* r, std::int64_t batch_bytes, int* used,
-                          ClaimResult* out) {
+                          std::set<int>* slots, ClaimResult* out) {
   std::int64_t bytes = 0;
-  int seen = 0;  // the page's rows so far (a key without an event has none)
-  for (int i = 0; i < PQntuples(r); ++i) {
-    if (PQgetisnull(r, i, 0)) continue;  // past the page, or passed over
+  for (int i = 0; i < *used; ++i) {
     const std::int64_t size = PQgetlength(r, i, 5);
-    const int key_index = static_cast<int>(GetInt64(r, i, 12));  // from 1
-    if (seen++ > 0 && bytes + size > batch_bytes) {
-      *used = key_index - 1;  // this event and the keys after it wait for the next page
+    if (i > 0 && bytes + size > batch_bytes) {
+      *used = i;  // this event and those after it wait for the next page
       break;
     }
     bytes += size;
@@ -1215,7 +1239,8 @@ Status LogStore::TakePage(const PGresult* r, std::int64_t batch_bytes, int* used
     e.pos = GetInt64(r, i, 0);
     e.slot = static_cast<int>(GetInt64(r, i, 8));
     e.txid = GetText(r, i, 11);
-    if (GetText(r, i, 13) == "true") {  // an earlier exception of its aggregate holds it
+    slots->insert(e.slot);
+    if (GetText(r, i, 12) == "true") {  // an earlier exception of its aggregate holds it
       page_.Hold(e);
       continue;
     }
@@ -1235,12 +1260,9 @@ Result<std::set<int>> LogStore::EndPage() {
   log::Page page = std::move(page_);
   page_ = log::Page();
   std::set<int> moved;
-  const int consumed = page_keys_;
-  page_keys_ = 0;
   const std::vector<log::Entry> exceptions = page.Exceptions();
   if (page.WritesNothing()) {  // the broker was out: the same events are read again,
                                // later
-    keys_.clear();
     paused_until_ =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(page.MinDelayMs());
     for (const log::SlotCut& c : page.cuts()) moved.insert(c.slot);
@@ -1265,10 +1287,7 @@ Result<std::set<int>> LogStore::EndPage() {
          {"delay_ms", e.delay_ms},
          {"error", e.error.empty() ? nlohmann::json() : nlohmann::json(e.error)}});
   }
-  if (cuts.empty()) {
-    ConsumeKeys(consumed);
-    return moved;
-  }
+  if (cuts.empty()) return moved;
   const auto now = std::chrono::steady_clock::now();
   // Held slots under a fresh lease: the fence would pass them.
   if (MayDefer(page, exceptions)) {
@@ -1277,7 +1296,6 @@ Result<std::set<int>> LogStore::EndPage() {
       unwritten_.insert(c.slot);
       moved.insert(c.slot);
     }
-    ConsumeKeys(consumed);
     return moved;
   }
   nlohmann::json progress = ProgressAfter(page);
@@ -1295,7 +1313,6 @@ Result<std::set<int>> LogStore::EndPage() {
   if (!res.ok()) {  // the page stays in flight: the caller's retry of its settlement ends
                     // it
     page_ = std::move(page);
-    page_keys_ = consumed;
     return res.status();
   }
   const std::set<int> written = SlotColumn(res->get());
@@ -1306,13 +1323,6 @@ Result<std::set<int>> LogStore::EndPage() {
   ForgetDeferred(page_slots, written);
   for (int slot : page_slots) {
     if (written.count(slot)) moved.insert(slot);
-  }
-  // The page's keys are done; a slot that did not move (its lease went to
-  // another relay) invalidates the rest (they are read again from the database).
-  if (moved.size() == page.cuts().size()) {
-    ConsumeKeys(consumed);
-  } else {
-    keys_.clear();
   }
   for (const log::SlotCut& c : page.cuts()) {
     auto it = held_.find(c.slot);
@@ -1376,7 +1386,6 @@ void LogStore::ForgetDeferred(const std::set<int>& except, const std::set<int>& 
   for (int slot : unwritten_) {
     if (except.count(slot) || written.count(slot)) continue;
     held_.erase(slot);  // refused by its fence: its lease went to another relay
-    keys_.clear();
   }
   unwritten_.clear();
 }
