@@ -297,10 +297,10 @@ TEST_F(LogStoreTest, ATransactionRunningAboveTheSnapshotsXmaxIsReadOnceItCommits
   auto s = Open();
   EXPECT_TRUE(Drain(*s).empty());  // the relay's own writes (its lease) come first
   // An aggregate of slow's slot: its range is done while slow runs.
-  const std::string same_slot =
-      Exec(conn_.get(), "SELECT 'early-' || g FROM generate_series(1, 1000) g WHERE " + schema_ +
-                            ".slot_of('order', 'early-' || g, 16) = " + schema_ +
-                            ".slot_of('order', 'slow', 16) LIMIT 1");
+  const std::string same_slot = Exec(
+      conn_.get(), "SELECT 'early-' || g FROM generate_series(1, 1000) g WHERE " +
+                       schema_ + ".slot_of('order', 'early-' || g, 16) = " + schema_ +
+                       ".slot_of('order', 'slow', 16) LIMIT 1");
   Exec(early.get(), "BEGIN");
   const std::string first = Enqueue(early.get(), same_slot, /*commit=*/false);
   Exec(slow.get(), "BEGIN");
@@ -312,10 +312,12 @@ TEST_F(LogStoreTest, ATransactionRunningAboveTheSnapshotsXmaxIsReadOnceItCommits
   // still at or below slow's id (the bound from pg_locks alone) depends on the
   // server: another session's transaction completing in between puts slow in the
   // snapshot's xip instead. Both must deliver; the log says which path ran.
-  const std::string above = Exec(
-      conn_.get(), "SELECT (p.lo_bounds ? '" + xid + "')::text || ' ' || (pg_snapshot_xmax(p.lo) <= '" +
-                       xid + "'::xid8)::text FROM " + schema_ + ".positions p WHERE p.slot = " +
-                       schema_ + ".slot_of('order', 'slow', 16)");
+  const std::string above =
+      Exec(conn_.get(), "SELECT (p.lo_bounds ? '" + xid +
+                            "')::text || ' ' || (pg_snapshot_xmax(p.lo) <= '" + xid +
+                            "'::xid8)::text FROM " + schema_ +
+                            ".positions p WHERE p.slot = " + schema_ +
+                            ".slot_of('order', 'slow', 16)");
   EXPECT_EQ(above.substr(0, 4), "true") << above;
   std::printf("slow's id above the range's xmax (pg_locks alone): %s\n",
               above.substr(5).c_str());
@@ -356,7 +358,8 @@ TEST_F(LogStoreTest, ATransactionOpenAcrossManyRangesIsReadOnceInOrderWhenItComm
 // many ranges (300 ms), so ranges keep having stragglers. Every committed event
 // is handed out once, each aggregate's in pos order (enqueue() draws pos under
 // the aggregate's lock, so pos order is the aggregate's commit order).
-TEST_F(LogStoreTest, UnderConcurrentProducersEveryCommittedEventIsReadOnceInAggregateOrder) {
+TEST_F(LogStoreTest,
+       UnderConcurrentProducersEveryCommittedEventIsReadOnceInAggregateOrder) {
   std::atomic<bool> stop{false};
   auto produce = [&](unsigned seed, std::chrono::milliseconds hold) {
     PgConn c = Connect(url_);
@@ -379,7 +382,8 @@ TEST_F(LogStoreTest, UnderConcurrentProducersEveryCommittedEventIsReadOnceInAggr
     producers.emplace_back(produce, p + 1, std::chrono::milliseconds(2));
   producers.emplace_back(produce, 99, std::chrono::milliseconds(300));
   auto s = Open();
-  std::vector<std::pair<std::string, std::int64_t>> got;  // aggregate, pos; in hand-out order
+  std::vector<std::pair<std::string, std::int64_t>>
+      got;  // aggregate, pos; in hand-out order
   auto claim_all = [&] {
     auto c = s->Claim(Opts(50));
     EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -403,8 +407,10 @@ TEST_F(LogStoreTest, UnderConcurrentProducersEveryCommittedEventIsReadOnceInAggr
   EXPECT_FALSE(claim_all());
   // What committed, per aggregate in pos order, against what was handed out.
   std::map<std::string, std::vector<std::int64_t>> want, have;
-  const std::string rows = Exec(conn_.get(), "SELECT string_agg(aggregate_id || ':' || pos, ',' "
-                                             "ORDER BY pos) FROM " + schema_ + ".log");
+  const std::string rows = Exec(conn_.get(),
+                                "SELECT string_agg(aggregate_id || ':' || pos, ',' "
+                                "ORDER BY pos) FROM " +
+                                    schema_ + ".log");
   for (std::size_t at = 0; at < rows.size();) {
     const std::size_t comma = std::min(rows.find(',', at), rows.size());
     const std::string item = rows.substr(at, comma - at);
@@ -432,21 +438,24 @@ TEST_F(LogStoreTest, AReadPlannedOnAnEmptyLogReadsOnlyTheNewEventsOnceItHoldsTho
     Exec(conn_.get(), "ALTER TABLE " + schema_ + ".log_" + std::to_string(part) +
                           " SET (autovacuum_enabled = false)");
   const std::string call =
-      "SELECT count(*) FROM (SELECT array_agg(slot) AS slots, array_agg(token) AS tokens, "
+      "SELECT count(*) FROM (SELECT array_agg(slot) AS slots, array_agg(token) AS "
+      "tokens, "
       "array_agg(lo::text) AS los, array_agg(pg_current_snapshot()::text) AS his, "
       "array_agg(lo_pos) AS froms, array_agg(NULL::bigint) AS hi_pos FROM " +
       schema_ + ".slots) s CROSS JOIN LATERAL " + schema_ +
-      ".read_range(s.slots, s.tokens, s.los, s.his, s.froms, s.hi_pos, '{}', '{}', '{}', '{}', "
+      ".read_range(s.slots, s.tokens, s.los, s.his, s.froms, s.hi_pos, '{}', '{}', '{}', "
+      "'{}', "
       "20000, false, true)";
   for (int i = 0; i < 10; ++i) EXPECT_EQ(Exec(c.get(), call), "0");  // planned on the empty log
   EnqueueMany(20000, 1000);
   EXPECT_EQ(Exec(c.get(), call), "20000");
-  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET lo = pg_current_snapshot(), lo_pos = " +
-                        "(SELECT last_value FROM " + schema_ + ".log_pos)");  // all passed
+  Exec(conn_.get(),
+       "UPDATE " + schema_ + ".slots SET lo = pg_current_snapshot(), lo_pos = " +
+           "(SELECT last_value FROM " + schema_ + ".log_pos)");  // all passed
   for (int i = 0; i < 10; ++i) Enqueue(conn_.get(), "new-" + std::to_string(i));
   const std::string read_entries =
-      "SELECT sum(idx_tup_read) FROM pg_stat_user_indexes WHERE schemaname = '" + schema_ +
-      "' AND indexrelname LIKE 'log\\_%\\_pos\\_slot\\_idx'";
+      "SELECT sum(idx_tup_read) FROM pg_stat_user_indexes WHERE schemaname = '" +
+      schema_ + "' AND indexrelname LIKE 'log\\_%\\_pos\\_slot\\_idx'";
   Exec(c.get(), "SELECT pg_stat_force_next_flush()");
   const std::int64_t before = std::stoll(Exec(c.get(), read_entries));
   EXPECT_EQ(Exec(c.get(), call), "10");

@@ -36,8 +36,8 @@ namespace {
 // from a holder that never released it counts a
 // restart (its own holder too, taking it back after its lease ran out: as a
 // row store's claim counts an attempt, the store cannot tell a holder that
-// died from one that stalled). Rows: ('r', slot, token) renewed; ('t', slot, token, hi, done_pos,
-// restarts, lo, lo_pos, lo_bounds, hi_lo_pos, hi_pos, hi_bounds) taken;
+// died from one that stalled). Rows: ('r', slot, token) renewed; ('t', slot, token, hi,
+// done_pos, restarts, lo, lo_pos, lo_bounds, hi_lo_pos, hi_pos, hi_bounds) taken;
 // ('s', share).
 constexpr const char* kLease = R"SQL(
 WITH me AS (
@@ -556,15 +556,10 @@ std::set<int> SlotColumn(const PGresult* r) {
 // `h`'s position as a page end writes it into the reader's progress (the view
 // `positions` reads it back: the keys are the log set's, version 7).
 nlohmann::json PositionJson(const HeldSlot& h) {
-  nlohmann::json j = {{"token", h.token},
-                      {"lo", h.lo.snapshot},
-                      {"done", h.done_pos},
-                      {"lo_pos", h.lo.pos_before},
-                      {"lo_bounds", h.lo.running},
-                      {"hi", nullptr},
-                      {"hi_lo_pos", nullptr},
-                      {"hi_pos", nullptr},
-                      {"hi_bounds", nullptr}};
+  nlohmann::json j = {
+      {"token", h.token},          {"lo", h.lo.snapshot},       {"done", h.done_pos},
+      {"lo_pos", h.lo.pos_before}, {"lo_bounds", h.lo.running}, {"hi", nullptr},
+      {"hi_lo_pos", nullptr},      {"hi_pos", nullptr},         {"hi_bounds", nullptr}};
   if (h.hi) {
     j["hi"] = h.hi->snapshot;
     j["hi_lo_pos"] = h.hi->pos_before;
@@ -585,9 +580,11 @@ void Advance(HeldSlot* h, const log::SlotCut& c) {
 // lo_bounds or hi_bounds ({"xid": bound}); anything else is an error (a bound
 // read as none would lose a straggler's events).
 Result<std::map<std::string, std::int64_t>> BoundsFromJson(const std::string& text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j =
+      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object())
-    return Status::Internal("lease slots: a slot's bounds are not a JSON object: " + text);
+    return Status::Internal("lease slots: a slot's bounds are not a JSON object: " +
+                            text);
   std::map<std::string, std::int64_t> out;
   for (const auto& [xid, bound] : j.items()) {
     if (!bound.is_number_integer())
@@ -615,8 +612,8 @@ Result<HeldSlot> TakenSlot(const PGresult* r, int i) {
     log::RangeEnd end{*hi, h.lo.pos_before, std::nullopt, h.lo.running};
     if (!PQgetisnull(r, i, 9)) {
       end.pos_before = GetInt64(r, i, 9);
-      auto hi_bounds = BoundsFromJson(
-          PQgetisnull(r, i, 11) ? std::string("{}") : GetText(r, i, 11));
+      auto hi_bounds =
+          BoundsFromJson(PQgetisnull(r, i, 11) ? std::string("{}") : GetText(r, i, 11));
       if (!hi_bounds.ok()) return hi_bounds.status();
       end.running = std::move(hi_bounds).value();
     }
@@ -1108,8 +1105,9 @@ Result<log::RangeEnd> LogStore::OpenRange() {
   return end;
 }
 
-Result<ResultPtr> LogStore::ReadRanges(const ClaimOptions& o, const std::vector<int>& slots,
-                                       int limit, std::map<int, log::RangeEnd>* his) {
+Result<ResultPtr> LogStore::ReadRanges(const ClaimOptions& o,
+                                       const std::vector<int>& slots, int limit,
+                                       std::map<int, log::RangeEnd>* his) {
   std::optional<log::RangeEnd> fresh;  // one new upper end for every range opened now
   for (int slot : slots) {
     const HeldSlot& h = held_.at(slot);
@@ -1193,7 +1191,8 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
     return Status::Ok();
   }
   if (split) limit = log::PageLimit(held_[slot0].restarts, o.max_attempts, o.batch_size);
-  int used = std::min(limit, rows);  // rows the page covers (the bytes bound may stop it early)
+  int used =
+      std::min(limit, rows);  // rows the page covers (the bytes bound may stop it early)
   std::set<int> with_rows;
   OUTBOX_RETURN_IF_ERROR(TakePage(r, o.batch_bytes, &used, &with_rows, out));
   // Every range is read up to the page's last pos: each slot's position moves
@@ -1209,8 +1208,8 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
     HeldSlot& h = held_[slot];
     const bool reset = !split || done;
     if (!done) {
-      page_.Cut({slot, h.token, his.at(slot), std::max(last, h.hi ? h.done_pos : 0), false,
-                 reset});
+      page_.Cut({slot, h.token, his.at(slot), std::max(last, h.hi ? h.done_pos : 0),
+                 false, reset});
     } else if (with_rows.count(slot) || h.hi) {
       page_.Cut({slot, h.token, his.at(slot), last, true, reset});
     } else {
