@@ -39,10 +39,6 @@ using namespace outbox::bench;
 
 const std::string kSchema = "bench_cost";  // PostgreSQL schema and MariaDB database
 const std::string kLogSchema = "bench_cost_log";  // a built log-layout schema (--log 1)
-// The same, with the index the read in pos order would need (docs/design.md,
-// "Next: the read in pos order"): a btree on (pos, slot) in place of
-// (slot, txid, pos).
-const std::string kLogPosSchema = "bench_cost_logpos";
 const std::string kPayload(200, 'p');
 const std::string kBusinessRow(200, 'b');
 const std::string kHeaders = R"({"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})";
@@ -164,9 +160,6 @@ void PgSetUp(const std::string& url, const std::string& before_file) {
                       "event_id := v_id; enqueued := true; RETURN NEXT; END $fn$");
   // The built log layout (`outboxctl migrate --layout log`): its own enqueue().
   FillLog(admin, url, kLogSchema, 0, 1, 1, 1);
-  FillLog(admin, url, kLogPosSchema, 0, 1, 1, 1);
-  MustExec(admin, "DROP INDEX " + kLogPosSchema + ".log_read");
-  MustExec(admin, "CREATE INDEX log_pos_slot ON " + kLogPosSchema + ".log (pos, slot)");
   PQfinish(admin);
 }
 
@@ -205,9 +198,6 @@ PGconn* PgClient(const std::string& url, bool durable, const std::string& sessio
             "SELECT * FROM " + kSchema + ".enqueue_log('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   PgPrepare(c, "enqueue_built_log",
             "SELECT * FROM " + kLogSchema + ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
-  PgPrepare(c, "enqueue_pos_log",
-            "SELECT * FROM " + kLogPosSchema +
-                ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   // The same work as one statement, no PL/pgSQL: the quick check (enqueue_ok,
   // a SQL function the planner inlines; enqueue_refuse raises on a refusal),
   // the aggregate's lock, then the INSERT (its pos taken after the lock).
@@ -249,7 +239,7 @@ double PgRate(const std::string& url, bool durable, int clients, int seconds, in
   PGconn* admin = MustConnect(url);
   MustExec(admin, "TRUNCATE " + kSchema + ".business, " + kSchema + ".outbox, " +
                       kSchema + ".outbox_hand, " + kSchema + ".log, " + kLogSchema +
-                      ".log, " + kLogPosSchema + ".log");
+                      ".log");
   MustExec(admin, "CHECKPOINT");
   PQfinish(admin);
   return RunClients(clients, seconds, [&](int t, const std::atomic<bool>& stop) {
@@ -548,11 +538,6 @@ int main(int argc, char** argv) {
                             "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
                               PgRun(c, "enqueue_built_log", {a, kPayload, kHeaders}, 1);
                             }));
-    cases.push_back(pg_case(
-        "+ `enqueue(...)` in SQL on a built log schema with the pos-order read's index",
-        1, "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
-          PgRun(c, "enqueue_pos_log", {a, kPayload, kHeaders}, 1);
-        }));
     EnqueueOptions lo;
     lo.schema = kLogSchema;
     cases.push_back(pg_case("+ C++ `Enqueue` on a built log schema", 1, "+ hand-rolled outbox INSERT",

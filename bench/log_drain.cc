@@ -39,9 +39,11 @@
 //   bare DELETE      DELETE ... RETURNING of the outbox's rows (the ceiling
 //                    of the earlier issues), no broker
 // --store 1: the built log store instead of the prototype's variants.
-// --store 2: the read in pos order (DrainLogByPos: a page one statement from
-//   an index on (pos, slot)), alone, with the broker and with 4 workers,
-//   beside the built store, the floor and the bare DELETE.
+// --store 2: the built store (its read in pos order since log migration 7),
+//   from one session and with 4 workers (DrainLogStoreWorkers), beside the
+//   prototype it came from (DrainLogByPos: a page one statement from an index
+//   on (pos, slot)) alone, with the broker and with 4 workers, the floor and the
+//   bare DELETE.
 // --only N: just the N-th method of the mode (from 0), to profile it alone.
 // --live SECONDS: the read in pos order under concurrent producers (RunLive).
 //
@@ -640,6 +642,74 @@ double DrainLogStore(PGconn* admin, const std::string& url, int batch, long rows
   return rate;
 }
 
+// The built store drained by `workers` stores at once, as the relay's workers
+// drain it: each its share of the slots. The stores take their shares on the
+// empty schema first (a store takes every free slot at its first claim and gives
+// the surplus back at its next look, a second later), then the events are
+// written (untimed), then all drain with the one shared producer. Events/s of the whole.
+double DrainLogStoreWorkers(PGconn* admin, const std::string& url, int batch, long rows,
+                            const Publisher& publish, LogStats* stats, int workers,
+                            const std::function<void()>& fill) {
+  PostgresStoreOptions o;
+  o.conninfo = url;
+  o.schema = kStore;
+  std::vector<std::unique_ptr<Store>> stores;
+  for (int w = 0; w < workers; ++w) {
+    auto store = OpenPostgresStore(o);
+    if (!store.ok()) std::exit(1);
+    stores.push_back(std::move(store).value());
+  }
+  ClaimOptions co;
+  co.batch_size = batch;
+  co.owner = "bench";
+  const std::string shares = "SELECT count(DISTINCT owner) = " + std::to_string(workers) +
+                             " AND count(*) FILTER (WHERE owner IS NULL) = 0 FROM " +
+                             kStore + ".slots";
+  for (int round = 0;; ++round) {
+    for (auto& st : stores) {
+      if (!st->Claim(co).ok()) std::exit(1);
+    }
+    if (MustQuery(admin, shares, {})->str(0, 0) == "t") break;
+    if (round == 100) {
+      std::fprintf(stderr, "log store workers: the slots were not shared\n");
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  fill();
+  const long writes_before = RowWrites(admin, kStore);
+  std::atomic<long> sent_all{0};
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      Store& st = *stores[static_cast<std::size_t>(w)];
+      while (sent_all.load() < rows) {
+        auto claim = st.Claim(co);
+        if (!claim.ok()) std::exit(1);
+        if (claim->events.empty()) continue;
+        if (publish) publish(claim->events);
+        std::vector<Ticket> t;
+        for (const auto& e : claim->events) t.push_back(e.ticket);
+        auto m = st.MarkSent(t);
+        if (!m.ok() || !m->refused.empty()) std::exit(1);
+        sent_all.fetch_add(static_cast<long>(claim->events.size()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double rate = static_cast<double>(rows) / SecondsSince(t0);
+  if (sent_all.load() != rows) {
+    std::fprintf(stderr, "log store workers: %ld of %ld events\n", sent_all.load(), rows);
+    std::exit(1);
+  }
+  stats->events += rows;
+  stores.clear();  // the sessions end: their statistics are flushed
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  stats->position_writes += RowWrites(admin, kStore) - writes_before;
+  return rate;
+}
+
 // --live SECONDS: the read in pos order's safety under concurrent producers.
 // Producers write for SECONDS while one session drains in pos order: two write
 // transactions of 1-10 events over 200 aggregates, one holds a transaction open
@@ -905,10 +975,19 @@ int main(int argc, char** argv) {
   // --store 2: the read in pos order proposed after step 4, beside the built
   // store, the floor and the bare DELETE (the index it reads is added after the
   // fill, untimed, so the other methods' plans are not changed).
-  LogStats pos_bare, pos_broker, pos_four;
+  LogStats pos_bare, pos_broker, pos_four, store_four;
   if (f.Int("store") == 2) {
     auto fill_store = [&] {
       FillLog(admin, url, kStore, rows, aggregates, payload, f.Int("per-tx"));
+    };
+    // The schema first, empty (the stores share its slots), then its events.
+    auto empty_store = [&] { FillLog(admin, url, kStore, 0, 1, 1, 1); };
+    auto fill_shared = [&] {
+      MustExec(admin, "CALL " + kStore + ".fill(" + std::to_string(rows) + ", " +
+                          std::to_string(f.Int("per-tx")) + ", " + std::to_string(aggregates) +
+                          ", " + std::to_string(payload) + ")");
+      MustExec(admin, "VACUUM ANALYZE " + kStore + ".log, " + kStore + ".slots");
+      MustExec(admin, "CHECKPOINT");
     };
     auto fill_pos = [&] {
       fill_log();
@@ -920,6 +999,14 @@ int main(int argc, char** argv) {
          [&] {
            fill_store();
            return DrainLogStore(admin, url, batch, rows, publish, &store_broker);
+         },
+         {}},
+        {"log store+broker, 4 workers (the relay's default): four stores, each its share of "
+         "the slots, one producer",
+         [&] {
+           empty_store();
+           return DrainLogStoreWorkers(admin, url, batch, rows, publish, &store_four, 4,
+                                       fill_shared);
          },
          {}},
         {"pos order: a page read from the (pos, slot) index + position update, no broker",

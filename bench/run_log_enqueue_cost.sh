@@ -38,12 +38,12 @@ The log is bench/log_drain.cc's prototype table: each event one row, one index
 a UUIDv7 event id, no dedup key (the design keeps dedup keys in a table of their own,
 written only for events that carry one).
 
-The last three cases are the built log layout: a schema made by \`outboxctl migrate --layout
-log\` (its partitioned \`log\` table, one index a partition, dedup keys in their own table),
-written by its own \`enqueue()\` — the same signature, checks, messages and lock as the
-row store's — from SQL; the same with the index the read in pos order would need (the
-btree \`(pos, slot)\` in place of \`(slot, txid, pos)\`: docs/design.md, "Next: the read in
-pos order"; its \`enqueue()\` unchanged); and from C++ \`Enqueue\` (which calls it).
+The last two cases are the built log layout: a schema made by \`outboxctl migrate --layout
+log\` (its partitioned \`log\` table with one b-tree a partition, \`(pos, slot)\` since log
+migration 8, dedup keys in their own table), written by its own \`enqueue()\` — the same
+signature, checks, messages and lock as the row store's; since log migration 7 it assigns
+the transaction's id before it draws a pos — from SQL, and from C++ \`Enqueue\` (which
+calls it).
 $out
 MD
 echo "$out"

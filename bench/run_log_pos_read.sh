@@ -29,8 +29,11 @@ $machine
 
 $table
 
-The pos-order rows are a prototype (SQL in \`bench/log_drain.cc\`, \`DrainLogByPos\`), not
-the built store: the prototype's log with an index on \`(pos, slot)\` added after the fill;
+The log store rows are the built store (log migration 7: its page read in pos order by
+\`read_range()\`, docs/design.md, "The read in pos order"), through its \`Store\` interface as
+a relay worker drives it; with 4 workers, four stores that took their shares of the 16
+slots on the empty schema before the events were written. The pos-order rows are the
+prototype it was built from (SQL in \`bench/log_drain.cc\`, \`DrainLogByPos\`): the prototype's log with an index on \`(pos, slot)\` added after the fill;
 each slot's range is \`lo\`, \`hi\` and two reads of the pos sequence, \`lo_pos\` (taken
 before \`lo\`) and \`hi_pos\` (after \`hi\`); a page is one statement, the owned slots'
 events with \`lo_pos\` < pos ≤ \`hi_pos\`, visible in \`hi\` and not in \`lo\`, in pos order

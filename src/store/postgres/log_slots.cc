@@ -19,17 +19,15 @@ SELECT s.slot::text, coalesce(s.owner, ''),
 FROM {S}.slots s, {S}.log_settings c ORDER BY s.slot
 )SQL";
 
-// How many events no slot has passed yet (up to 1,000; per slot from its lo's
-// xmin, through the index; an event with an exception copy too: a skipped one
+// How many events no slot has passed yet (up to 1,000; per slot by pos, unpassed():
+// from its lo_pos and its stragglers; an event with an exception copy too: a skipped one
 // still has to be passed, or rotation would wait for it in a retired slot),
 // plus the exceptions a relay is publishing now (clock_timestamp(): this runs
 // again and again in one transaction).
 constexpr const char* kUnpassed = R"SQL(
 SELECT ((SELECT count(*) FROM (
-          SELECT 1 FROM {S}.positions s CROSS JOIN LATERAL (
-            SELECT 1 FROM {S}.log l
-            WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)
-              AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)) u
+          SELECT 1 FROM {S}.positions s CROSS JOIN LATERAL
+            {S}.unpassed(s.slot, s.lo, s.hi, s.done_pos, s.lo_pos, s.lo_bounds) u
           LIMIT 1000) n)
         + (SELECT count(*) FROM {S}.exceptions
            WHERE status IN ('RETRY', 'HELD') AND lease_until > clock_timestamp()))::text

@@ -68,13 +68,9 @@ taken AS (
     expires_at = now() + $2::bigint * interval '1 millisecond',
     lo = p.lo, hi = p.hi, done_pos = p.done_pos, lo_pos = p.lo_pos, lo_bounds = p.lo_bounds,
     hi_lo_pos = p.hi_lo_pos, hi_pos = p.hi_pos, hi_bounds = p.hi_bounds,
-    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND (
-      EXISTS (SELECT 1 FROM {S}.log l
-              WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(p.lo)
-                AND NOT {S}.passed(l.txid, l.pos, p.lo, p.hi, p.done_pos))
-      OR EXISTS (SELECT 1 FROM {S}.log l
-                 WHERE l.slot = s.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(p.lo)))
-                   AND NOT {S}.passed(l.txid, l.pos, p.lo, p.hi, p.done_pos))) THEN 1 ELSE 0 END
+    restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND EXISTS (
+      SELECT 1 FROM {S}.unpassed(s.slot, p.lo, p.hi, p.done_pos, p.lo_pos, p.lo_bounds))
+      THEN 1 ELSE 0 END
   FROM free JOIN {S}.positions p ON p.slot = free.slot
   WHERE s.slot = free.slot
   RETURNING s.slot, s.token, s.hi::text AS hi, s.done_pos, s.restarts, s.lo::text AS lo,
@@ -289,16 +285,9 @@ SELECT pos::text FROM upd UNION ALL SELECT pos::text FROM again
 // read): for the gauges, which must not read the events already sent.
 constexpr const char* kUnsent = R"SQL(
 unsent AS (
-  SELECT l.pos, l.created_at FROM {S}.positions s CROSS JOIN LATERAL (
-    SELECT l.pos, l.created_at FROM {S}.log l
-    WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmax(s.lo)
-      AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
-      AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)
-    UNION ALL
-    SELECT l.pos, l.created_at FROM {S}.log l
-    WHERE l.slot = s.slot AND l.txid = ANY(ARRAY(SELECT pg_snapshot_xip(s.lo)))
-      AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
-      AND NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos)) l)
+  SELECT l.pos, l.created_at FROM {S}.positions s
+  CROSS JOIN LATERAL {S}.unpassed(s.slot, s.lo, s.hi, s.done_pos, s.lo_pos, s.lo_bounds) l
+  WHERE NOT EXISTS (SELECT 1 FROM {S}.exceptions z WHERE z.pos = l.pos))
 )SQL";
 
 // The gauges' counts. Processing: the exceptions a relay has in flight (a retry
@@ -457,16 +446,17 @@ ORDER BY p.closed_at
 )SQL";
 
 // Whether every slot's position has passed every event of partition %P: per
-// slot, only events from its lo's xmin on can be unpassed, found by the index
-// (never a scan of the partition: the check runs again under its lock); an
-// event of a slot without a row is never passed (slot rows are never deleted:
-// a slot retired by a lower count keeps its row and its position).
+// slot, the events it has not passed found by pos (unpassed(), log set version
+// 8: from its lo_pos, and its stragglers' spans; no scan of the partition's
+// heap: the check runs again under its lock); an event of a slot without a row
+// is never passed (slot rows are never deleted: a slot retired by a lower count
+// keeps its row and its position; looking for one reads the partition's (pos,
+// slot) index whole).
 constexpr const char* kPartitionPassed = R"SQL(
 SELECT (NOT EXISTS (
           SELECT 1 FROM {S}.positions s CROSS JOIN LATERAL (
-            SELECT 1 FROM {S}.log_%P l
-            WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)
-              AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos) LIMIT 1) u)
+            SELECT 1 FROM {S}.unpassed(s.slot, s.lo, s.hi, s.done_pos, s.lo_pos, s.lo_bounds) l
+            WHERE l.part = %P LIMIT 1) u)
         AND NOT EXISTS (SELECT 1 FROM {S}.log_%P l
                         WHERE l.slot > (SELECT max(slot) FROM {S}.slots)))::text
 )SQL";
@@ -928,6 +918,9 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   // Held slots whose position in held_ is ahead of the reader's row: their page
   // ends were deferred (MayDefer), written by the next call after the interval.
   std::set<int> unwritten_;
+  // Held slots whose lo moved over an empty range: written with the next write
+  // of positions (a page end's, or the deferred ones'), never on their own.
+  std::set<int> quiet_;
   std::chrono::steady_clock::time_point written_at_{};
   std::chrono::milliseconds lease_{0};  // the last claim's
   log::Page page_;
@@ -1198,9 +1191,10 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
   // Every range is read up to the page's last pos: each slot's position moves
   // there, its range done when no row is left after the page. One already
   // begun with nothing left is closed. One opened now with nothing in it moves
-  // this store's lo without a write (an idle claim writes nothing): the next
-  // read of the slot starts from its pos_before, not from a lo_pos that may be
-  // far behind (every page scans from the lowest of its slots'); the database
+  // this store's lo without a write of its own (an idle claim writes nothing):
+  // the next read of the slot starts from its pos_before, not from a lo_pos that
+  // may be far behind (every page scans from the lowest of its slots'). The move
+  // goes with the next write of positions (quiet_); until then the database
   // keeps the earlier lo, from which a taker reads the same nothing.
   const bool done = used == rows;
   const std::int64_t last = used > 0 ? GetInt64(r, used - 1, 0) : 0;
@@ -1214,6 +1208,7 @@ Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
       page_.Cut({slot, h.token, his.at(slot), last, true, reset});
     } else {
       h.lo = his.at(slot);
+      quiet_.insert(slot);
     }
   }
   if (page_.Complete()) {  // nothing handed out (all held or skipped, or an empty range
@@ -1373,20 +1368,25 @@ bool LogStore::MayDefer(const log::Page& page,
 
 void LogStore::AddDeferred(const std::set<int>& except, nlohmann::json* cuts,
                            nlohmann::json* progress) const {
-  for (int slot : unwritten_) {
-    if (except.count(slot)) continue;
-    const HeldSlot& h = held_.at(slot);
-    cuts->push_back({{"slot", slot}, {"token", h.token}, {"reset", false}});
-    (*progress)[std::to_string(slot)] = PositionJson(h);
+  std::set<int> slots = unwritten_;
+  slots.insert(quiet_.begin(), quiet_.end());
+  for (int slot : slots) {
+    auto it = held_.find(slot);
+    if (except.count(slot) || it == held_.end()) continue;
+    cuts->push_back({{"slot", slot}, {"token", it->second.token}, {"reset", false}});
+    (*progress)[std::to_string(slot)] = PositionJson(it->second);
   }
 }
 
 void LogStore::ForgetDeferred(const std::set<int>& except, const std::set<int>& written) {
-  for (int slot : unwritten_) {
+  std::set<int> slots = unwritten_;
+  slots.insert(quiet_.begin(), quiet_.end());
+  for (int slot : slots) {
     if (except.count(slot) || written.count(slot)) continue;
     held_.erase(slot);  // refused by its fence: its lease went to another relay
   }
   unwritten_.clear();
+  quiet_.clear();
 }
 
 Status LogStore::WriteDeferred() {
