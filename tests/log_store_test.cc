@@ -344,6 +344,16 @@ TEST_F(LogStoreTest, ATransactionOpenAcrossManyRangesIsReadOnceInOrderWhenItComm
   }
   const std::string after = Enqueue(slow.get(), "slow", /*commit=*/false);
   Exec(slow.get(), "COMMIT");
+  // The gauges find both (unpassed(): `before` only through the bounds its
+  // slot's written position carries, its pos being below that position's lo_pos).
+  EXPECT_EQ(Exec(conn_.get(), "SELECT p.lo_bounds <> '{}' AND p.lo_pos >= " + schema_ +
+                                  ".pos_of('" + before + "') FROM " + schema_ +
+                                  ".positions p WHERE p.slot = " + schema_ +
+                                  ".slot_of('order', 'slow', 16)"),
+            "t");
+  auto stats = s->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->pending, 2);
   EXPECT_EQ(Drain(*s), (std::vector<std::string>{before, after}));
   EXPECT_TRUE(Drain(*s).empty());
   // A relay that takes the slots over later reads nothing again.

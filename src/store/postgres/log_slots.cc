@@ -27,7 +27,7 @@ FROM {S}.slots s, {S}.log_settings c ORDER BY s.slot
 constexpr const char* kUnpassed = R"SQL(
 SELECT ((SELECT count(*) FROM (
           SELECT 1 FROM {S}.positions s CROSS JOIN LATERAL
-            {S}.unpassed(s.slot, s.lo, s.hi, s.done_pos, s.lo_pos, s.lo_bounds) u
+            {S}.unpassed(s.slot, s.lo, s.hi, s.done_pos, s.lo_pos, s.lo_bounds, 1000) u
           LIMIT 1000) n)
         + (SELECT count(*) FROM {S}.exceptions
            WHERE status IN ('RETRY', 'HELD') AND lease_until > clock_timestamp()))::text

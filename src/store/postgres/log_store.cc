@@ -69,7 +69,7 @@ taken AS (
     lo = p.lo, hi = p.hi, done_pos = p.done_pos, lo_pos = p.lo_pos, lo_bounds = p.lo_bounds,
     hi_lo_pos = p.hi_lo_pos, hi_pos = p.hi_pos, hi_bounds = p.hi_bounds,
     restarts = s.restarts + CASE WHEN s.owner IS NOT NULL AND EXISTS (
-      SELECT 1 FROM {S}.unpassed(s.slot, p.lo, p.hi, p.done_pos, p.lo_pos, p.lo_bounds))
+      SELECT 1 FROM {S}.unpassed(s.slot, p.lo, p.hi, p.done_pos, p.lo_pos, p.lo_bounds, 1))
       THEN 1 ELSE 0 END
   FROM free JOIN {S}.positions p ON p.slot = free.slot
   WHERE s.slot = free.slot
@@ -445,20 +445,12 @@ WHERE p.part <> c.cur AND p.closed_at <= now() - $1::bigint * interval '1 second
 ORDER BY p.closed_at
 )SQL";
 
-// Whether every slot's position has passed every event of partition %P: per
-// slot, the events it has not passed found by pos (unpassed(), log set version
-// 8: from its lo_pos, and its stragglers' spans; no scan of the partition's
-// heap: the check runs again under its lock); an event of a slot without a row
-// is never passed (slot rows are never deleted: a slot retired by a lower count
-// keeps its row and its position; looking for one reads the partition's (pos,
-// slot) index whole).
+// Whether every slot's position has passed every event of partition %P (the
+// log set's partition_passed(), version 8: per slot by pos, from its lo_pos and
+// its stragglers' spans; no scan of the partition's heap: the check runs again
+// under its lock).
 constexpr const char* kPartitionPassed = R"SQL(
-SELECT (NOT EXISTS (
-          SELECT 1 FROM {S}.positions s CROSS JOIN LATERAL (
-            SELECT 1 FROM {S}.unpassed(s.slot, s.lo, s.hi, s.done_pos, s.lo_pos, s.lo_bounds) l
-            WHERE l.part = %P LIMIT 1) u)
-        AND NOT EXISTS (SELECT 1 FROM {S}.log_%P l
-                        WHERE l.slot > (SELECT max(slot) FROM {S}.slots)))::text
+SELECT {S}.partition_passed(%P::smallint)::text
 )SQL";
 
 // The events of partition %P, for the purge's count: read up to a million,

@@ -124,7 +124,7 @@ CREATE FUNCTION {S}.read_range(p_slots smallint[], p_tokens bigint[], p_los text
                  payload bytea, headers text, dedup_key text, slot text, created_us text,
                  age_us text, txid text, held text)
   LANGUAGE plpgsql STABLE
-  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
 AS $fn$
 DECLARE
   v_lo pg_snapshot[];
