@@ -197,7 +197,8 @@ PGconn* PgClient(const std::string& url, bool durable, const std::string& sessio
   PgPrepare(c, "enqueue_log",
             "SELECT * FROM " + kSchema + ".enqueue_log('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   PgPrepare(c, "enqueue_built_log",
-            "SELECT * FROM " + kLogSchema + ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
+            "SELECT * FROM " + kLogSchema +
+                ".enqueue('order', $1, 'OrderCreated', $2, $3::jsonb, NULL)");
   // The same work as one statement, no PL/pgSQL: the quick check (enqueue_ok,
   // a SQL function the planner inlines; enqueue_refuse raises on a refusal),
   // the aggregate's lock, then the INSERT (its pos taken after the lock).
@@ -534,10 +535,11 @@ int main(int argc, char** argv) {
                               PgRun(c, "log_statement", {a, kPayload, kHeaders}, 1);
                             }));
     // The built log schema's own enqueue(), from SQL and from C++.
-    cases.push_back(pg_case("+ `enqueue(...)` in SQL on a built log schema (`migrate --layout log`)", 1,
-                            "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
-                              PgRun(c, "enqueue_built_log", {a, kPayload, kHeaders}, 1);
-                            }));
+    cases.push_back(
+        pg_case("+ `enqueue(...)` in SQL on a built log schema (`migrate --layout log`)",
+                1, "+ hand-rolled outbox INSERT", [](PGconn* c, const std::string& a) {
+                  PgRun(c, "enqueue_built_log", {a, kPayload, kHeaders}, 1);
+                }));
     EnqueueOptions lo;
     lo.schema = kLogSchema;
     cases.push_back(pg_case("+ C++ `Enqueue` on a built log schema", 1, "+ hand-rolled outbox INSERT",

@@ -987,8 +987,9 @@ int main(int argc, char** argv) {
     auto empty_store = [&] { FillLog(admin, url, kStore, 0, 1, 1, 1); };
     auto fill_shared = [&] {
       MustExec(admin, "CALL " + kStore + ".fill(" + std::to_string(rows) + ", " +
-                          std::to_string(f.Int("per-tx")) + ", " + std::to_string(aggregates) +
-                          ", " + std::to_string(payload) + ")");
+                          std::to_string(f.Int("per-tx")) + ", " +
+                          std::to_string(aggregates) + ", " + std::to_string(payload) +
+                          ")");
       MustExec(admin, "VACUUM ANALYZE " + kStore + ".log, " + kStore + ".slots");
       MustExec(admin, "CHECKPOINT");
     };
@@ -1004,8 +1005,8 @@ int main(int argc, char** argv) {
            return DrainLogStore(admin, url, batch, rows, publish, &store_broker);
          },
          {}},
-        {"log store+broker, 4 workers (the relay's default): four stores, each its share of "
-         "the slots, one producer",
+        {"log store+broker, 4 workers (the relay's default): four stores, each its share "
+         "of the slots, one producer",
          [&] {
            empty_store();
            return DrainLogStoreWorkers(admin, url, batch, rows, publish, &store_four, 4,
