@@ -1061,8 +1061,10 @@ int main(int argc, char** argv) {
   }
   if (f.Int("only") >= 0) return 0;  // one method: no table to print
   if (f.Int("store") == 2) {
-    const double built = Median(methods[0].rates), floor = Median(methods[4].rates),
-                 bare_delete = Median(methods[5].rates);
+    // The floor and the bare DELETE are the last two methods.
+    const double built = Median(methods[0].rates),
+                 floor = Median(methods[methods.size() - 2].rates),
+                 bare_delete = Median(methods.back().rates);
     std::printf(
         "| method (one session unless named) | median events/s | runs | / built store | "
         "/ floor | "
