@@ -688,6 +688,11 @@ double DrainLogStoreWorkers(PGconn* admin, const std::string& url, int batch, lo
     threads.emplace_back([&, w] {
       Store& st = *stores[static_cast<std::size_t>(w)];
       while (sent_all.load() < rows) {
+        if (SecondsSince(t0) > 300) {  // an event lost would otherwise hang the bench
+          std::fprintf(stderr, "log store workers: %ld of %ld events after 300 s\n",
+                       sent_all.load(), rows);
+          std::exit(1);
+        }
         auto claim = st.Claim(co);
         if (!claim.ok()) std::exit(1);
         if (claim->events.empty()) continue;

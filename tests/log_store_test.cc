@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "../src/store/postgres/log_page.h"
+#include "../src/store/postgres/migrate.h"
+#include "../src/store/postgres/session.h"
 #include "outbox/postgres.h"
 #include "test_env.h"
 
@@ -307,6 +309,11 @@ TEST_F(LogStoreTest, ATransactionRunningAboveTheSnapshotsXmaxIsReadOnceItCommits
   const std::string late = Enqueue(slow.get(), "slow", /*commit=*/false);
   Exec(early.get(), "COMMIT");  // the latest completed id is below slow's
   const std::string xid = Exec(slow.get(), "SELECT pg_current_xact_id()");
+  // open_range() names it among the transactions that may be running, whichever
+  // part of the snapshot (or neither) has it.
+  EXPECT_EQ(Exec(conn_.get(),
+                 "SELECT '" + xid + "' = ANY(running) FROM " + schema_ + ".open_range()"),
+            "t");
   EXPECT_EQ(Drain(*s), std::vector<std::string>{first});
   // The range done carries slow in its bounds. Whether its snapshot's xmax was
   // still at or below slow's id (the bound from pg_locks alone) depends on the
@@ -325,6 +332,65 @@ TEST_F(LogStoreTest, ATransactionRunningAboveTheSnapshotsXmaxIsReadOnceItCommits
   EXPECT_EQ(Drain(*s), std::vector<std::string>{late});
   EXPECT_TRUE(Drain(*s).empty());
   EXPECT_EQ(Statuses(), "SENT,SENT");
+}
+
+// pg_locks shows 32-bit transaction ids; open_range() widens each to the xid8
+// nearest the snapshot's xmax, which stays right across an epoch's wrap.
+TEST_F(LogStoreTest, A32BitTransactionIdIsWidenedToTheNearestXid8AcrossAnEpochsWrap) {
+  auto near = [&](const std::string& xid, const std::string& at) {
+    return Exec(conn_.get(), "SELECT " + schema_ + ".xid8_near(" + xid + ", '" + at + "')");
+  };
+  EXPECT_EQ(near("5", "4294967300"), "4294967301");           // epoch 1, just after
+  EXPECT_EQ(near("4294967295", "4294967297"), "4294967295");  // epoch 0's last, seen from 1
+  EXPECT_EQ(near("1", "8589934590"), "8589934593");           // epoch 2's first, seen from 1
+  EXPECT_EQ(near("1000", "1000"), "1000");
+  EXPECT_EQ(near("3", "2147483650"), "3");  // 2^31 - 1 behind: the same epoch
+}
+
+// Upgrading a log schema with events to log migration 7 starts each slot's
+// read at its own unpassed events, not at the log's first event: lo_pos from
+// the events its lo may not show, else the sequence's last value. (Left at 0,
+// the first read after the upgrade scans every event kept, and a big log then
+// runs each claim into the statement timeout, every time.)
+TEST_F(LogStoreTest, AnUpgradeToThePosOrderReadStartsEachSlotAtItsUnpassedEvents) {
+  const std::string old = schema_ + "_v6";
+  auto session = pg::Session::Connect({.conninfo = url_});
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  ASSERT_TRUE(pg::RunMigrations(**session, old, pg::kLogSet, nullptr, 6).ok());
+  const std::string fill = "SELECT count(*) FROM generate_series(1, 1500) g, LATERAL " + old +
+                           ".enqueue('order', 'a' || (g % 50), 'OrderCreated', convert_to('{}', 'UTF8')) e";
+  Exec(conn_.get(), fill);
+  Exec(conn_.get(), "UPDATE " + old + ".slots SET lo = pg_current_snapshot()");  // all passed
+  Exec(conn_.get(), "SELECT count(*) FROM generate_series(1, 100) g, LATERAL " + old +
+                        ".enqueue('order', 'b' || g, 'OrderCreated', convert_to('{}', 'UTF8')) e");
+  ASSERT_TRUE(pg::RunMigrations(**session, old, pg::kLogSet).ok());
+  EXPECT_EQ(Exec(conn_.get(), "SELECT min(lo_pos) >= 1500 AND max(lo_pos) <= 1600 FROM " + old +
+                                  ".slots"),
+            "t")
+      << Exec(conn_.get(), "SELECT string_agg(lo_pos::text, ',') FROM " + old + ".slots");
+  PostgresStoreOptions o = Options();
+  o.schema = old;
+  auto s = Open(o);
+  EXPECT_EQ(Drain(*s).size(), 100u);
+  s.reset();
+  DropSchemaRetrying(conn_.get(), old);
+}
+
+// A relay of an earlier build moves a slot row's hi (its release, its take-over)
+// without the bounds that go with it: the trigger clears them, so a hi_pos of
+// an older range end never cuts the new one short. Moved with its bounds (this
+// build's statements), they stay.
+TEST_F(LogStoreTest, ASlotsHiMovedWithoutItsBoundsLosesThem) {
+  const std::string row = "SELECT coalesce(hi_lo_pos::text, '-') || ' ' || "
+                          "coalesce(hi_pos::text, '-') || ' ' || coalesce(hi_bounds::text, '-') "
+                          "FROM " + schema_ + ".slots WHERE slot = 0";
+  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET hi = '10:10:', hi_lo_pos = 5, "
+                    "hi_pos = 7, hi_bounds = '{\"9\": 3}' WHERE slot = 0");
+  EXPECT_EQ(Exec(conn_.get(), row), "5 7 {\"9\": 3}");
+  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET hi = '10:10:' WHERE slot = 0");  // unchanged
+  EXPECT_EQ(Exec(conn_.get(), row), "5 7 {\"9\": 3}");
+  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET hi = '12:12:' WHERE slot = 0");  // an older build
+  EXPECT_EQ(Exec(conn_.get(), row), "- - -");
 }
 
 // A transaction open across many ranges, with an event written before the

@@ -36,7 +36,9 @@ SELECT ((SELECT count(*) FROM (
 // $1 the new count: the count changes (also in log_slot_count, which a
 // REPEATABLE READ producer's enqueue() locks: one whose snapshot predates the
 // change gets a serialization failure, not the old count); missing slot rows are added (lo: now,
-// as at install); every slot is given back under a new token (a relay's page
+// as at install; lo_pos: the pos sequence's last value — every event of the new
+// count is written after this commits, so it does not make a new slot's first
+// read start from the log's first event); every slot is given back under a new token (a relay's page
 // end and renewal under the old one are refused: it leases again, from the
 // positions), those beyond the count retired (no owner, a lease that never
 // expires: never taken; the row and its position stay, which rotation reads);
@@ -46,8 +48,9 @@ constexpr const char* kChange = R"SQL(
 WITH c AS (UPDATE {S}.log_settings SET slots = $1::int RETURNING slots),
 serial AS (UPDATE {S}.log_slot_count SET slots = $1::int RETURNING 1),
 added AS (
-  INSERT INTO {S}.slots (slot)
-  SELECT g FROM generate_series(0, $1::int - 1) g ON CONFLICT (slot) DO NOTHING RETURNING 1),
+  INSERT INTO {S}.slots (slot, lo_pos)
+  SELECT g, (SELECT CASE WHEN q.is_called THEN q.last_value ELSE 0 END FROM {S}.log_pos q)
+  FROM generate_series(0, $1::int - 1) g ON CONFLICT (slot) DO NOTHING RETURNING 1),
 fenced AS (
   UPDATE {S}.slots s SET owner = NULL, token = nextval('{S}.lease_token_seq'),
     expires_at = CASE WHEN s.slot < $1::int THEN now() ELSE 'infinity' END,

@@ -186,7 +186,7 @@ SELECT * FROM {S}.read_range($1::smallint[], $2::bigint[], $3::text[], $4::text[
 // its lease under the cut's token (`moved`, under a share lock on the slot's
 // row: the fence), the reader's progress row is written — one row per page,
 // whatever the slots it covers (the log set's version 3: positions): $3, the
-// page's slots' new positions ({slot: {token, lo, hi, done}}, computed by the
+// page's slots' new positions ({slot: {token, lo, hi, done, ...}}: PositionJson), computed by the
 // store from the positions it holds: the view `positions` is not read, version
 // 6), merged into the row's entries still under their slots' tokens and owned
 // by this reader (an expired lease not yet renewed or taken keeps its entry).
@@ -281,7 +281,7 @@ again AS (
 SELECT pos::text FROM upd UNION ALL SELECT pos::text FROM again
 )SQL";
 
-// The events no slot has passed yet (each slot's range from lo's xmax, as the
+// The events no slot has passed yet (each slot's unpassed(), by pos, as the
 // read): for the gauges, which must not read the events already sent.
 constexpr const char* kUnsent = R"SQL(
 unsent AS (
@@ -393,7 +393,7 @@ SELECT coalesce((SELECT was FROM state), ''),
 )SQL";
 
 // $1 key: the event whose id is $1 (its pos is in the id, or in converted_ids
-// for an event converted from a row store: the BRIN finds it) or whose dedup
+// for an event converted from a row store: the (pos, slot) index finds it) or whose dedup
 // key is $1.
 const std::string kFind = R"SQL(
 SELECT seq, event_id, aggregate_type, aggregate_id, event_type, status, attempts,
@@ -858,9 +858,14 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   Status ReadLog(const ClaimOptions& o, int room, ClaimResult* out);
   Status ReadSlots(const ClaimOptions& o, const std::vector<int>& slots, int limit,
                    bool split, ClaimResult* out);
-  // A new upper end for the ranges a claim opens (kOpenRange); its `running`
-  // lists the transactions, their bounds left to RunningAt.
-  Result<log::RangeEnd> OpenRange();
+  // A new upper end for the ranges a claim opens (kOpenRange): the end without
+  // its bounds (each slot's come from RunningAt), and the transactions that may
+  // be running at it.
+  struct Opened {
+    log::RangeEnd end;
+    std::vector<std::string> running;
+  };
+  Result<Opened> OpenRange();
   // A page of `slots`' ranges, at most `limit` rows (kReadRange); `his` gets
   // each slot's upper end (a range not open yet is opened).
   Result<ResultPtr> ReadRanges(const ClaimOptions& o, const std::vector<int>& slots,
@@ -886,8 +891,8 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
                    nlohmann::json* progress) const;
   // After a write: the deferred slots but `except` not in `written` are no longer held.
   void ForgetDeferred(const std::set<int>& except, const std::set<int>& written);
-  // The positions of `page`'s slots once its cuts are applied: {slot: {token,
-  // lo, hi, done}} (what a page end writes, from the positions the store holds).
+  // The positions of `page`'s slots once its cuts are applied: {slot:
+  // PositionJson} (what a page end writes, from the positions the store holds).
   nlohmann::json ProgressAfter(const log::Page& page) const;
   Result<TransitionResult> Settle(const std::vector<Settlement>& items);
   // An exception written or settled at `now` with `outcome`: when the next look
@@ -913,6 +918,12 @@ GROUP BY 2 ORDER BY 1, 2)SQL"),
   // Held slots whose lo moved over an empty range: written with the next write
   // of positions (a page end's, or the deferred ones'), never on their own.
   std::set<int> quiet_;
+  // The slots whose positions the reader's row does not have yet: both sets.
+  std::set<int> Unwritten() const {
+    std::set<int> slots = unwritten_;
+    slots.insert(quiet_.begin(), quiet_.end());
+    return slots;
+  }
   std::chrono::steady_clock::time_point written_at_{};
   std::chrono::milliseconds lease_{0};  // the last claim's
   log::Page page_;
@@ -1073,42 +1084,40 @@ Status LogStore::ReadLog(const ClaimOptions& o, int room, ClaimResult* out) {
   return ReadSlots(o, slots, room, /*split=*/false, out);
 }
 
-Result<log::RangeEnd> LogStore::OpenRange() {
+Result<LogStore::Opened> LogStore::OpenRange() {
   auto res = session_->Exec("open range", S(kOpenRange));
   if (!res.ok()) return res.status();
   const PGresult* r = res->get();
-  log::RangeEnd end;
-  end.snapshot = GetText(r, 0, 0);
-  end.pos_before = GetInt64(r, 0, 1);
-  end.pos_after = GetInt64(r, 0, 2);
+  Opened out;
+  out.end.snapshot = GetText(r, 0, 0);
+  out.end.pos_before = GetInt64(r, 0, 1);
+  out.end.pos_after = GetInt64(r, 0, 2);
   const std::string running = GetText(r, 0, 3);
   for (std::size_t at = 0; at < running.size();) {
     const std::size_t comma = std::min(running.find(',', at), running.size());
-    end.running[running.substr(at, comma - at)] = 0;  // bounds: per slot (RunningAt)
+    out.running.push_back(running.substr(at, comma - at));
     at = comma + 1;
   }
-  return end;
+  return out;
 }
 
 Result<ResultPtr> LogStore::ReadRanges(const ClaimOptions& o,
                                        const std::vector<int>& slots, int limit,
                                        std::map<int, log::RangeEnd>* his) {
-  std::optional<log::RangeEnd> fresh;  // one new upper end for every range opened now
+  std::optional<Opened> fresh;  // one new upper end for every range opened now
   for (int slot : slots) {
-    const HeldSlot& h = held_.at(slot);
+    const HeldSlot& h = held_.at(slot);  // the caller passes held slots only
     if (h.hi) {
       (*his)[slot] = *h.hi;
       continue;
     }
     if (!fresh) {
-      auto end = OpenRange();
-      if (!end.ok()) return end.status();
-      fresh = std::move(end).value();
+      auto opened = OpenRange();
+      if (!opened.ok()) return opened.status();
+      fresh = std::move(opened).value();
     }
-    std::vector<std::string> xids;
-    for (const auto& [xid, unused] : fresh->running) xids.push_back(xid);
-    log::RangeEnd hi = *fresh;
-    hi.running = log::RunningAt(h.lo, xids);
+    log::RangeEnd hi = fresh->end;
+    hi.running = log::RunningAt(h.lo, fresh->running);
     (*his)[slot] = std::move(hi);
   }
   std::vector<std::int64_t> tokens, froms, x_slots, x_froms, x_tos;
@@ -1146,8 +1155,14 @@ Result<ResultPtr> LogStore::ReadRanges(const ClaimOptions& o,
       {}, /*result_format=*/1);
 }
 
-Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& slots,
+Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& all,
                            int limit, bool split, ClaimResult* out) {
+  // The slots still held (a page end earlier in this claim may have lost one).
+  std::vector<int> slots;
+  for (int slot : all) {
+    if (held_.count(slot)) slots.push_back(slot);
+  }
+  if (slots.empty()) return Status::Ok();
   // One row past the page tells whether the ranges go on after it.
   std::map<int, log::RangeEnd> his;
   auto res = ReadRanges(o, slots, limit + 1, &his);
@@ -1360,9 +1375,7 @@ bool LogStore::MayDefer(const log::Page& page,
 
 void LogStore::AddDeferred(const std::set<int>& except, nlohmann::json* cuts,
                            nlohmann::json* progress) const {
-  std::set<int> slots = unwritten_;
-  slots.insert(quiet_.begin(), quiet_.end());
-  for (int slot : slots) {
+  for (int slot : Unwritten()) {
     auto it = held_.find(slot);
     if (except.count(slot) || it == held_.end()) continue;
     cuts->push_back({{"slot", slot}, {"token", it->second.token}, {"reset", false}});
@@ -1371,9 +1384,7 @@ void LogStore::AddDeferred(const std::set<int>& except, nlohmann::json* cuts,
 }
 
 void LogStore::ForgetDeferred(const std::set<int>& except, const std::set<int>& written) {
-  std::set<int> slots = unwritten_;
-  slots.insert(quiet_.begin(), quiet_.end());
-  for (int slot : slots) {
+  for (int slot : Unwritten()) {
     if (except.count(slot) || written.count(slot)) continue;
     held_.erase(slot);  // refused by its fence: its lease went to another relay
   }

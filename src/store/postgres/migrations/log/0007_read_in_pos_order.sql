@@ -43,6 +43,41 @@ ALTER TABLE {S}.slots
   ADD COLUMN hi_pos bigint,
   ADD COLUMN hi_bounds jsonb;
 
+-- Each slot's lo_pos from its events, while the (slot, txid, pos) index still
+-- serves the search: the lowest pos of an event its lo may not show (txid from
+-- lo's xmin on) less one, else the sequence's last value. ALTER SEQUENCE above
+-- waited for every producer that had drawn a pos (nextval holds a lock on the
+-- sequence that conflicts with it) and holds off the others until this
+-- commits: no event this statement cannot see has a pos at or below it. (A
+-- slot's lo in a reader's progress is newer than its row's: this bound, from
+-- the row's, is lower, so it covers that lo too.) Without this every slot's
+-- first read would start from the log's first event.
+UPDATE {S}.slots s SET lo_pos = coalesce(
+  (SELECT min(l.pos) - 1 FROM {S}.log l
+   WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)),
+  (SELECT CASE WHEN q.is_called THEN q.last_value ELSE 0 END FROM {S}.log_pos q));
+
+-- A relay of an earlier build moves a slot's hi (its release, its take-over, a
+-- slot count's change) without the bounds that go with it: they then no longer
+-- describe that hi, and a stale hi_pos would cut its range short. They are
+-- cleared whenever hi changes and they do not (hi_pos NULL: no upper bound;
+-- hi_lo_pos NULL: the range end keeps lo's, which are lower).
+CREATE FUNCTION {S}.slots_hi_bounds_follow() RETURNS trigger
+  LANGUAGE plpgsql
+AS $fn$
+BEGIN
+  IF NEW.hi::text IS DISTINCT FROM OLD.hi::text AND NEW.hi_pos IS NOT DISTINCT FROM OLD.hi_pos
+     AND NEW.hi_lo_pos IS NOT DISTINCT FROM OLD.hi_lo_pos THEN
+    NEW.hi_lo_pos := NULL;
+    NEW.hi_pos := NULL;
+    NEW.hi_bounds := NULL;
+  END IF;
+  RETURN NEW;
+END
+$fn$;
+CREATE TRIGGER slots_hi_bounds_follow BEFORE UPDATE OF hi ON {S}.slots
+  FOR EACH ROW EXECUTE FUNCTION {S}.slots_hi_bounds_follow();
+
 DROP INDEX {S}.log_pos_brin;
 CREATE INDEX log_by_pos ON {S}.log (pos, slot);
 
@@ -58,7 +93,7 @@ SELECT s.slot, s.owner, s.token, s.expires_at, s.restarts,
        CASE WHEN p.e IS NULL THEN s.hi ELSE (p.e ->> 'hi')::pg_snapshot END AS hi,
        CASE WHEN p.e IS NULL THEN s.done_pos ELSE (p.e ->> 'done')::bigint END AS done_pos,
        CASE WHEN p.e ? 'lo_pos' THEN (p.e ->> 'lo_pos')::bigint ELSE s.lo_pos END AS lo_pos,
-       CASE WHEN p.e ? 'lo_pos' THEN coalesce(p.e -> 'lo_bounds', '{}'::jsonb)
+       CASE WHEN p.e ? 'lo_pos' THEN coalesce(nullif(p.e -> 'lo_bounds', 'null'::jsonb), '{}')
             ELSE s.lo_bounds END AS lo_bounds,
        CASE WHEN p.e IS NULL THEN s.hi_lo_pos ELSE (p.e ->> 'hi_lo_pos')::bigint END AS hi_lo_pos,
        CASE WHEN p.e IS NULL THEN s.hi_pos ELSE (p.e ->> 'hi_pos')::bigint END AS hi_pos,
@@ -70,35 +105,65 @@ LEFT JOIN LATERAL (
   WHERE r.reader = s.owner AND (r.progress -> s.slot::text ->> 'token')::bigint = s.token) p
   ON true;
 
+-- A 32-bit transaction id (pg_locks shows them so) as the xid8 nearest p_near:
+-- a running id is within 2^31 of the current one, so this is right across an
+-- epoch's wrap too.
+CREATE FUNCTION {S}.xid8_near(p_xid bigint, p_near xid8) RETURNS xid8
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $fn$
+  SELECT greatest(0, n + ((p_xid - (n & 4294967295) + 6442450944) % 4294967296 - 2147483648))::text::xid8
+  FROM (SELECT p_near::text::bigint AS n) m
+$fn$;
+
 -- A new range's upper end, for every slot the caller opens one for: the pos
 -- sequence's last value read before the snapshot (pos_before) and after it
 -- (pos_after), the snapshot, and the transactions that may be running at it
 -- (its xip, and those holding their id's lock, read between the first read and
--- the snapshot, from its xmax up). The statements run in this order, each with
--- its own snapshot (VOLATILE, READ COMMITTED: the relay's session). pg_locks
--- shows 32-bit ids; each is widened to the xid8 nearest the snapshot's xmax (a
--- running id is within 2^31 of it), right across an epoch's wrap.
+-- the snapshot, from its xmax up), but those of sessions in other databases
+-- (they cannot write this log; a prepared transaction's database is not known:
+-- it stays). The statements run in this order, each with its own snapshot
+-- (VOLATILE, READ COMMITTED: the relay's session). It refuses to run on a
+-- sequence it may not read (a role without the privilege could read NULL, as
+-- nothing drawn yet) or one that caches values (a session's cached values are
+-- drawn after a read of last_value that already counts them).
 CREATE FUNCTION {S}.open_range(OUT hi text, OUT pos_before bigint, OUT pos_after bigint,
                                OUT running text[])
   LANGUAGE plpgsql VOLATILE
+  SET jit = off
 AS $fn$
 DECLARE
   v_locks bigint[];
+  v_elsewhere bigint[];
   v_hi pg_snapshot;
 BEGIN
+  IF NOT has_sequence_privilege('{S}.log_pos', 'SELECT,USAGE') THEN
+    RAISE EXCEPTION 'outbox.open_range: the relay''s role may not read the sequence {S}.log_pos (grant USAGE on it)'
+      USING ERRCODE = '42501';
+  END IF;
+  IF (SELECT q.seqcache FROM pg_sequence q WHERE q.seqrelid = '{S}.log_pos'::regclass) <> 1 THEN
+    RAISE EXCEPTION 'outbox.open_range: the sequence {S}.log_pos must have CACHE 1 (ALTER SEQUENCE {S}.log_pos CACHE 1)'
+      USING ERRCODE = '55000';
+  END IF;
   pos_before := coalesce(pg_sequence_last_value('{S}.log_pos'), 0);
-  v_locks := ARRAY(SELECT l.transactionid::text::bigint FROM pg_locks l
-                   WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted);
+  SELECT array_agg(l.transactionid::text::bigint) FILTER (WHERE a.datid IS NULL OR a.datid = d.oid),
+         array_agg(l.transactionid::text::bigint) FILTER (WHERE a.datid <> d.oid)
+    INTO v_locks, v_elsewhere
+  FROM pg_locks l
+  LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+  CROSS JOIN (SELECT oid FROM pg_database WHERE datname = current_database()) d
+  WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted;
   v_hi := pg_current_snapshot();
   pos_after := coalesce(pg_sequence_last_value('{S}.log_pos'), 0);
   hi := v_hi::text;
   running := ARRAY(
-    SELECT x::text FROM pg_snapshot_xip(v_hi) x
-    UNION
-    SELECT w::text FROM (
-      SELECT (m.x + ((k - (m.x & 4294967295) + 6442450944) % 4294967296 - 2147483648))::text::xid8 AS w
-      FROM unnest(v_locks) k, (SELECT pg_snapshot_xmax(v_hi)::text::bigint AS x) m) u
-    WHERE w >= pg_snapshot_xmax(v_hi));
+    SELECT r::text FROM (
+      SELECT x AS r FROM pg_snapshot_xip(v_hi) x
+      UNION
+      SELECT w FROM (SELECT {S}.xid8_near(k, pg_snapshot_xmax(v_hi)) AS w
+                     FROM unnest(v_locks) k) u
+      WHERE w >= pg_snapshot_xmax(v_hi)
+      EXCEPT
+      SELECT {S}.xid8_near(k, pg_snapshot_xmax(v_hi)) FROM unnest(v_elsewhere) k) t);
 END
 $fn$;
 

@@ -17,12 +17,13 @@
 DROP INDEX {S}.log_read;
 
 -- The events of slot p_slot that its position (lo, hi, done, lo_pos, lo_bounds)
--- has not passed, at most p_limit (NULL: all), in partition p_part only when
--- given (its pos and when it was written). Complete: an event not visible in lo
+-- has not passed, at most p_limit (NULL: all) (its pos and when it was
+-- written). Complete: an event not visible in lo
 -- either drew its pos after lo_pos was read, or its transaction was running at
 -- lo and is in lo_bounds with a bound below its pos (docs/design.md, "The read
 -- in pos order"). Each straggler's span is its own index range scan (OFFSET 0:
--- a nested loop over the bounds, whatever the planner estimates for them).
+-- a nested loop over the bounds, whatever the planner estimates for them), made
+-- only once its transaction has ended visible and not in lo.
 -- PL/pgSQL, so that its plans are made once per session and its callers' plans
 -- stay cheap; no JIT (inlined into a caller, the estimates for the bounds put
 -- the gauges' statement past jit_above_cost: 2.5 s of compiling for a few
@@ -42,6 +43,11 @@ BEGIN
       AND NOT {S}.passed(l.txid, l.pos, p_lo, p_hi, p_done)
     UNION ALL
     SELECT y.pos, y.created_at FROM jsonb_each_text(p_bounds) b(x, bound)
+    CROSS JOIN LATERAL (
+      -- only a transaction that ended visible to this statement and not to lo
+      -- has such events (one still running has none to show yet)
+      SELECT WHERE pg_visible_in_snapshot(b.x::xid8, pg_current_snapshot())
+               AND NOT pg_visible_in_snapshot(b.x::xid8, p_lo)) v
     CROSS JOIN LATERAL (
       SELECT l.pos, l.created_at FROM {S}.log l
       WHERE l.pos > b.bound::bigint AND l.pos <= p_lo_pos AND l.slot = p_slot
@@ -72,6 +78,9 @@ BEGIN
                  AND NOT {S}.passed(l.txid, l.pos, s.lo, s.hi, s.done_pos)
                UNION ALL
                SELECT 1 FROM jsonb_each_text(s.lo_bounds) b(x, bound)
+               CROSS JOIN LATERAL (
+                 SELECT WHERE pg_visible_in_snapshot(b.x::xid8, pg_current_snapshot())
+                          AND NOT pg_visible_in_snapshot(b.x::xid8, s.lo)) v
                CROSS JOIN LATERAL (
                  SELECT 1 FROM {S}.%1$I l
                  WHERE l.pos > b.bound::bigint AND l.pos <= s.lo_pos AND l.slot = s.slot
