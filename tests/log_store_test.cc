@@ -338,11 +338,13 @@ TEST_F(LogStoreTest, ATransactionRunningAboveTheSnapshotsXmaxIsReadOnceItCommits
 // nearest the snapshot's xmax, which stays right across an epoch's wrap.
 TEST_F(LogStoreTest, A32BitTransactionIdIsWidenedToTheNearestXid8AcrossAnEpochsWrap) {
   auto near = [&](const std::string& xid, const std::string& at) {
-    return Exec(conn_.get(), "SELECT " + schema_ + ".xid8_near(" + xid + ", '" + at + "')");
+    return Exec(conn_.get(),
+                "SELECT " + schema_ + ".xid8_near(" + xid + ", '" + at + "')");
   };
-  EXPECT_EQ(near("5", "4294967300"), "4294967301");           // epoch 1, just after
-  EXPECT_EQ(near("4294967295", "4294967297"), "4294967295");  // epoch 0's last, seen from 1
-  EXPECT_EQ(near("1", "8589934590"), "8589934593");           // epoch 2's first, seen from 1
+  EXPECT_EQ(near("5", "4294967300"), "4294967301");  // epoch 1, just after
+  EXPECT_EQ(near("4294967295", "4294967297"),
+            "4294967295");                           // epoch 0's last, seen from 1
+  EXPECT_EQ(near("1", "8589934590"), "8589934593");  // epoch 2's first, seen from 1
   EXPECT_EQ(near("1000", "1000"), "1000");
   EXPECT_EQ(near("3", "2147483650"), "3");  // 2^31 - 1 behind: the same epoch
 }
@@ -357,15 +359,18 @@ TEST_F(LogStoreTest, AnUpgradeToThePosOrderReadStartsEachSlotAtItsUnpassedEvents
   auto session = pg::Session::Connect({.conninfo = url_});
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   ASSERT_TRUE(pg::RunMigrations(**session, old, pg::kLogSet, nullptr, 6).ok());
-  const std::string fill = "SELECT count(*) FROM generate_series(1, 1500) g, LATERAL " + old +
-                           ".enqueue('order', 'a' || (g % 50), 'OrderCreated', convert_to('{}', 'UTF8')) e";
+  const std::string fill =
+      "SELECT count(*) FROM generate_series(1, 1500) g, LATERAL " + old +
+      ".enqueue('order', 'a' || (g % 50), 'OrderCreated', convert_to('{}', 'UTF8')) e";
   Exec(conn_.get(), fill);
-  Exec(conn_.get(), "UPDATE " + old + ".slots SET lo = pg_current_snapshot()");  // all passed
-  Exec(conn_.get(), "SELECT count(*) FROM generate_series(1, 100) g, LATERAL " + old +
-                        ".enqueue('order', 'b' || g, 'OrderCreated', convert_to('{}', 'UTF8')) e");
+  Exec(conn_.get(),
+       "UPDATE " + old + ".slots SET lo = pg_current_snapshot()");  // all passed
+  Exec(conn_.get(),
+       "SELECT count(*) FROM generate_series(1, 100) g, LATERAL " + old +
+           ".enqueue('order', 'b' || g, 'OrderCreated', convert_to('{}', 'UTF8')) e");
   ASSERT_TRUE(pg::RunMigrations(**session, old, pg::kLogSet).ok());
-  EXPECT_EQ(Exec(conn_.get(), "SELECT min(lo_pos) >= 1500 AND max(lo_pos) <= 1600 FROM " + old +
-                                  ".slots"),
+  EXPECT_EQ(Exec(conn_.get(), "SELECT min(lo_pos) >= 1500 AND max(lo_pos) <= 1600 FROM " +
+                                  old + ".slots"),
             "t")
       << Exec(conn_.get(), "SELECT string_agg(lo_pos::text, ',') FROM " + old + ".slots");
   PostgresStoreOptions o = Options();
@@ -381,15 +386,20 @@ TEST_F(LogStoreTest, AnUpgradeToThePosOrderReadStartsEachSlotAtItsUnpassedEvents
 // an older range end never cuts the new one short. Moved with its bounds (this
 // build's statements), they stay.
 TEST_F(LogStoreTest, ASlotsHiMovedWithoutItsBoundsLosesThem) {
-  const std::string row = "SELECT coalesce(hi_lo_pos::text, '-') || ' ' || "
-                          "coalesce(hi_pos::text, '-') || ' ' || coalesce(hi_bounds::text, '-') "
-                          "FROM " + schema_ + ".slots WHERE slot = 0";
-  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET hi = '10:10:', hi_lo_pos = 5, "
-                    "hi_pos = 7, hi_bounds = '{\"9\": 3}' WHERE slot = 0");
+  const std::string row =
+      "SELECT coalesce(hi_lo_pos::text, '-') || ' ' || "
+      "coalesce(hi_pos::text, '-') || ' ' || coalesce(hi_bounds::text, '-') "
+      "FROM " +
+      schema_ + ".slots WHERE slot = 0";
+  Exec(conn_.get(), "UPDATE " + schema_ +
+                        ".slots SET hi = '10:10:', hi_lo_pos = 5, "
+                        "hi_pos = 7, hi_bounds = '{\"9\": 3}' WHERE slot = 0");
   EXPECT_EQ(Exec(conn_.get(), row), "5 7 {\"9\": 3}");
-  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET hi = '10:10:' WHERE slot = 0");  // unchanged
+  Exec(conn_.get(),
+       "UPDATE " + schema_ + ".slots SET hi = '10:10:' WHERE slot = 0");  // unchanged
   EXPECT_EQ(Exec(conn_.get(), row), "5 7 {\"9\": 3}");
-  Exec(conn_.get(), "UPDATE " + schema_ + ".slots SET hi = '12:12:' WHERE slot = 0");  // an older build
+  Exec(conn_.get(), "UPDATE " + schema_ +
+                        ".slots SET hi = '12:12:' WHERE slot = 0");  // an older build
   EXPECT_EQ(Exec(conn_.get(), row), "- - -");
 }
 

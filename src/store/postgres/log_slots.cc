@@ -35,11 +35,11 @@ SELECT ((SELECT count(*) FROM (
 
 // $1 the new count: the count changes (also in log_slot_count, which a
 // REPEATABLE READ producer's enqueue() locks: one whose snapshot predates the
-// change gets a serialization failure, not the old count); missing slot rows are added (lo: now,
-// as at install; lo_pos: the pos sequence's last value — every event of the new
+// change gets a serialization failure, not the old count); missing slot rows are added
+// (lo: now, as at install; lo_pos: the pos sequence's last value — every event of the new
 // count is written after this commits, so it does not make a new slot's first
-// read start from the log's first event); every slot is given back under a new token (a relay's page
-// end and renewal under the old one are refused: it leases again, from the
+// read start from the log's first event); every slot is given back under a new token (a
+// relay's page end and renewal under the old one are refused: it leases again, from the
 // positions), those beyond the count retired (no owner, a lease that never
 // expires: never taken; the row and its position stay, which rotation reads);
 // the open exceptions move to their aggregates' new slots. Rows: the

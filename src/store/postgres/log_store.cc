@@ -186,12 +186,11 @@ SELECT * FROM {S}.read_range($1::smallint[], $2::bigint[], $3::text[], $4::text[
 // its lease under the cut's token (`moved`, under a share lock on the slot's
 // row: the fence), the reader's progress row is written — one row per page,
 // whatever the slots it covers (the log set's version 3: positions): $3, the
-// page's slots' new positions ({slot: {token, lo, hi, done, ...}}: PositionJson), computed by the
-// store from the positions it holds: the view `positions` is not read, version
-// 6), merged into the row's entries still under their slots' tokens and owned
-// by this reader (an expired lease not yet renewed or taken keeps its entry).
-// A slot out of its crash loop has its restarts reset on its own row (a write
-// only then).
+// page's slots' new positions ({slot: {token, lo, hi, done, ...}}: PositionJson),
+// computed by the store from the positions it holds: the view `positions` is not read,
+// version 6), merged into the row's entries still under their slots' tokens and owned by
+// this reader (an expired lease not yet renewed or taken keeps its entry). A slot out of
+// its crash loop has its restarts reset on its own row (a write only then).
 const std::string kPageEndCtes = R"SQL(
 c AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
@@ -1155,8 +1154,8 @@ Result<ResultPtr> LogStore::ReadRanges(const ClaimOptions& o,
       {}, /*result_format=*/1);
 }
 
-Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& all,
-                           int limit, bool split, ClaimResult* out) {
+Status LogStore::ReadSlots(const ClaimOptions& o, const std::vector<int>& all, int limit,
+                           bool split, ClaimResult* out) {
   // The slots still held (a page end earlier in this claim may have lost one).
   std::vector<int> slots;
   for (int slot : all) {
