@@ -44,8 +44,8 @@ ALTER TABLE {S}.slots
   ADD COLUMN hi_bounds jsonb;
 
 -- Each slot's lo_pos from its events, while the (slot, txid, pos) index still
--- serves the search: the lowest pos of an event its lo may not show (txid from
--- lo's xmin on) less one, else the sequence's last value. ALTER SEQUENCE above
+-- serves the search: the lowest pos of an event its lo does not show (searched
+-- from lo's xmin on) less one, else the sequence's last value. ALTER SEQUENCE above
 -- waited for every producer that had drawn a pos (nextval holds a lock on the
 -- sequence that conflicts with it) and holds off the others until this
 -- commits: no event this statement cannot see has a pos at or below it. (A
@@ -54,7 +54,8 @@ ALTER TABLE {S}.slots
 -- first read would start from the log's first event.
 UPDATE {S}.slots s SET lo_pos = coalesce(
   (SELECT min(l.pos) - 1 FROM {S}.log l
-   WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)),
+   WHERE l.slot = s.slot AND l.txid >= pg_snapshot_xmin(s.lo)
+     AND NOT pg_visible_in_snapshot(l.txid, s.lo)),
   (SELECT CASE WHEN q.is_called THEN q.last_value ELSE 0 END FROM {S}.log_pos q));
 
 -- A relay of an earlier build moves a slot's hi (its release, its take-over, a
